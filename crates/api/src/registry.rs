@@ -1,0 +1,252 @@
+//! The resource registry: every API resource krust serves, with its group, version, kind,
+//! names, scope and subresources. One table drives discovery, URL routing, storage keys
+//! and the generic REST handlers.
+
+/// A subresource served under `<resource>/<name>/<subresource>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// `status`: get, update and patch of `.status` only.
+    Status,
+    /// `scale`: autoscaling/v1 Scale view of `.spec.replicas`.
+    Scale,
+    /// `binding` (pods): create a core/v1 Binding that sets `spec.nodeName`.
+    Binding,
+    /// `eviction` (pods): create a policy/v1 Eviction.
+    Eviction,
+}
+
+impl Subresource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Subresource::Status => "status",
+            Subresource::Scale => "scale",
+            Subresource::Binding => "binding",
+            Subresource::Eviction => "eviction",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Status, Self::Scale, Self::Binding, Self::Eviction]
+            .into_iter()
+            .find(|sub| sub.name() == s)
+    }
+
+    /// (group, version, kind) of the object this subresource reads and writes, when it is
+    /// not the parent kind.
+    pub fn kind(self) -> Option<(&'static str, &'static str, &'static str)> {
+        match self {
+            Subresource::Status => None,
+            Subresource::Scale => Some(("autoscaling", "v1", "Scale")),
+            Subresource::Binding => Some(("", "v1", "Binding")),
+            Subresource::Eviction => Some(("policy", "v1", "Eviction")),
+        }
+    }
+
+    /// The verbs discovery advertises for this subresource.
+    pub fn verbs(self) -> &'static [&'static str] {
+        match self {
+            Subresource::Status | Subresource::Scale => &["get", "patch", "update"],
+            Subresource::Binding | Subresource::Eviction => &["create"],
+        }
+    }
+}
+
+/// One API resource.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResourceInfo {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// The plural resource name used in URLs (`pods`).
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub namespaced: bool,
+    pub subresources: &'static [Subresource],
+    /// The storage prefix under `/registry/`, as upstream lays out etcd (`minions` for
+    /// nodes, `services/specs` for services, ...).
+    pub storage: &'static str,
+}
+
+impl ResourceInfo {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `pods` or `deployments.apps`, as upstream names resources in messages.
+    pub fn qualified_plural(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    pub fn has_subresource(&self, sub: Subresource) -> bool {
+        self.subresources.contains(&sub)
+    }
+
+    /// The storage key prefix for all objects of this resource, ending in `/`.
+    pub fn storage_prefix(&self) -> String {
+        format!("/registry/{}/", self.storage)
+    }
+
+    /// The storage key prefix for one namespace (or all, for cluster-scoped kinds).
+    pub fn storage_prefix_in(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => format!("/registry/{}/{}/", self.storage, ns),
+            _ => self.storage_prefix(),
+        }
+    }
+
+    /// The storage key of one object.
+    pub fn storage_key(&self, namespace: Option<&str>, name: &str) -> String {
+        format!("{}{}", self.storage_prefix_in(namespace), name)
+    }
+}
+
+/// The verbs every resource supports.
+pub const RESOURCE_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+use Subresource::*;
+
+macro_rules! resources {
+    ($( $group:literal $version:literal $kind:literal $plural:literal $singular:literal
+        [$($short:literal),*] [$($cat:literal),*] $namespaced:literal [$($sub:ident),*] $storage:literal ;)*) => {
+        /// Every resource krust serves, grouped by API group in discovery order.
+        pub static RESOURCES: &[ResourceInfo] = &[
+            $(ResourceInfo {
+                group: $group,
+                version: $version,
+                kind: $kind,
+                plural: $plural,
+                singular: $singular,
+                short_names: &[$($short),*],
+                categories: &[$($cat),*],
+                namespaced: $namespaced,
+                subresources: &[$($sub),*],
+                storage: $storage,
+            },)*
+        ];
+    };
+}
+
+resources! {
+    "" "v1" "Binding" "bindings" "binding" [] [] true [] "bindings";
+    "" "v1" "ConfigMap" "configmaps" "configmap" ["cm"] [] true [] "configmaps";
+    "" "v1" "Endpoints" "endpoints" "endpoints" ["ep"] [] true [] "services/endpoints";
+    "" "v1" "Event" "events" "event" ["ev"] [] true [] "events";
+    "" "v1" "LimitRange" "limitranges" "limitrange" ["limits"] [] true [] "limitranges";
+    "" "v1" "Namespace" "namespaces" "namespace" ["ns"] [] false [Status] "namespaces";
+    "" "v1" "Node" "nodes" "node" ["no"] [] false [Status] "minions";
+    "" "v1" "Pod" "pods" "pod" ["po"] ["all"] true [Status, Binding, Eviction] "pods";
+    "" "v1" "PodTemplate" "podtemplates" "podtemplate" [] [] true [] "podtemplates";
+    "" "v1" "ResourceQuota" "resourcequotas" "resourcequota" ["quota"] [] true [Status] "resourcequotas";
+    "" "v1" "Secret" "secrets" "secret" [] [] true [] "secrets";
+    "" "v1" "ServiceAccount" "serviceaccounts" "serviceaccount" ["sa"] [] true [] "serviceaccounts";
+    "" "v1" "Service" "services" "service" ["svc"] ["all"] true [Status] "services/specs";
+    "apps" "v1" "ControllerRevision" "controllerrevisions" "controllerrevision" [] [] true [] "controllerrevisions";
+    "apps" "v1" "DaemonSet" "daemonsets" "daemonset" ["ds"] ["all"] true [Status] "daemonsets";
+    "apps" "v1" "Deployment" "deployments" "deployment" ["deploy"] ["all"] true [Status, Scale] "deployments";
+    "apps" "v1" "ReplicaSet" "replicasets" "replicaset" ["rs"] ["all"] true [Status, Scale] "replicasets";
+    "apps" "v1" "StatefulSet" "statefulsets" "statefulset" ["sts"] ["all"] true [Status, Scale] "statefulsets";
+    "batch" "v1" "CronJob" "cronjobs" "cronjob" ["cj"] ["all"] true [Status] "cronjobs";
+    "batch" "v1" "Job" "jobs" "job" [] ["all"] true [Status] "jobs";
+    "coordination.k8s.io" "v1" "Lease" "leases" "lease" [] [] true [] "leases";
+    "discovery.k8s.io" "v1" "EndpointSlice" "endpointslices" "endpointslice" [] [] true [] "endpointslices";
+    "events.k8s.io" "v1" "Event" "events" "event" ["ev"] [] true [] "events";
+    "networking.k8s.io" "v1" "IngressClass" "ingressclasses" "ingressclass" [] [] false [] "ingressclasses";
+    "networking.k8s.io" "v1" "Ingress" "ingresses" "ingress" ["ing"] [] true [Status] "ingress";
+    "networking.k8s.io" "v1" "NetworkPolicy" "networkpolicies" "networkpolicy" ["netpol"] [] true [] "networkpolicies";
+    "policy" "v1" "PodDisruptionBudget" "poddisruptionbudgets" "poddisruptionbudget" ["pdb"] [] true [Status] "poddisruptionbudgets";
+    "rbac.authorization.k8s.io" "v1" "ClusterRoleBinding" "clusterrolebindings" "clusterrolebinding" [] [] false [] "clusterrolebindings";
+    "rbac.authorization.k8s.io" "v1" "ClusterRole" "clusterroles" "clusterrole" [] [] false [] "clusterroles";
+    "rbac.authorization.k8s.io" "v1" "RoleBinding" "rolebindings" "rolebinding" [] [] true [] "rolebindings";
+    "rbac.authorization.k8s.io" "v1" "Role" "roles" "role" [] [] true [] "roles";
+    "scheduling.k8s.io" "v1" "PriorityClass" "priorityclasses" "priorityclass" ["pc"] [] false [] "priorityclasses";
+    "storage.k8s.io" "v1" "StorageClass" "storageclasses" "storageclass" ["sc"] [] false [] "storageclasses";
+}
+
+/// Looks up a resource by group, version and plural name.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Looks up a resource by group, version and kind.
+pub fn find_kind(group: &str, version: &str, kind: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.kind == kind)
+}
+
+/// The API groups in discovery order (the legacy core group "" first), each with its
+/// versions.
+pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for r in RESOURCES {
+        match out.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, versions)) if !versions.contains(&r.version) => versions.push(r.version),
+            Some(_) => {}
+            None => out.push((r.group, vec![r.version])),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_and_keys_follow_upstream_layout() {
+        let pods = find("", "v1", "pods").unwrap();
+        assert_eq!(
+            pods.storage_key(Some("default"), "web"),
+            "/registry/pods/default/web"
+        );
+        let nodes = find_kind("", "v1", "Node").unwrap();
+        assert_eq!(nodes.storage_key(None, "n1"), "/registry/minions/n1");
+        let deploy = find("apps", "v1", "deployments").unwrap();
+        assert_eq!(deploy.qualified_plural(), "deployments.apps");
+        assert_eq!(deploy.api_version(), "apps/v1");
+        assert!(deploy.has_subresource(Subresource::Scale));
+        assert!(find("apps", "v1", "pods").is_none());
+    }
+
+    #[test]
+    fn plural_names_are_unique_per_group_version() {
+        for (i, a) in RESOURCES.iter().enumerate() {
+            for b in &RESOURCES[i + 1..] {
+                assert!(
+                    !(a.group == b.group && a.version == b.version && a.plural == b.plural),
+                    "{} duplicated",
+                    a.plural
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn groups_start_with_core() {
+        let groups = groups();
+        assert_eq!(groups[0], ("", vec!["v1"]));
+        assert!(groups.iter().any(|(g, _)| *g == "apps"));
+    }
+}

@@ -1,0 +1,198 @@
+//! The request chain's pluggable stages: authentication (who), authorization (may they),
+//! and admission (mutate and check before the store). This issue ships client-certificate
+//! authentication, allow-all authorization, and the built-in admission steps krust needs
+//! from day one: NamespaceLifecycle and Service IP/port allocation.
+
+use std::sync::Arc;
+
+use krust_api::status::{ApiError, Target};
+use serde_json::Value;
+
+use crate::allocator::ServiceAllocator;
+use crate::rest::Call;
+
+/// An authenticated user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+impl User {
+    pub fn anonymous() -> User {
+        User {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+
+    pub fn is_anonymous(&self) -> bool {
+        self.name == "system:anonymous"
+    }
+}
+
+/// Decides whether a user may perform a request.
+pub trait Authorizer: Send + Sync {
+    fn authorize(
+        &self,
+        user: &User,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> Result<(), ApiError>;
+}
+
+/// Every authenticated user may do everything (until RBAC lands).
+pub struct AllowAuthenticated;
+
+impl Authorizer for AllowAuthenticated {
+    fn authorize(
+        &self,
+        user: &User,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        _ns: Option<&str>,
+    ) -> Result<(), ApiError> {
+        if user.is_anonymous() {
+            let what = if group.is_empty() {
+                resource.to_string()
+            } else {
+                format!("{resource}.{group}")
+            };
+            return Err(ApiError::forbidden(format!(
+                "{what} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{resource}\" in API group \"{group}\""
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The admission steps run on writes.
+pub struct Admission {
+    pub services: Arc<ServiceAllocator>,
+}
+
+impl Admission {
+    pub async fn admit_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError> {
+        let info = call.kind.info;
+        if info.namespaced {
+            namespace_lifecycle(call, obj).await?;
+        }
+        if info.plural == "services" && info.group.is_empty() {
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            self.services
+                .allocate(obj)
+                .map_err(|causes| ApiError::invalid("Service", "", &name, causes))?;
+            if call.dry_run() {
+                self.services.release(obj);
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn admit_update(
+        &self,
+        call: &Call<'_>,
+        new: &mut Value,
+        old: &Value,
+    ) -> Result<(), ApiError> {
+        let info = call.kind.info;
+        if info.plural == "services" && info.group.is_empty() {
+            // Keep what was allocated; allocate what a type change now needs.
+            let name = new["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if new["spec"]["clusterIP"].as_str().is_none_or(str::is_empty)
+                && old["spec"]["type"] != "ExternalName"
+            {
+                new["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
+                new["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+                new["spec"]["ipFamilies"] = old["spec"]["ipFamilies"].clone();
+                new["spec"]["ipFamilyPolicy"] = old["spec"]["ipFamilyPolicy"].clone();
+            }
+            let needs_ports = matches!(
+                new["spec"]["type"].as_str(),
+                Some("NodePort" | "LoadBalancer")
+            );
+            if needs_ports {
+                keep_node_ports(new, old);
+            }
+            let mut probe = new.clone();
+            self.services.release(old);
+            match self.services.allocate(&mut probe) {
+                Ok(()) => *new = probe,
+                Err(causes) => {
+                    self.services.observe(old);
+                    return Err(ApiError::invalid("Service", "", &name, causes));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees what a deleted object held.
+    pub fn after_delete(&self, call: &Call<'_>, obj: &Value) {
+        if call.kind.info.plural == "services" && call.kind.info.group.is_empty() {
+            self.services.release(obj);
+        }
+    }
+}
+
+/// NodePorts of ports the update leaves unset keep their old values (matched by port).
+fn keep_node_ports(new: &mut Value, old: &Value) {
+    let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
+    for p in new["spec"]["ports"].as_array_mut().into_iter().flatten() {
+        if p["nodePort"].is_null()
+            && let Some(o) = old_ports
+                .iter()
+                .find(|o| o["port"] == p["port"] && o["protocol"] == p["protocol"])
+        {
+            p["nodePort"] = o["nodePort"].clone();
+        }
+    }
+}
+
+/// Objects may only be created in namespaces that exist and are not terminating.
+async fn namespace_lifecycle(call: &Call<'_>, obj: &Value) -> Result<(), ApiError> {
+    call.consistent().await?;
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+    let cache = call
+        .api
+        .cache
+        .cache("/registry/namespaces/")
+        .ok_or_else(|| ApiError::internal("namespace cache missing"))?;
+    let Some(namespace) = cache.get(&format!("/registry/namespaces/{ns}")) else {
+        return Err(ApiError::not_found(Target {
+            group: "",
+            resource: "namespaces",
+            name: ns,
+        }));
+    };
+    if namespace.field("status.phase").as_deref() == Some("Terminating") {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let info = call.kind.info;
+        let what = if info.group.is_empty() {
+            info.plural.to_string()
+        } else {
+            format!("{}.{}", info.plural, info.group)
+        };
+        return Err(ApiError {
+            details: Some(Box::new(krust_api::status::Details {
+                name: name.into(),
+                group: info.group.into(),
+                kind: info.plural.into(),
+                ..Default::default()
+            })),
+            ..ApiError::forbidden(format!(
+                "{what} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
+            ))
+        });
+    }
+    Ok(())
+}

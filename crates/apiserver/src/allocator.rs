@@ -1,0 +1,249 @@
+//! ClusterIP and NodePort allocation for Services. The allocated sets are rebuilt from the
+//! stored Services at start and kept in memory; an allocation is released if the write
+//! that needed it fails.
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::sync::Mutex;
+
+use krust_api::status::Cause;
+use serde_json::{Value, json};
+
+/// The NodePort range, as upstream's default.
+pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
+
+pub struct ServiceAllocator {
+    base: u32,
+    size: u32,
+    ips: Mutex<HashSet<u32>>,
+    ports: Mutex<HashSet<u16>>,
+}
+
+/// An IPv4 CIDR such as `10.43.0.0/16`.
+pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (ip, bits) = s.split_once('/')?;
+    let ip: Ipv4Addr = ip.parse().ok()?;
+    let bits: u8 = bits.parse().ok().filter(|b| *b <= 30)?;
+    let mask = u32::MAX.checked_shl(32 - bits as u32).unwrap_or(0);
+    Some((Ipv4Addr::from(u32::from(ip) & mask), bits))
+}
+
+impl ServiceAllocator {
+    pub fn new(network: Ipv4Addr, bits: u8) -> Self {
+        ServiceAllocator {
+            base: u32::from(network),
+            size: 1u32 << (32 - bits as u32),
+            ips: Mutex::new(HashSet::new()),
+            ports: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The first usable address: the `kubernetes` Service's ClusterIP.
+    pub fn first_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.base + 1)
+    }
+
+    /// The `n`th usable address (the DNS service is the 10th).
+    pub fn nth_ip(&self, n: u32) -> Ipv4Addr {
+        Ipv4Addr::from(self.base + n)
+    }
+
+    fn contains(&self, ip: Ipv4Addr) -> bool {
+        let v = u32::from(ip);
+        v > self.base && v < self.base + self.size - 1
+    }
+
+    /// Marks what an existing Service holds as used.
+    pub fn observe(&self, svc: &Value) {
+        if let Some(ip) = svc["spec"]["clusterIP"]
+            .as_str()
+            .and_then(|s| s.parse::<Ipv4Addr>().ok())
+        {
+            self.lock_ips().insert(u32::from(ip));
+        }
+        for p in node_ports(svc) {
+            self.lock_ports().insert(p);
+        }
+    }
+
+    /// Gives a Service its ClusterIP and NodePorts, filling unset ones and checking
+    /// requested ones. On error nothing stays allocated.
+    pub fn allocate(&self, svc: &mut Value) -> Result<(), Vec<Cause>> {
+        let spec = &mut svc["spec"];
+        let ty = spec["type"].as_str().unwrap_or("ClusterIP").to_string();
+        let mut taken_ip = None;
+        if ty != "ExternalName" {
+            match spec["clusterIP"].as_str().filter(|s| !s.is_empty()) {
+                Some("None") => {
+                    spec["clusterIPs"] = json!(["None"]);
+                }
+                Some(requested) => {
+                    let parsed = requested.parse::<Ipv4Addr>().ok();
+                    let ip = parsed.filter(|ip| self.contains(*ip)).ok_or_else(|| {
+                        vec![Cause::invalid("spec.clusterIPs", &json!([requested]), format!("failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}/{}", Ipv4Addr::from(self.base), 32 - self.size.trailing_zeros()))]
+                    })?;
+                    if !self.lock_ips().insert(u32::from(ip)) {
+                        return Err(vec![Cause::invalid(
+                            "spec.clusterIPs",
+                            &json!([requested]),
+                            format!(
+                                "failed to allocate IP {requested}: provided IP is already allocated"
+                            ),
+                        )]);
+                    }
+                    taken_ip = Some(ip);
+                    spec["clusterIPs"] = json!([requested]);
+                }
+                None => {
+                    let ip = self.next_ip().ok_or_else(|| {
+                        vec![Cause::invalid(
+                            "spec.clusterIPs",
+                            &json!([]),
+                            "failed to allocate a serviceIP: range is full",
+                        )]
+                    })?;
+                    taken_ip = Some(ip);
+                    spec["clusterIP"] = json!(ip.to_string());
+                    spec["clusterIPs"] = json!([ip.to_string()]);
+                }
+            }
+            spec["ipFamilies"] = json!(["IPv4"]);
+            spec["ipFamilyPolicy"] = json!("SingleStack");
+        }
+        if ty == "NodePort" || ty == "LoadBalancer" {
+            let mut taken = Vec::new();
+            let result = self.allocate_ports(spec, &mut taken);
+            if let Err(e) = result {
+                let mut ports = self.lock_ports();
+                for p in taken {
+                    ports.remove(&p);
+                }
+                drop(ports);
+                if let Some(ip) = taken_ip {
+                    self.lock_ips().remove(&u32::from(ip));
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn allocate_ports(&self, spec: &mut Value, taken: &mut Vec<u16>) -> Result<(), Vec<Cause>> {
+        for (i, p) in spec["ports"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            match p["nodePort"].as_u64() {
+                Some(n) => {
+                    let n = n as u16;
+                    if !NODE_PORTS.contains(&n) {
+                        return Err(vec![Cause::invalid(
+                            format!("spec.ports[{i}].nodePort"),
+                            &json!(n),
+                            "provided port is not in the valid range. The range of valid ports is 30000-32767",
+                        )]);
+                    }
+                    if !self.lock_ports().insert(n) {
+                        return Err(vec![Cause::invalid(
+                            format!("spec.ports[{i}].nodePort"),
+                            &json!(n),
+                            "provided port is already allocated",
+                        )]);
+                    }
+                    taken.push(n);
+                }
+                None => {
+                    let n = self.next_port().ok_or_else(|| {
+                        vec![Cause::invalid(
+                            format!("spec.ports[{i}].nodePort"),
+                            &json!(0),
+                            "range is full",
+                        )]
+                    })?;
+                    taken.push(n);
+                    p["nodePort"] = json!(n);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees what a deleted (or never stored) Service held.
+    pub fn release(&self, svc: &Value) {
+        if let Some(ip) = svc["spec"]["clusterIP"]
+            .as_str()
+            .and_then(|s| s.parse::<Ipv4Addr>().ok())
+        {
+            self.lock_ips().remove(&u32::from(ip));
+        }
+        let mut ports = self.lock_ports();
+        for p in node_ports(svc) {
+            ports.remove(&p);
+        }
+    }
+
+    fn next_ip(&self) -> Option<Ipv4Addr> {
+        let mut ips = self.lock_ips();
+        let usable = self.size.saturating_sub(2);
+        let start = uuid::Uuid::new_v4().as_u128() as u32 % usable.max(1);
+        (0..usable)
+            .map(|i| self.base + 1 + (start + i) % usable)
+            .find(|ip| ips.insert(*ip))
+            .map(Ipv4Addr::from)
+    }
+
+    fn next_port(&self) -> Option<u16> {
+        let mut ports = self.lock_ports();
+        let span = (*NODE_PORTS.end() - *NODE_PORTS.start()) as u32 + 1;
+        let start = uuid::Uuid::new_v4().as_u128() as u32 % span;
+        (0..span)
+            .map(|i| *NODE_PORTS.start() + ((start + i) % span) as u16)
+            .find(|p| ports.insert(*p))
+    }
+
+    fn lock_ips(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        self.ips.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_ports(&self) -> std::sync::MutexGuard<'_, HashSet<u16>> {
+        self.ports.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn node_ports(svc: &Value) -> Vec<u16> {
+    svc["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["nodePort"].as_u64().map(|n| n as u16))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocates_unique_ips_and_ports() {
+        let (net, bits) = parse_cidr("10.43.0.0/16").unwrap();
+        let a = ServiceAllocator::new(net, bits);
+        assert_eq!(a.first_ip().to_string(), "10.43.0.1");
+        let mut s1 = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        let mut s2 = json!({"spec": {"type": "ClusterIP", "clusterIP": "10.43.0.10", "ports": [{"port": 53}]}});
+        a.allocate(&mut s1).unwrap();
+        a.allocate(&mut s2).unwrap();
+        assert_ne!(s1["spec"]["clusterIP"], s2["spec"]["clusterIP"]);
+        assert!(
+            NODE_PORTS.contains(&(s1["spec"]["ports"][0]["nodePort"].as_u64().unwrap() as u16))
+        );
+        let mut dup = json!({"spec": {"clusterIP": "10.43.0.10", "ports": [{"port": 1}]}});
+        let err = a.allocate(&mut dup).unwrap_err();
+        assert!(err[0].message.contains("already allocated"));
+        a.release(&s2);
+        a.allocate(&mut dup).unwrap();
+        let mut outside = json!({"spec": {"clusterIP": "192.168.0.1"}});
+        assert!(a.allocate(&mut outside).is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! API discovery: legacy (`/api`, `/apis`, `/api/v1`, `/apis/<g>/<v>`) and aggregated
+//! (apidiscovery.k8s.io/v2, what kubectl asks for first), all generated from the registry.
+
+use krust_api::registry::{self, RESOURCE_VERBS, ResourceInfo};
+use serde_json::{Value, json};
+
+/// The Content-Type of aggregated discovery documents.
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+/// Which aggregated discovery version an Accept header asks for, if any.
+pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
+    let accept = accept?;
+    for media in accept.split(',') {
+        let m = media.replace(' ', "");
+        if m.contains("g=apidiscovery.k8s.io") && m.contains("as=APIGroupDiscoveryList") {
+            if m.contains("v=v2beta1") {
+                return Some(AGGREGATED_V2BETA1);
+            }
+            if m.contains("v=v2") {
+                return Some(AGGREGATED_V2);
+            }
+        }
+        if m.starts_with("application/json") && !m.contains("as=") {
+            return None;
+        }
+    }
+    None
+}
+
+fn resources_in(group: &str, version: &str) -> impl Iterator<Item = &'static ResourceInfo> {
+    registry::RESOURCES
+        .iter()
+        .filter(move |r| r.group == group && r.version == version)
+}
+
+/// `/api`: the legacy group's versions.
+pub fn api_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    })
+}
+
+/// `/apis`: every named group with its versions.
+pub fn api_group_list() -> Value {
+    let groups: Vec<Value> = registry::groups()
+        .into_iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, versions)| group_value(g, &versions))
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn group_value(group: &str, versions: &[&str]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({"name": group, "versions": vs, "preferredVersion": vs[0]})
+}
+
+/// `/apis/<group>`: one group.
+pub fn api_group(group: &str) -> Option<Value> {
+    let (g, versions) = registry::groups()
+        .into_iter()
+        .find(|(g, _)| *g == group && !g.is_empty())?;
+    let mut v = group_value(g, &versions);
+    v["kind"] = json!("APIGroup");
+    v["apiVersion"] = json!("v1");
+    Some(v)
+}
+
+/// `/api/v1` or `/apis/<group>/<version>`: the resources of one group version.
+pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
+    let mut resources = Vec::new();
+    for r in resources_in(group, version) {
+        let mut entry = json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": verbs_of(r),
+        });
+        if !r.short_names.is_empty() {
+            entry["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            entry["categories"] = json!(r.categories);
+        }
+        resources.push(entry);
+        for sub in r.subresources {
+            let mut s = json!({
+                "name": format!("{}/{}", r.plural, sub.name()),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": sub.kind().map_or(r.kind, |(_, _, k)| k),
+                "verbs": sub.verbs(),
+            });
+            if let Some((g, v, _)) = sub.kind() {
+                s["group"] = json!(g);
+                s["version"] = json!(v);
+            }
+            resources.push(s);
+        }
+    }
+    if resources.is_empty() {
+        return None;
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
+}
+
+fn verbs_of(r: &ResourceInfo) -> Vec<&'static str> {
+    if r.plural == "bindings" {
+        vec!["create"]
+    } else {
+        RESOURCE_VERBS.to_vec()
+    }
+}
+
+/// The aggregated discovery document for `/api` (legacy) or `/apis` (named groups).
+pub fn aggregated(legacy: bool, api_version: &str) -> Value {
+    let items: Vec<Value> = registry::groups()
+        .into_iter()
+        .filter(|(g, _)| g.is_empty() == legacy)
+        .map(|(g, versions)| {
+            let vs: Vec<Value> = versions
+                .iter()
+                .map(|v| {
+                    let resources: Vec<Value> = resources_in(g, v)
+                        .map(|r| {
+                            let mut e = json!({
+                                "resource": r.plural,
+                                "responseKind": {"group": "", "version": "", "kind": r.kind},
+                                "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                                "singularResource": r.singular,
+                                "verbs": verbs_of(r),
+                            });
+                            if !r.short_names.is_empty() {
+                                e["shortNames"] = json!(r.short_names);
+                            }
+                            if !r.categories.is_empty() {
+                                e["categories"] = json!(r.categories);
+                            }
+                            let subs: Vec<Value> = r
+                                .subresources
+                                .iter()
+                                .map(|s| {
+                                    let (sg, sv, sk) = s.kind().unwrap_or(("", "", r.kind));
+                                    json!({"subresource": s.name(), "responseKind": {"group": sg, "version": sv, "kind": sk}, "verbs": s.verbs()})
+                                })
+                                .collect();
+                            if !subs.is_empty() {
+                                e["subresources"] = Value::Array(subs);
+                            }
+                            e
+                        })
+                        .collect();
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
+            json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": vs})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovery_lists_pods_and_deployments() {
+        let core = api_resource_list("", "v1").unwrap();
+        let names: Vec<&str> = core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"pods")
+                && names.contains(&"pods/status")
+                && names.contains(&"pods/binding")
+        );
+        let apps = api_resource_list("apps", "v1").unwrap();
+        let scale = apps["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "deployments/scale")
+            .unwrap();
+        assert_eq!(scale["group"], "autoscaling");
+        assert!(api_resource_list("nope", "v1").is_none());
+        let agg = aggregated(false, "apidiscovery.k8s.io/v2");
+        assert!(
+            agg["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["metadata"]["name"] == "apps")
+        );
+        assert_eq!(
+            wants_aggregated(Some(
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+            )),
+            Some(AGGREGATED_V2)
+        );
+        assert_eq!(wants_aggregated(Some("application/json, */*")), None);
+    }
+}

@@ -1,0 +1,289 @@
+//! Per-kind behaviour: the typed codec and the strategy (defaulting, validation, status
+//! split, selectable fields, table columns) of every resource in the registry. The REST
+//! handlers are generic; everything a kind does differently lives here, as in upstream's
+//! `pkg/registry/*/strategy.go`.
+
+mod apps;
+mod batch;
+mod core;
+mod event;
+mod misc;
+mod pod;
+mod service;
+pub mod table;
+pub mod validation;
+
+use std::sync::OnceLock;
+
+use k8s_openapi::api;
+use krust_api::registry::{self, ResourceInfo};
+use krust_api::status::Cause;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use table::Column;
+
+/// What a kind does beyond the generic REST semantics. Objects are JSON values that have
+/// already been through the kind's typed codec, so field types are known to be right.
+pub trait Strategy: Sync {
+    /// Whether `metadata.generation` counts spec changes (workloads do; pods and
+    /// configmaps do not).
+    fn tracks_generation(&self) -> bool {
+        false
+    }
+
+    /// The rule object names must follow.
+    fn name_rule(&self) -> validation::NameRule {
+        validation::NameRule::Subdomain
+    }
+
+    /// Fills defaults, as upstream's `SetDefaults_*` functions do.
+    fn default(&self, _obj: &mut Value) {}
+
+    /// Adjusts a new object before validation (for example clearing status).
+    fn prepare_for_create(&self, _obj: &mut Value) {}
+
+    /// Checks a new object; each problem is one cause.
+    fn validate(&self, _obj: &Value, _errs: &mut Vec<Cause>) {}
+
+    /// Checks an update against the old object (immutable fields and the like), in addition
+    /// to [`Strategy::validate`] of the new object.
+    fn validate_update(&self, _new: &Value, _old: &Value, _errs: &mut Vec<Cause>) {}
+
+    /// The values of the kind's selectable fields beyond metadata.name/namespace.
+    fn fields(&self, _obj: &Value) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// The server-side table columns after NAME (see [`table`]).
+    fn columns(&self) -> &'static [Column] {
+        table::CREATED_AT
+    }
+
+    /// Converts an object of this resource's version into its storage form, and back. Only
+    /// resources whose storage is shared with another version (events.k8s.io events) need
+    /// this.
+    fn to_storage(&self, obj: Value) -> Value {
+        obj
+    }
+    fn to_served(&self, obj: Value) -> Value {
+        obj
+    }
+}
+
+/// Field validation strictness (`fieldValidation` query parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+/// Decodes a JSON object through the kind's typed representation: drops unknown fields and
+/// reports their paths, and rejects wrongly typed values.
+pub type Decoder = fn(Value) -> Result<(Value, Vec<String>), String>;
+
+/// One resource with its codec and strategy.
+pub struct Kind {
+    pub info: &'static ResourceInfo,
+    pub decode: Decoder,
+    pub strategy: &'static dyn Strategy,
+    /// Adds the kind's JSON schema (and everything it refers to) to a generator.
+    pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+    /// The schema's definition name (`io.k8s.api.core.v1.Pod`).
+    pub schema_name: fn() -> String,
+}
+
+impl Kind {
+    pub fn has_status(&self) -> bool {
+        self.info
+            .has_subresource(krust_api::registry::Subresource::Status)
+    }
+}
+
+fn decode<K: DeserializeOwned + Serialize>(v: Value) -> Result<(Value, Vec<String>), String> {
+    let mut unknown = Vec::new();
+    let typed: K = serde_ignored::deserialize(v, |path| unknown.push(field_path(&path)))
+        .map_err(|e| e.to_string())?;
+    let out = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    Ok((out, unknown))
+}
+
+/// A field path as upstream prints it in unknown-field errors: `spec.containers[0].foo`.
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => {
+            let p = field_path(parent);
+            if p.is_empty() {
+                key.clone()
+            } else {
+                format!("{p}.{key}")
+            }
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_path(parent),
+    }
+}
+
+/// The default strategy: no extra defaults or checks, NAME and CREATED AT columns.
+struct Plain;
+impl Strategy for Plain {}
+
+fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema>(
+    group: &str,
+    plural: &str,
+    strategy: &'static dyn Strategy,
+) -> Kind {
+    let info = registry::RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.plural == plural)
+        .unwrap_or_else(|| panic!("{plural}.{group} missing from the registry"));
+    Kind {
+        info,
+        decode: decode::<K>,
+        strategy,
+        schema: |g| g.subschema_for::<K>(),
+        schema_name: || K::schema_name().into_owned(),
+    }
+}
+
+/// Every kind krust serves, in registry order.
+pub fn all() -> &'static [Kind] {
+    static KINDS: OnceLock<Vec<Kind>> = OnceLock::new();
+    KINDS.get_or_init(|| {
+        use api::core::v1 as corev1;
+        vec![
+            kind::<corev1::Binding>("", "bindings", &Plain),
+            kind::<corev1::ConfigMap>("", "configmaps", &core::CONFIG_MAP),
+            kind::<corev1::Endpoints>("", "endpoints", &core::ENDPOINTS),
+            kind::<corev1::Event>("", "events", &event::CORE),
+            kind::<corev1::LimitRange>("", "limitranges", &Plain),
+            kind::<corev1::Namespace>("", "namespaces", &core::NAMESPACE),
+            kind::<corev1::Node>("", "nodes", &core::NODE),
+            kind::<corev1::Pod>("", "pods", &pod::POD),
+            kind::<corev1::PodTemplate>("", "podtemplates", &pod::POD_TEMPLATE),
+            kind::<corev1::ResourceQuota>("", "resourcequotas", &core::RESOURCE_QUOTA),
+            kind::<corev1::Secret>("", "secrets", &core::SECRET),
+            kind::<corev1::ServiceAccount>("", "serviceaccounts", &core::SERVICE_ACCOUNT),
+            kind::<corev1::Service>("", "services", &service::SERVICE),
+            kind::<api::apps::v1::ControllerRevision>(
+                "apps",
+                "controllerrevisions",
+                &apps::CONTROLLER_REVISION,
+            ),
+            kind::<api::apps::v1::DaemonSet>("apps", "daemonsets", &apps::DAEMON_SET),
+            kind::<api::apps::v1::Deployment>("apps", "deployments", &apps::DEPLOYMENT),
+            kind::<api::apps::v1::ReplicaSet>("apps", "replicasets", &apps::REPLICA_SET),
+            kind::<api::apps::v1::StatefulSet>("apps", "statefulsets", &apps::STATEFUL_SET),
+            kind::<api::batch::v1::CronJob>("batch", "cronjobs", &batch::CRON_JOB),
+            kind::<api::batch::v1::Job>("batch", "jobs", &batch::JOB),
+            kind::<api::coordination::v1::Lease>("coordination.k8s.io", "leases", &misc::LEASE),
+            kind::<api::discovery::v1::EndpointSlice>(
+                "discovery.k8s.io",
+                "endpointslices",
+                &misc::ENDPOINT_SLICE,
+            ),
+            kind::<api::events::v1::Event>("events.k8s.io", "events", &event::EVENTS_V1),
+            kind::<api::networking::v1::IngressClass>(
+                "networking.k8s.io",
+                "ingressclasses",
+                &misc::INGRESS_CLASS,
+            ),
+            kind::<api::networking::v1::Ingress>("networking.k8s.io", "ingresses", &misc::INGRESS),
+            kind::<api::networking::v1::NetworkPolicy>(
+                "networking.k8s.io",
+                "networkpolicies",
+                &misc::NETWORK_POLICY,
+            ),
+            kind::<api::policy::v1::PodDisruptionBudget>(
+                "policy",
+                "poddisruptionbudgets",
+                &misc::PDB,
+            ),
+            kind::<api::rbac::v1::ClusterRoleBinding>(
+                "rbac.authorization.k8s.io",
+                "clusterrolebindings",
+                &misc::ROLE_BINDING,
+            ),
+            kind::<api::rbac::v1::ClusterRole>("rbac.authorization.k8s.io", "clusterroles", &Plain),
+            kind::<api::rbac::v1::RoleBinding>(
+                "rbac.authorization.k8s.io",
+                "rolebindings",
+                &misc::ROLE_BINDING,
+            ),
+            kind::<api::rbac::v1::Role>("rbac.authorization.k8s.io", "roles", &Plain),
+            kind::<api::scheduling::v1::PriorityClass>(
+                "scheduling.k8s.io",
+                "priorityclasses",
+                &misc::PRIORITY_CLASS,
+            ),
+            kind::<api::storage::v1::StorageClass>(
+                "storage.k8s.io",
+                "storageclasses",
+                &misc::STORAGE_CLASS,
+            ),
+        ]
+    })
+}
+
+/// The kind serving `plural` in `group`/`version`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Kind> {
+    all()
+        .iter()
+        .find(|k| k.info.group == group && k.info.version == version && k.info.plural == plural)
+}
+
+/// The kind whose objects live under a storage prefix, preferring the storage version
+/// (core events over events.k8s.io events).
+pub fn for_storage(storage: &str) -> Option<&'static Kind> {
+    all().iter().find(|k| k.info.storage == storage)
+}
+
+/// Codecs of the subresource and option kinds that are not resources themselves.
+pub fn decode_scale(v: Value) -> Result<(Value, Vec<String>), String> {
+    decode::<api::autoscaling::v1::Scale>(v)
+}
+
+pub fn decode_eviction(v: Value) -> Result<(Value, Vec<String>), String> {
+    decode::<api::policy::v1::Eviction>(v)
+}
+
+pub fn decode_delete_options(v: Value) -> Result<(Value, Vec<String>), String> {
+    decode::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registry_entry_has_a_kind() {
+        for r in registry::RESOURCES {
+            assert!(find(r.group, r.version, r.plural).is_some(), "{}", r.plural);
+        }
+    }
+
+    #[test]
+    fn decode_drops_and_reports_unknown_fields() {
+        let k = find("", "v1", "configmaps").unwrap();
+        let (v, unknown) = (k.decode)(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "bogus": 1},
+            "data": {"k": "v"}, "extra": true
+        }))
+        .unwrap();
+        assert_eq!(v["data"]["k"], "v");
+        assert!(v.get("extra").is_none());
+        assert_eq!(
+            unknown,
+            vec!["metadata.bogus".to_string(), "extra".to_string()]
+        );
+        let err = (k.decode)(serde_json::json!({"metadata": {"name": 5}})).unwrap_err();
+        assert!(err.contains("invalid type"), "{err}");
+    }
+}

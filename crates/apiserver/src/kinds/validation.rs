@@ -1,0 +1,214 @@
+//! Validation helpers shared by the kinds: names, labels, annotations and common field
+//! shapes, with upstream's messages so `kubectl` users see familiar errors.
+
+use krust_api::status::Cause;
+use serde_json::Value;
+
+const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// Which rule an object name must follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    Subdomain,
+    Label,
+    /// Path segment names (RBAC objects): anything but `.`/`..` and without `/` or `%`.
+    PathSegment,
+}
+
+pub fn check_name(rule: NameRule, field: &str, name: &str, errs: &mut Vec<Cause>) {
+    let v = Value::String(name.to_string());
+    match rule {
+        NameRule::Subdomain if !is_dns1123_subdomain(name) => {
+            errs.push(Cause::invalid(field, &v, DNS1123_SUBDOMAIN_MSG));
+        }
+        NameRule::Label if !is_dns1123_label(name) => {
+            errs.push(Cause::invalid(field, &v, DNS1123_LABEL_MSG));
+        }
+        NameRule::PathSegment if name == "." || name == ".." => {
+            errs.push(Cause::invalid(field, &v, format!("may not be '{name}'")));
+        }
+        NameRule::PathSegment if name.contains('/') || name.contains('%') => {
+            errs.push(Cause::invalid(field, &v, "may not contain '/' or '%'"));
+        }
+        _ => {}
+    }
+}
+
+/// A qualified name (`prefix/name` label or annotation key).
+fn check_qualified_name(field: &str, key: &str, errs: &mut Vec<Cause>) {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    let prefix_ok = prefix.is_none_or(is_dns1123_subdomain);
+    if !name_ok || !prefix_ok {
+        errs.push(Cause::invalid(
+            field,
+            &Value::String(key.to_string()),
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        ));
+    }
+}
+
+fn is_label_value(v: &str) -> bool {
+    v.is_empty()
+        || (v.len() <= 63
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && v.as_bytes()[0].is_ascii_alphanumeric()
+            && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric())
+}
+
+/// Labels at `field` (e.g. `metadata.labels`).
+pub fn check_labels(field: &str, labels: &Value, errs: &mut Vec<Cause>) {
+    for (k, v) in labels.as_object().into_iter().flatten() {
+        check_qualified_name(field, k, errs);
+        let s = v.as_str().unwrap_or_default();
+        if !is_label_value(s) {
+            errs.push(Cause::invalid(
+                field,
+                v,
+                "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+            ));
+        }
+    }
+}
+
+/// Annotation keys and the 256 KiB total size limit.
+pub fn check_annotations(field: &str, annotations: &Value, errs: &mut Vec<Cause>) {
+    let mut total = 0;
+    for (k, v) in annotations.as_object().into_iter().flatten() {
+        check_qualified_name(field, &k.to_lowercase(), errs);
+        total += k.len() + v.as_str().map_or(0, str::len);
+    }
+    if total > 256 * 1024 {
+        errs.push(Cause {
+            reason: "FieldValueTooLong",
+            message: "Too long: may not be more than 262144 bytes".into(),
+            field: field.to_string(),
+        });
+    }
+}
+
+/// A required non-empty string at `pointer`; reports `field` when missing.
+pub fn require_str<'a>(
+    obj: &'a Value,
+    pointer: &str,
+    field: &str,
+    errs: &mut Vec<Cause>,
+) -> Option<&'a str> {
+    match obj.pointer(pointer).and_then(Value::as_str) {
+        Some(s) if !s.is_empty() => Some(s),
+        _ => {
+            errs.push(Cause::required(field));
+            None
+        }
+    }
+}
+
+/// A non-negative integer at `pointer`, if present.
+pub fn non_negative(obj: &Value, pointer: &str, field: &str, errs: &mut Vec<Cause>) {
+    if let Some(v) = obj.pointer(pointer)
+        && v.as_i64().is_some_and(|n| n < 0)
+    {
+        errs.push(Cause::invalid(
+            field,
+            v,
+            "must be greater than or equal to 0",
+        ));
+    }
+}
+
+/// A field that may not change on update.
+pub fn immutable(new: &Value, old: &Value, pointer: &str, field: &str, errs: &mut Vec<Cause>) {
+    let n = new.pointer(pointer).unwrap_or(&Value::Null);
+    let o = old.pointer(pointer).unwrap_or(&Value::Null);
+    if n != o {
+        errs.push(Cause::invalid(field, n, "field is immutable"));
+    }
+}
+
+/// Sets `pointer` to `value` when it is absent or null, creating parent objects.
+pub fn set_default(obj: &mut Value, pointer: &str, value: Value) {
+    if obj.pointer(pointer).is_some_and(|v| !v.is_null()) {
+        return;
+    }
+    let mut cur = obj;
+    let parts: Vec<String> = pointer
+        .trim_start_matches('/')
+        .split('/')
+        .map(|p| p.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    for (i, part) in parts.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = Value::Object(Default::default());
+        }
+        let map = cur.as_object_mut().expect("made an object above");
+        if i == parts.len() - 1 {
+            map.insert(part.clone(), value);
+            return;
+        }
+        cur = map
+            .entry(part.clone())
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names() {
+        assert!(is_dns1123_label("web-1"));
+        assert!(!is_dns1123_label("Web"));
+        assert!(!is_dns1123_label("-a"));
+        assert!(is_dns1123_subdomain("a.b-c.d"));
+        assert!(!is_dns1123_subdomain("a..b"));
+        let mut errs = vec![];
+        check_name(NameRule::Subdomain, "metadata.name", "Bad_Name", &mut errs);
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0]
+                .message
+                .starts_with("Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain")
+        );
+    }
+
+    #[test]
+    fn labels_and_defaults() {
+        let mut errs = vec![];
+        check_labels(
+            "metadata.labels",
+            &json!({"app": "web", "example.com/x": "y", "bad key": "v", "k": "-bad"}),
+            &mut errs,
+        );
+        assert_eq!(errs.len(), 2);
+        let mut obj = json!({"spec": {}});
+        set_default(&mut obj, "/spec/strategy/type", json!("RollingUpdate"));
+        set_default(&mut obj, "/spec/strategy/type", json!("Recreate"));
+        assert_eq!(obj["spec"]["strategy"]["type"], "RollingUpdate");
+    }
+}

@@ -1,0 +1,147 @@
+//! The krust apiserver: Kubernetes REST over krust's MVCC store.
+//!
+//! A request goes through TLS (client certificates authenticate), authorization, the
+//! generic REST handlers ([`rest`]) with per-kind strategies ([`kinds`]), admission
+//! ([`admission`]) and finally one store transaction. Reads and watches are served from
+//! the [`watch_cache`], which one store watch keeps current.
+
+pub mod admission;
+pub mod allocator;
+mod bootstrap;
+pub mod discovery;
+pub mod kinds;
+pub mod metrics;
+pub mod openapi;
+pub mod pki;
+pub mod request;
+pub mod response;
+pub mod rest;
+mod server;
+pub mod watch_cache;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use krust_store::Store;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::admission::{Admission, AllowAuthenticated, Authorizer};
+use crate::allocator::{ServiceAllocator, parse_cidr};
+use crate::watch_cache::WatchCache;
+
+/// The Kubernetes version krust serves.
+pub const KUBE_VERSION: &str = "v1.33.0";
+
+/// Apiserver settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the PKI lives (`<data-dir>/server/tls`).
+    pub tls_dir: PathBuf,
+    pub bind_address: IpAddr,
+    pub port: u16,
+    pub service_cidr: String,
+    /// The address other components and the `kubernetes` Service use to reach us.
+    pub advertise_address: IpAddr,
+}
+
+/// Everything a request handler needs.
+pub struct Api {
+    pub store: Arc<dyn Store>,
+    pub cache: Arc<WatchCache>,
+    pub admission: Admission,
+    pub authorizer: Box<dyn Authorizer>,
+    pub metrics: metrics::Metrics,
+    /// `host:port` clients are told to use.
+    pub advertise: String,
+}
+
+/// A started apiserver.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub pki: pki::Pki,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the apiserver on `store`: loads the watch cache, creates the default namespaces
+/// and the `kubernetes` Service, then listens until `shutdown` resolves.
+pub async fn start(
+    config: Config,
+    store: Arc<dyn Store>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Running> {
+    let (net, bits) = parse_cidr(&config.service_cidr)
+        .with_context(|| format!("invalid service CIDR {}", config.service_cidr))?;
+    let services = Arc::new(ServiceAllocator::new(net, bits));
+    let mut sans = vec![
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        "kubernetes".to_string(),
+        "kubernetes.default".to_string(),
+        "kubernetes.default.svc".to_string(),
+        "kubernetes.default.svc.cluster.local".to_string(),
+        services.first_ip().to_string(),
+        config.advertise_address.to_string(),
+    ];
+    if !config.bind_address.is_unspecified() {
+        sans.push(config.bind_address.to_string());
+    }
+    sans.dedup();
+    let pki = pki::Pki::load_or_create(&config.tls_dir, &sans)?;
+    let acceptor = server::tls_acceptor(&pki)?;
+
+    let prefixes = kinds::all()
+        .iter()
+        .filter(|k| kinds::for_storage(k.info.storage).is_some_and(|s| std::ptr::eq(s, *k)))
+        .map(|k| (k.info.storage_prefix(), k.strategy))
+        .collect();
+    let cache = WatchCache::start(store.clone(), prefixes)
+        .await
+        .context("loading the watch cache")?;
+    if let Some(svc_cache) = cache.cache("/registry/services/specs/") {
+        for svc in svc_cache.list("/registry/services/specs/").0 {
+            services.observe(&svc.value());
+        }
+    }
+    let listener = TcpListener::bind((config.bind_address, config.port))
+        .await
+        .with_context(|| format!("binding {}:{}", config.bind_address, config.port))?;
+    let addr = listener.local_addr()?;
+    let api = Arc::new(Api {
+        store,
+        cache,
+        admission: Admission {
+            services: services.clone(),
+        },
+        authorizer: Box::new(AllowAuthenticated),
+        metrics: metrics::Metrics::new(),
+        advertise: format!("{}:{}", config.advertise_address, addr.port()),
+    });
+    bootstrap::run(
+        &api,
+        services.first_ip(),
+        config.advertise_address,
+        addr.port(),
+    )
+    .await?;
+    let task = tokio::spawn(server::serve(api, listener, acceptor, shutdown));
+    tracing::info!(%addr, "apiserver listening");
+    Ok(Running { addr, pki, task })
+}
+
+/// The `/version` document.
+pub fn version_info() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": format!("{KUBE_VERSION}+krust-{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "rust",
+        "compiler": "rustc",
+        "platform": format!("linux/{}", match std::env::consts::ARCH { "x86_64" => "amd64", "aarch64" => "arm64", other => other }),
+    })
+}

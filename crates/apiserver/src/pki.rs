@@ -1,0 +1,230 @@
+//! The cluster's certificates: a CA generated at first start and kept in the data dir, the
+//! apiserver's serving certificate, and the admin client certificate (user `admin`, group
+//! `system:masters`) that the admin kubeconfig carries.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+
+/// PEM-encoded certificates and keys the apiserver and its clients use.
+pub struct Pki {
+    pub dir: PathBuf,
+    pub ca_cert: String,
+    pub serving_cert: String,
+    pub serving_key: String,
+    pub admin_cert: String,
+    pub admin_key: String,
+}
+
+impl Pki {
+    /// Loads the PKI from `dir`, creating whatever is missing. The serving certificate is
+    /// re-issued when it lacks one of `sans`.
+    pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<Pki> {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+        let ca_key_path = dir.join("ca.key");
+        let ca_cert_path = dir.join("ca.crt");
+        let (ca_key, ca_cert) = if ca_key_path.exists() && ca_cert_path.exists() {
+            (read(&ca_key_path)?, read(&ca_cert_path)?)
+        } else {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::default();
+            params.distinguished_name = name("krust-ca", None);
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::CrlSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
+            params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+            let cert = params.self_signed(&key)?;
+            write_private(&ca_key_path, &key.serialize_pem())?;
+            write_public(&ca_cert_path, &cert.pem())?;
+            (key.serialize_pem(), cert.pem())
+        };
+        let ca_keypair = KeyPair::from_pem(&ca_key).context("parsing CA key")?;
+        let issuer = Issuer::from_ca_cert_pem(&ca_cert, &ca_keypair).context("parsing CA cert")?;
+
+        let serving_cert_path = dir.join("serving.crt");
+        let serving_key_path = dir.join("serving.key");
+        let serving_ok = serving_cert_path.exists()
+            && serving_key_path.exists()
+            && covers(&read(&serving_cert_path)?, sans);
+        if !serving_ok {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::new(sans.to_vec())?;
+            params.distinguished_name = name("kube-apiserver", None);
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+            params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+            let cert = params.signed_by(&key, &issuer)?;
+            write_private(&serving_key_path, &key.serialize_pem())?;
+            write_public(&serving_cert_path, &cert.pem())?;
+        }
+
+        let admin_cert_path = dir.join("admin.crt");
+        let admin_key_path = dir.join("admin.key");
+        if !(admin_cert_path.exists() && admin_key_path.exists()) {
+            let (cert, key) = client_cert(&issuer, "admin", &["system:masters"])?;
+            write_private(&admin_key_path, &key)?;
+            write_public(&admin_cert_path, &cert)?;
+        }
+
+        Ok(Pki {
+            dir: dir.to_path_buf(),
+            ca_cert,
+            serving_cert: read(&serving_cert_path)?,
+            serving_key: read(&serving_key_path)?,
+            admin_cert: read(&admin_cert_path)?,
+            admin_key: read(&admin_key_path)?,
+        })
+    }
+}
+
+/// Issues a client certificate: the common name is the user, organisations the groups.
+fn client_cert(
+    issuer: &Issuer<'_, &KeyPair>,
+    user: &str,
+    groups: &[&str],
+) -> Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = name(user, Some(groups));
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+fn name(common_name: &str, orgs: Option<&[&str]>) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    for org in orgs.unwrap_or_default() {
+        dn.push(DnType::OrganizationName, *org);
+    }
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+/// True when the PEM certificate lists every wanted subject alternative name.
+fn covers(cert_pem: &str, sans: &[String]) -> bool {
+    let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()) else {
+        return false;
+    };
+    let Ok(cert) = pem.parse_x509() else {
+        return false;
+    };
+    let Ok(Some(ext)) = cert.subject_alternative_name() else {
+        return false;
+    };
+    let have: Vec<String> = ext
+        .value
+        .general_names
+        .iter()
+        .map(|n| match n {
+            x509_parser::extensions::GeneralName::DNSName(d) => d.to_string(),
+            x509_parser::extensions::GeneralName::IPAddress(ip) => match ip.len() {
+                4 => std::net::Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]).to_string(),
+                16 => {
+                    let mut b = [0u8; 16];
+                    b.copy_from_slice(ip);
+                    std::net::Ipv6Addr::from(b).to_string()
+                }
+                _ => String::new(),
+            },
+            _ => String::new(),
+        })
+        .collect();
+    sans.iter().all(|s| have.contains(s))
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<()> {
+    write_atomic(path, contents, 0o600)
+}
+
+fn write_public(path: &Path, contents: &str) -> Result<()> {
+    write_atomic(path, contents, 0o644)
+}
+
+/// Writes via a temporary file and rename, so a crash never leaves half a key behind.
+fn write_atomic(path: &Path, contents: &str, mode: u32) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(contents.as_bytes())?;
+    f.sync_all()?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+/// The admin kubeconfig for a server at `server_url`.
+pub fn admin_kubeconfig(pki: &Pki, server_url: &str) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: {ca}
+    server: {server_url}
+  name: default
+contexts:
+- context:
+    cluster: default
+    user: default
+  name: default
+current-context: default
+preferences: {{}}
+users:
+- name: default
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+",
+        ca = b64(&pki.ca_cert),
+        cert = b64(&pki.admin_cert),
+        key = b64(&pki.admin_key),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_once_and_reissues_serving_cert_for_new_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let sans = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let first = Pki::load_or_create(dir.path(), &sans).unwrap();
+        let again = Pki::load_or_create(dir.path(), &sans).unwrap();
+        assert_eq!(first.ca_cert, again.ca_cert);
+        assert_eq!(first.serving_cert, again.serving_cert);
+        assert!(covers(&first.serving_cert, &sans));
+
+        let more = vec!["127.0.0.1".to_string(), "10.43.0.1".to_string()];
+        let third = Pki::load_or_create(dir.path(), &more).unwrap();
+        assert_eq!(first.ca_cert, third.ca_cert);
+        assert_ne!(first.serving_cert, third.serving_cert);
+        assert!(covers(&third.serving_cert, &more));
+        let mode = fs::metadata(dir.path().join("ca.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

@@ -1,0 +1,275 @@
+//! DELETE and DELETECOLLECTION: preconditions, finalizers and deletionTimestamp, pod
+//! graceful deletion, propagation policy (orphan / foreground add their finalizer; the
+//! garbage collector does the rest) and namespace termination.
+
+use http::StatusCode;
+use krust_api::status::ApiError;
+use krust_store::{Compare, Op, Revision, Txn, TxnResult};
+use serde_json::{Value, json};
+
+use super::read::{Filter, list_prefix};
+use super::{Call, store_error};
+use crate::response::{self, Response};
+
+/// The parts of metav1.DeleteOptions the server acts on.
+#[derive(Debug, Default)]
+pub struct DeleteOptions {
+    pub grace_period: Option<i64>,
+    pub propagation: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+}
+
+fn options(call: &mut Call<'_>) -> Result<DeleteOptions, ApiError> {
+    let mut opts = DeleteOptions::default();
+    if !call.body.is_empty() {
+        let v = call.body_value()?;
+        let v = call.decode_value(v, ("v1", "DeleteOptions")).or_else(|_| {
+            // Clients send DeleteOptions under meta.k8s.io/v1 or without a version.
+            let mut v2 = call.body_value()?;
+            v2["apiVersion"] = json!("v1");
+            call.decode_value(v2, ("v1", "DeleteOptions"))
+        })?;
+        opts.grace_period = v["gracePeriodSeconds"].as_i64();
+        opts.propagation = v["propagationPolicy"].as_str().map(str::to_string);
+        if v["orphanDependents"] == json!(true) && opts.propagation.is_none() {
+            opts.propagation = Some("Orphan".into());
+        }
+        opts.precondition_uid = v["preconditions"]["uid"].as_str().map(str::to_string);
+        opts.precondition_rv = v["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
+        if v["dryRun"]
+            .as_array()
+            .is_some_and(|d| d.contains(&json!("All")))
+        {
+            call.query = crate::request::Query::parse(Some("dryRun=All"));
+        }
+    }
+    if let Some(g) = call.query.int("gracePeriodSeconds")? {
+        opts.grace_period = Some(g);
+    }
+    if let Some(p) = call.query.get("propagationPolicy") {
+        opts.propagation = Some(p.to_string());
+    }
+    if let Some(p) = &opts.propagation
+        && !["Orphan", "Background", "Foreground"].contains(&p.as_str())
+    {
+        return Err(ApiError::invalid(
+            "DeleteOptions",
+            "",
+            "",
+            vec![krust_api::status::Cause::not_supported(
+                "propagationPolicy",
+                &json!(p),
+                &["Foreground", "Background", "Orphan", "nil"],
+            )],
+        ));
+    }
+    Ok(opts)
+}
+
+pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
+    // Options may rewrite the query (dryRun in the body): work on a private copy.
+    let mut call = call.clone();
+    let opts = options(&mut call)?;
+    let name = call.name().to_string();
+    let (old, rev) = call.current(&name).await?;
+    if let Some(uid) = &opts.precondition_uid
+        && old["metadata"]["uid"].as_str() != Some(uid)
+    {
+        return Err(ApiError::conflict(
+            call.target(&name),
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                old["metadata"]["uid"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.precondition_rv
+        && *rv != rev.to_string()
+    {
+        return Err(ApiError::conflict(
+            call.target(&name),
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {rev}"
+            ),
+        ));
+    }
+    let outcome = delete_object(&call, &name, old, rev, &opts).await?;
+    Ok(match outcome {
+        Deleted::Pending(obj) => call.reply(StatusCode::OK, &call.kind.strategy.to_served(obj)),
+        Deleted::Gone(obj) if call.kind.info.plural == "pods" => call.reply(StatusCode::OK, &obj),
+        Deleted::Gone(obj) => response::json(
+            StatusCode::OK,
+            &json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": call.kind.info.group, "kind": call.kind.info.plural, "uid": obj["metadata"]["uid"]},
+            }),
+        ),
+    })
+}
+
+/// What a delete did.
+pub enum Deleted {
+    /// The object is gone; its last state.
+    Gone(Value),
+    /// The object is marked for deletion and waits for finalizers or its grace period.
+    Pending(Value),
+}
+
+/// Whether a pod marked for deletion still waits for its kubelet to finish it.
+pub fn waits_for_grace(call: &Call<'_>, obj: &Value) -> bool {
+    call.kind.info.plural == "pods"
+        && obj["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0)
+            > 0
+}
+
+async fn delete_object(
+    call: &Call<'_>,
+    name: &str,
+    old: Value,
+    rev: Revision,
+    opts: &DeleteOptions,
+) -> Result<Deleted, ApiError> {
+    let mut new = old.clone();
+    let mut finalizers: Vec<Value> = old["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let add = match opts.propagation.as_deref() {
+        Some("Orphan") => Some("orphan"),
+        Some("Foreground") => Some("foregroundDeletion"),
+        _ => None,
+    };
+    if let Some(f) = add
+        && !finalizers.contains(&json!(f))
+    {
+        finalizers.push(json!(f));
+    }
+    let grace = pod_grace(call, &old, opts);
+    let namespace_finalizing = call.kind.info.plural == "namespaces"
+        && old["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+    let already = old["metadata"]["deletionTimestamp"].is_string();
+    if finalizers.is_empty() && grace.is_none() && !namespace_finalizing {
+        return remove(call, name, rev).await.map(Deleted::Gone);
+    }
+    if already {
+        // Only a shorter grace period changes a pending deletion.
+        let current = old["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0);
+        match grace {
+            Some(g) if g < current => {}
+            None if call.kind.info.plural == "pods" && finalizers.is_empty() => {
+                return remove(call, name, rev).await.map(Deleted::Gone);
+            }
+            _ if finalizers
+                == old["metadata"]["finalizers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default() =>
+            {
+                return Ok(Deleted::Pending(old));
+            }
+            _ => {}
+        }
+    }
+    let meta = &mut new["metadata"];
+    let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(grace.unwrap_or(0));
+    meta["deletionTimestamp"] = json!(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+    meta["deletionGracePeriodSeconds"] = json!(grace.unwrap_or(0));
+    if !finalizers.is_empty() {
+        meta["finalizers"] = Value::Array(finalizers);
+    }
+    if let Some(g) = meta["generation"].as_i64() {
+        meta["generation"] = json!(g + 1);
+    }
+    if namespace_finalizing {
+        new["status"]["phase"] = json!("Terminating");
+    }
+    let (stored, _) = call.put(name, new, Compare::ModRevision(rev)).await?;
+    Ok(Deleted::Pending(stored))
+}
+
+/// The grace period of a pod delete: `Some(seconds > 0)` when the pod must terminate
+/// gracefully on its node first.
+fn pod_grace(call: &Call<'_>, pod: &Value, opts: &DeleteOptions) -> Option<i64> {
+    if call.kind.info.plural != "pods" {
+        return None;
+    }
+    let grace = opts.grace_period.unwrap_or_else(|| {
+        pod["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(30)
+    });
+    let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+    let scheduled = pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    (grace > 0 && scheduled && phase != "Succeeded" && phase != "Failed").then_some(grace)
+}
+
+/// Removes the object from the store if it is still at `rev`.
+pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value, ApiError> {
+    if call.dry_run() {
+        return call.current(name).await.map(|(v, _)| v);
+    }
+    let result = call
+        .api
+        .store
+        .txn(Txn {
+            key: call.key(name),
+            compare: Compare::ModRevision(rev),
+            op: Op::Delete,
+        })
+        .await
+        .map_err(store_error)?;
+    match result {
+        TxnResult::Succeeded { kv, revision, .. } => {
+            let mut v: Value =
+                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            v["metadata"]["resourceVersion"] = json!(revision.to_string());
+            call.api.admission.after_delete(call, &v);
+            Ok(call.kind.strategy.to_served(v))
+        }
+        TxnResult::Failed { current: None, .. } => Err(ApiError::not_found(call.target(name))),
+        TxnResult::Failed { .. } => Err(ApiError::stale(call.target(name))),
+    }
+}
+
+pub async fn delete_collection(call: &Call<'_>) -> Result<Response, ApiError> {
+    let mut call = call.clone();
+    let opts = options(&mut call)?;
+    let filter = Filter::from_call(&call)?;
+    call.consistent().await?;
+    let (objs, _) = call.resource_cache()?.list(&list_prefix(&call));
+    let mut deleted = Vec::new();
+    for o in objs.iter().filter(|o| filter.matches(o)) {
+        let value = o.value();
+        let mut item_call = call.clone();
+        item_call.info.name = Some(o.name.clone());
+        item_call.info.namespace = Some(o.namespace.clone()).filter(|n| !n.is_empty());
+        match delete_object(&item_call, &o.name, value, o.revision, &opts).await {
+            Ok(Deleted::Gone(v) | Deleted::Pending(v)) => deleted.push(v),
+            // Deleted or changed concurrently: upstream skips it too.
+            Err(e) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let items: Vec<bytes::Bytes> = deleted
+        .iter()
+        .map(|v| bytes::Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
+        .collect();
+    Ok(response::list(
+        call.kind,
+        call.output,
+        &items,
+        call.api.cache.revision(),
+        None,
+    ))
+}

@@ -1,0 +1,329 @@
+//! The generic REST handlers: ONE implementation of every verb for every kind, driven by
+//! the registry and the kind's strategy (upstream's `genericregistry.Store`).
+//!
+//! Reads are served from the watch cache after it has caught up with the store's current
+//! revision (so a client always reads its own writes); writes go to the store as single-key
+//! transactions guarded by the object's mod revision (optimistic concurrency).
+
+mod delete;
+mod read;
+mod subresource;
+mod watch;
+
+pub use watch::frame_bytes;
+mod write;
+
+use bytes::Bytes;
+use http::StatusCode;
+use krust_api::status::{ApiError, Target};
+use krust_store::{Compare, Op, Revision, StoreError, Txn, TxnResult};
+use serde_json::{Value, json};
+
+use crate::Api;
+use crate::admission::User;
+use crate::kinds::{FieldValidation, Kind};
+use crate::request::{Query, RequestInfo, Verb};
+use crate::response::{self, Output, Response};
+
+/// Largest request body accepted, as upstream (3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// One resource request, parsed and authenticated.
+#[derive(Clone)]
+pub struct Call<'a> {
+    pub api: &'a Api,
+    pub kind: &'static Kind,
+    pub info: RequestInfo,
+    pub query: Query,
+    pub output: Output,
+    pub user: User,
+    pub content_type: Option<String>,
+    pub body: Bytes,
+    /// Warnings for the `Warning` response header (unknown fields under Warn).
+    pub warnings: Vec<String>,
+}
+
+/// Routes a call to its verb.
+pub async fn serve(mut call: Call<'_>) -> Result<Response, ApiError> {
+    if let Some(sub) = call.info.subresource.clone() {
+        return subresource::serve(&mut call, &sub).await;
+    }
+    match call.info.verb {
+        Verb::Get => read::get(&call).await,
+        Verb::List => read::list(&call).await,
+        Verb::Watch => watch::watch(&call).await,
+        Verb::Create => write::create(&mut call).await,
+        Verb::Update => write::update(&mut call, Part::Main).await,
+        Verb::Patch => write::patch(&mut call, Part::Main).await,
+        Verb::Delete => delete::delete(&call).await,
+        Verb::DeleteCollection => delete::delete_collection(&call).await,
+    }
+}
+
+/// Which part of an object an update may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Everything but `.status` (for kinds with a status subresource).
+    Main,
+    /// Only `.status`.
+    Status,
+    /// Only `spec.finalizers` (namespaces' `/finalize`).
+    Finalize,
+}
+
+impl Call<'_> {
+    pub fn namespace(&self) -> Option<&str> {
+        self.info
+            .namespace
+            .as_deref()
+            .filter(|_| self.kind.info.namespaced)
+    }
+
+    pub fn name(&self) -> &str {
+        self.info.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn key(&self, name: &str) -> String {
+        self.kind.info.storage_key(self.namespace(), name)
+    }
+
+    pub fn target<'b>(&'b self, name: &'b str) -> Target<'b> {
+        Target {
+            group: self.kind.info.group,
+            resource: self.kind.info.plural,
+            name,
+        }
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.query.get("dryRun") == Some("All")
+    }
+
+    pub fn field_validation(&self) -> Result<FieldValidation, ApiError> {
+        match self.query.get("fieldValidation") {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation parameter unsupported: {other}. Valid values are Ignore, Warn, Strict"
+            ))),
+        }
+    }
+
+    /// Waits until the watch cache has every write the store has acknowledged.
+    pub async fn consistent(&self) -> Result<Revision, ApiError> {
+        let rev = self
+            .api
+            .store
+            .current_revision()
+            .await
+            .map_err(store_error)?;
+        self.api.cache.wait_for(rev).await;
+        Ok(rev)
+    }
+
+    /// The current object from the (consistent) cache, with its revision.
+    pub async fn current(&self, name: &str) -> Result<(Value, Revision), ApiError> {
+        self.consistent().await?;
+        let cache = self.resource_cache()?;
+        match cache.get(&self.key(name)) {
+            Some(obj) => Ok((obj.value(), obj.revision)),
+            None => Err(ApiError::not_found(self.target(name))),
+        }
+    }
+
+    pub fn resource_cache(
+        &self,
+    ) -> Result<std::sync::Arc<crate::watch_cache::ResourceCache>, ApiError> {
+        self.api
+            .cache
+            .cache(&self.kind.info.storage_prefix())
+            .ok_or_else(|| ApiError::internal(format!("no cache for {}", self.kind.info.plural)))
+    }
+
+    /// Parses the request body as JSON (or YAML) into an object of this kind, in the served
+    /// version: checks apiVersion/kind, drops unknown fields per `fieldValidation`.
+    pub fn decode_body(&mut self, expect_kind: (&str, &str)) -> Result<Value, ApiError> {
+        let value = self.body_value()?;
+        self.decode_value(value, expect_kind)
+    }
+
+    pub fn body_value(&self) -> Result<Value, ApiError> {
+        if self.body.len() > MAX_BODY {
+            return Err(ApiError::too_large(
+                "Request entity too large: limit is 3145728",
+            ));
+        }
+        let ct = self.content_type.as_deref().unwrap_or("application/json");
+        let media = ct.split(';').next().unwrap_or_default().trim();
+        match media {
+            "application/json" | "" => serde_json::from_slice(&self.body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}"))),
+            "application/yaml" => serde_saphyr::from_slice(&self.body).map_err(|e| {
+                ApiError::bad_request(format!("error decoding YAML request body: {e}"))
+            }),
+            other => Err(ApiError::unsupported_media_type(other)),
+        }
+    }
+
+    /// Decodes a JSON value through the kind's typed codec.
+    pub fn decode_value(
+        &mut self,
+        mut value: Value,
+        (api_version, kind): (&str, &str),
+    ) -> Result<Value, ApiError> {
+        let Some(obj) = value.as_object_mut() else {
+            return Err(ApiError::bad_request(
+                "the body of the request is not a JSON object",
+            ));
+        };
+        for (field, want) in [("apiVersion", api_version), ("kind", kind)] {
+            match obj.get(field).and_then(Value::as_str) {
+                None | Some("") => {
+                    obj.insert(field.into(), json!(want));
+                }
+                Some(got) if got != want => {
+                    return Err(ApiError::bad_request(format!(
+                        "the API version in the data ({}) does not match the expected API version ({api_version})",
+                        if field == "apiVersion" {
+                            got.to_string()
+                        } else {
+                            format!(
+                                "{}, kind {got}",
+                                obj.get("apiVersion")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or_default()
+                            )
+                        }
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        let (decoded, unknown) = (self.kind_decoder(kind))(value).map_err(|e| {
+            ApiError::bad_request(format!("error decoding request body into {kind}: {e}"))
+        })?;
+        if !unknown.is_empty() {
+            match self.field_validation()? {
+                FieldValidation::Strict => {
+                    let list: Vec<String> = unknown
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "strict decoding error: {}",
+                        list.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => self
+                    .warnings
+                    .extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
+                FieldValidation::Ignore => {}
+            }
+        }
+        Ok(decoded)
+    }
+
+    fn kind_decoder(&self, kind: &str) -> crate::kinds::Decoder {
+        match kind {
+            "Scale" => crate::kinds::decode_scale,
+            "Binding" => crate::kinds::find("", "v1", "bindings")
+                .map(|k| k.decode)
+                .unwrap_or(self.kind.decode),
+            "Eviction" => crate::kinds::decode_eviction,
+            "DeleteOptions" => crate::kinds::decode_delete_options,
+            _ => self.kind.decode,
+        }
+    }
+
+    /// Writes `obj` (with its resourceVersion stripped) under `compare`. Returns the stored
+    /// object with its new resourceVersion.
+    pub async fn put(
+        &self,
+        name: &str,
+        mut obj: Value,
+        compare: Compare,
+    ) -> Result<(Value, Revision), ApiError> {
+        if let Some(meta) = obj["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        let stored = self.kind.strategy.to_storage(obj.clone());
+        let bytes = Bytes::from(
+            serde_json::to_vec(&stored).map_err(|e| ApiError::internal(e.to_string()))?,
+        );
+        if self.dry_run() {
+            return Ok((obj, 0));
+        }
+        let result = self
+            .api
+            .store
+            .txn(Txn {
+                key: self.key(name),
+                compare,
+                op: Op::Put(bytes),
+            })
+            .await
+            .map_err(store_error)?;
+        match result {
+            TxnResult::Succeeded { revision, .. } => {
+                obj["metadata"]["resourceVersion"] = json!(revision.to_string());
+                Ok((obj, revision))
+            }
+            TxnResult::Failed { current: None, .. } if compare != Compare::Absent => {
+                Err(ApiError::not_found(self.target(name)))
+            }
+            TxnResult::Failed { .. } if compare == Compare::Absent => {
+                Err(ApiError::already_exists(self.target(name)))
+            }
+            TxnResult::Failed { .. } => Err(ApiError::stale(self.target(name))),
+        }
+    }
+
+    /// Responds with one object, adding any warnings.
+    pub fn reply(&self, code: StatusCode, obj: &Value) -> Response {
+        let bytes = Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
+        // `obj` is already in the served version: encode without converting again.
+        let mut resp = match self.output {
+            Output::Json => response::full(code, bytes, "application/json"),
+            _ => response::object(self.kind, self.output, code, &bytes),
+        };
+        for w in &self.warnings {
+            if let Ok(v) =
+                http::HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\"")))
+            {
+                resp.headers_mut().append(http::header::WARNING, v);
+            }
+        }
+        resp
+    }
+}
+
+pub fn store_error(err: StoreError) -> ApiError {
+    match err {
+        StoreError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::gone(format!(
+            "The resourceVersion for the provided list is too old. (requested {requested}, compacted {compacted})"
+        )),
+        StoreError::FutureRevision { requested, current } => ApiError::timeout(format!(
+            "Too large resource version: {requested}, current: {current}"
+        )),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// Parses a resourceVersion string.
+pub fn parse_rv(rv: &str) -> Result<Revision, ApiError> {
+    rv.parse::<Revision>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
+}
+
+/// The RFC 3339 timestamp of now, as metav1.Time serialises (second precision).
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

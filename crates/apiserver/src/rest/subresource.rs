@@ -1,0 +1,202 @@
+//! Subresources: `status` (and namespaces' `finalize`), `scale` (an autoscaling/v1 Scale
+//! view of `spec.replicas`), pods' `binding` (the scheduler's write) and `eviction`.
+
+use http::StatusCode;
+use krust_api::registry::Subresource;
+use krust_api::status::ApiError;
+use krust_store::Compare;
+use serde_json::{Value, json};
+
+use super::write::{patch, update, update_object};
+use super::{Call, Part, now, parse_rv};
+use crate::kinds::table::selector as selector_string;
+use crate::request::Verb;
+use crate::response::{self, Response};
+
+pub async fn serve(call: &mut Call<'_>, sub: &str) -> Result<Response, ApiError> {
+    let info = call.kind.info;
+    let verb = call.info.verb;
+    if sub == "finalize" && info.plural == "namespaces" {
+        return match verb {
+            Verb::Update => update(call, Part::Finalize).await,
+            _ => Err(ApiError::method_not_allowed(
+                verb.as_str(),
+                "namespaces/finalize",
+            )),
+        };
+    }
+    let Some(sub) = Subresource::parse(sub).filter(|s| info.has_subresource(*s)) else {
+        return Err(ApiError::path_not_found());
+    };
+    if !sub.verbs().contains(&verb.as_str()) {
+        return Err(ApiError::method_not_allowed(
+            verb.as_str(),
+            &format!("{}/{}", info.plural, sub.name()),
+        ));
+    }
+    match (sub, verb) {
+        (Subresource::Status, Verb::Get) => super::read::get(call).await,
+        (Subresource::Status, Verb::Update) => update(call, Part::Status).await,
+        (Subresource::Status, Verb::Patch) => patch(call, Part::Status).await,
+        (Subresource::Scale, Verb::Get) => {
+            let (obj, rev) = call.current(call.name()).await?;
+            Ok(response::json(StatusCode::OK, &scale_of(&obj, rev)))
+        }
+        (Subresource::Scale, Verb::Update | Verb::Patch) => scale_write(call).await,
+        (Subresource::Binding, Verb::Create) => bind(call).await,
+        (Subresource::Eviction, Verb::Create) => evict(call).await,
+        _ => Err(ApiError::method_not_allowed(verb.as_str(), sub.name())),
+    }
+}
+
+/// The autoscaling/v1 Scale of a workload.
+fn scale_of(obj: &Value, rev: i64) -> Value {
+    let m = &obj["metadata"];
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"], "resourceVersion": rev.to_string(), "creationTimestamp": m["creationTimestamp"]},
+        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+        "status": {
+            "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
+            "selector": selector_string(&obj["spec"]["selector"]).as_str().filter(|s| *s != "<none>").unwrap_or_default(),
+        },
+    })
+}
+
+async fn scale_write(call: &mut Call<'_>) -> Result<Response, ApiError> {
+    let name = call.name().to_string();
+    let (old, rev) = call.current(&name).await?;
+    let scale = if call.info.verb == Verb::Update {
+        call.decode_body(("autoscaling/v1", "Scale"))?
+    } else {
+        // Patch the Scale view, then map it back.
+        let view = scale_of(&old, rev);
+        let mut patch_call = call.clone();
+        patch_call.info.verb = Verb::Patch;
+        let patched = patch_scale_view(&patch_call, &view)?;
+        call.decode_value(patched, ("autoscaling/v1", "Scale"))?
+    };
+    if let Some(want) = scale["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        && parse_rv(want)? != rev
+    {
+        return Err(ApiError::stale(call.target(&name)));
+    }
+    let replicas = scale["spec"]["replicas"].as_i64().unwrap_or(0);
+    if replicas < 0 {
+        return Err(ApiError::invalid(
+            "Scale",
+            "autoscaling",
+            &name,
+            vec![krust_api::status::Cause::invalid(
+                "spec.replicas",
+                &json!(replicas),
+                "must be greater than or equal to 0",
+            )],
+        ));
+    }
+    let mut new = old.clone();
+    new["spec"]["replicas"] = json!(replicas);
+    let updated = update_object(call, Part::Main, new, old, rev).await?;
+    let new_rev = updated["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(rev);
+    Ok(response::json(StatusCode::OK, &scale_of(&updated, new_rev)))
+}
+
+fn patch_scale_view(call: &Call<'_>, view: &Value) -> Result<Value, ApiError> {
+    let patch: Value = serde_json::from_slice(&call.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let media = call
+        .content_type
+        .as_deref()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let mut doc = view.clone();
+    match media.as_str() {
+        "application/json-patch+json" => {
+            let p: json_patch::Patch =
+                serde_json::from_value(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            json_patch::patch(&mut doc, &p)
+                .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+        }
+        // A Scale has no lists: strategic merge is a merge patch here.
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            json_patch::merge(&mut doc, &patch)
+        }
+        other => return Err(ApiError::unsupported_media_type(other)),
+    }
+    Ok(doc)
+}
+
+/// pods/binding: sets spec.nodeName once, with the PodScheduled condition.
+async fn bind(call: &mut Call<'_>) -> Result<Response, ApiError> {
+    let binding = call.decode_body(("v1", "Binding"))?;
+    let name = call.name().to_string();
+    let node = binding["target"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "Binding",
+            "",
+            &name,
+            vec![krust_api::status::Cause::required("target.name")],
+        ));
+    }
+    let (old, rev) = call.current(&name).await?;
+    if old["metadata"]["deletionTimestamp"].is_string() {
+        return Err(ApiError::conflict(
+            call.target(&name),
+            "pod is being deleted, cannot be assigned to a host",
+        ));
+    }
+    if let Some(current) = old["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        return Err(ApiError::conflict(
+            call.target(&name),
+            &format!("pod {name} is already assigned to node \"{current}\""),
+        ));
+    }
+    let mut new = old.clone();
+    new["spec"]["nodeName"] = json!(node);
+    let mut conditions: Vec<Value> = new["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c["type"] != "PodScheduled");
+    conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now()}));
+    new["status"]["conditions"] = Value::Array(conditions);
+    call.put(&name, new, Compare::ModRevision(rev)).await?;
+    Ok(response::json(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
+/// pods/eviction: deletes the pod with the eviction's delete options.
+async fn evict(call: &mut Call<'_>) -> Result<Response, ApiError> {
+    let eviction = call.decode_body(("policy/v1", "Eviction"))?;
+    let mut del = call.clone();
+    del.info.verb = Verb::Delete;
+    del.info.subresource = None;
+    del.body = match eviction.get("deleteOptions") {
+        Some(opts) if opts.is_object() => {
+            bytes::Bytes::from(serde_json::to_vec(opts).unwrap_or_default())
+        }
+        _ => bytes::Bytes::new(),
+    };
+    del.content_type = Some("application/json".into());
+    super::delete::delete(&del).await?;
+    Ok(response::json(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}

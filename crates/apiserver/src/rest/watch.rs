@@ -1,0 +1,240 @@
+//! WATCH: a stream of `{"type": ..., "object": ...}` lines served from the watch cache.
+//!
+//! Without a resourceVersion (or with "0") the stream starts with ADDED events for the
+//! current objects; with one, it replays the cache's history after it, or sends a 410
+//! Expired ERROR event when that history is gone. Objects moving in or out of a selector
+//! become ADDED / DELETED, as upstream's cacher does. Bookmarks are sent on request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use krust_api::status::ApiError;
+use krust_store::Revision;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::read::{Filter, list_prefix};
+use super::{Call, parse_rv};
+use crate::kinds::Kind;
+use crate::response::{self, Output, Response};
+use crate::watch_cache::{CacheEvent, CachedObject, EventType, ResourceCache};
+
+/// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK.
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);
+
+pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
+    let filter = Filter::from_call(call)?;
+    let cache = call.resource_cache()?;
+    let prefix = list_prefix(call);
+    let namespace = call.namespace().map(str::to_string);
+    let bookmarks = call.query.flag("allowWatchBookmarks");
+    let send_initial = call.query.get("sendInitialEvents").map(|v| v == "true");
+    let timeout = call
+        .query
+        .int("timeoutSeconds")?
+        .filter(|t| *t > 0)
+        .map(|t| Duration::from_secs(t as u64))
+        .unwrap_or(Duration::from_secs(30 * 60));
+    let rv = call.query.get("resourceVersion").filter(|v| !v.is_empty());
+
+    // Where the stream starts: an initial snapshot, or history after a revision.
+    let (initial, start) = match (rv, send_initial) {
+        (_, Some(true)) | (None, _) | (Some("0"), _) => {
+            if rv.is_none() || send_initial == Some(true) {
+                call.consistent().await?;
+            }
+            let (objs, rev) = cache.list(&prefix);
+            (Some(objs), rev)
+        }
+        (Some(rv), _) => (None, parse_rv(rv)?),
+    };
+
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let watcher = Watcher {
+        kind: call.kind,
+        output: call.output,
+        filter,
+        namespace,
+        cache,
+        bookmarks,
+        first_table: std::sync::atomic::AtomicBool::new(true),
+    };
+    let global = call.api.cache.clone();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(
+            timeout,
+            watcher.run(tx, initial, start, send_initial == Some(true), global),
+        )
+        .await;
+    });
+    let body = BodyExt::boxed(StreamBody::new(tokio_stream_from(rx)));
+    let mut resp = http::Response::new(body);
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+fn tokio_stream_from(
+    rx: mpsc::Receiver<Bytes>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> {
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
+    })
+}
+
+struct Watcher {
+    kind: &'static Kind,
+    output: Output,
+    filter: Filter,
+    namespace: Option<String>,
+    cache: Arc<ResourceCache>,
+    bookmarks: bool,
+    first_table: std::sync::atomic::AtomicBool,
+}
+
+impl Watcher {
+    async fn run(
+        self,
+        tx: mpsc::Sender<Bytes>,
+        initial: Option<Vec<Arc<CachedObject>>>,
+        mut cursor: Revision,
+        initial_end_bookmark: bool,
+        global: Arc<crate::watch_cache::WatchCache>,
+    ) {
+        let mut changes = self.cache.subscribe();
+        if let Some(objs) = initial {
+            for o in objs.iter().filter(|o| self.in_scope(o)) {
+                if tx.send(self.frame(EventType::Added, o)).await.is_err() {
+                    return;
+                }
+            }
+            if initial_end_bookmark {
+                let frame = self.bookmark(cursor, true);
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
+        ticker.tick().await;
+        loop {
+            let events = match self.cache.events_after(cursor) {
+                Ok(events) => events,
+                Err(too_old) => {
+                    let err = ApiError::gone(too_old.to_string());
+                    let frame = line(&json!({"type": "ERROR", "object": err.to_status()}));
+                    let _ = tx.send(frame).await;
+                    return;
+                }
+            };
+            for ev in &events {
+                cursor = ev.revision();
+                if let Some(frame) = self.event_frame(ev)
+                    && tx.send(frame).await.is_err()
+                {
+                    return;
+                }
+            }
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() { return },
+                _ = ticker.tick(), if self.bookmarks => {
+                    let rev = global.revision().max(cursor);
+                    if tx.send(self.bookmark(rev, false)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    }
+
+    fn in_scope(&self, o: &CachedObject) -> bool {
+        self.namespace.as_ref().is_none_or(|ns| *ns == o.namespace) && self.filter.matches(o)
+    }
+
+    /// The frame for one cache event as this watcher sees it, or none if it does not
+    /// concern the watcher's namespace and selectors.
+    fn event_frame(&self, ev: &CacheEvent) -> Option<Bytes> {
+        let now = self.in_scope(&ev.object);
+        let before = ev.prev.as_ref().is_some_and(|p| self.in_scope(p));
+        let ty = match (ev.kind, before, now) {
+            (EventType::Deleted, _, true) => EventType::Deleted,
+            (EventType::Deleted, true, false) => EventType::Deleted,
+            (EventType::Deleted, false, false) => return None,
+            (_, false, true) => EventType::Added,
+            (EventType::Modified, true, true) => EventType::Modified,
+            (EventType::Added, true, true) => EventType::Modified,
+            (_, true, false) => EventType::Deleted,
+            (_, false, false) => return None,
+        };
+        if ty == ev.kind && self.output == Output::Json && self.kind.info.group != "events.k8s.io" {
+            return Some(ev.json_frame().clone());
+        }
+        Some(self.frame(ty, &ev.object))
+    }
+
+    fn frame(&self, ty: EventType, o: &CachedObject) -> Bytes {
+        let object: Value = match self.output {
+            Output::Json => {
+                let bytes = response::served_bytes(self.kind, &o.json);
+                return frame_bytes(ty.as_str(), &bytes);
+            }
+            Output::Metadata => response::partial_metadata(&o.value()),
+            Output::Table(include) => {
+                let obj: Value =
+                    serde_json::from_slice(&response::served_bytes(self.kind, &o.json))
+                        .unwrap_or(Value::Null);
+                let mut t = response::table_of(
+                    self.kind,
+                    &[obj],
+                    include,
+                    json!({"resourceVersion": o.revision.to_string()}),
+                );
+                // Column definitions go out once, with the first event.
+                if !self
+                    .first_table
+                    .swap(false, std::sync::atomic::Ordering::Relaxed)
+                {
+                    t["columnDefinitions"] = json!([]);
+                }
+                t
+            }
+        };
+        line(&json!({"type": ty.as_str(), "object": object}))
+    }
+
+    fn bookmark(&self, rev: Revision, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rev.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let api_version = self.kind.info.api_version();
+        line(
+            &json!({"type": "BOOKMARK", "object": {"kind": self.kind.info.kind, "apiVersion": api_version, "metadata": meta}}),
+        )
+    }
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut b = serde_json::to_vec(v).unwrap_or_default();
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+/// `{"type":"<ty>","object":<json>}\n` without re-encoding the object.
+pub fn frame_bytes(ty: &str, object: &[u8]) -> Bytes {
+    let mut b = Vec::with_capacity(object.len() + 32);
+    b.extend_from_slice(b"{\"type\":\"");
+    b.extend_from_slice(ty.as_bytes());
+    b.extend_from_slice(b"\",\"object\":");
+    b.extend_from_slice(object);
+    b.extend_from_slice(b"}\n");
+    Bytes::from(b)
+}

@@ -1,0 +1,429 @@
+//! CREATE, UPDATE and PATCH: decode → default → prepare → validate → admit → store, with
+//! optimistic concurrency on the object's resourceVersion.
+
+use http::StatusCode;
+use krust_api::patch::{TypeRef, apply_strategic_merge_patch, root_type};
+use krust_api::status::{ApiError, Cause};
+use krust_store::{Compare, Revision};
+use serde_json::{Value, json};
+
+use super::{Call, Part, now, parse_rv};
+use crate::kinds::validation::{check_annotations, check_labels, check_name};
+use crate::response::Response;
+
+/// How many times a patch without a resourceVersion is retried on a write conflict.
+const PATCH_RETRIES: usize = 5;
+
+pub async fn create(call: &mut Call<'_>) -> Result<Response, ApiError> {
+    let info = call.kind.info;
+    let mut obj = call.decode_body((&info.api_version(), info.kind))?;
+    obj = call.kind.strategy.to_storage(obj);
+    let created = create_object(call, obj).await?;
+    let served = call.kind.strategy.to_served(created);
+    Ok(call.reply(StatusCode::CREATED, &served))
+}
+
+/// Creates an object already decoded into storage form. Shared by POST and by
+/// server-side apply of a missing object.
+pub async fn create_object(call: &Call<'_>, mut obj: Value) -> Result<Value, ApiError> {
+    let info = call.kind.info;
+    let meta = obj["metadata"]
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("metadata is required"))?;
+    // Namespace: the URL's wins; a different one in the body is an error.
+    if info.namespaced {
+        let url_ns = call.namespace().unwrap_or_default().to_string();
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(ns) if !ns.is_empty() && ns != url_ns => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => {
+                meta.insert("namespace".into(), json!(url_ns));
+            }
+        }
+    } else {
+        meta.remove("namespace");
+    }
+    let name = match meta
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        Some(n) => n.to_string(),
+        None => match meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            Some(prefix) => generate_name(prefix),
+            None => {
+                return Err(ApiError::invalid(
+                    info.kind,
+                    info.group,
+                    "",
+                    vec![Cause::required("metadata.name")],
+                ));
+            }
+        },
+    };
+    meta.insert("name".into(), json!(name));
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(now()));
+    for f in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
+        meta.remove(f);
+    }
+    if call.kind.strategy.tracks_generation() {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
+    call.kind.strategy.default(&mut obj);
+    call.kind.strategy.prepare_for_create(&mut obj);
+    validate(call, &obj, None)?;
+    call.api.admission.admit_create(call, &mut obj).await?;
+    let allocated = (info.plural == "services" && !call.dry_run()).then(|| obj.clone());
+    match call.put(&name, obj, Compare::Absent).await {
+        Ok((stored, _)) => Ok(stored),
+        Err(e) => {
+            if let Some(svc) = allocated {
+                call.api.admission.after_delete(call, &svc);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `generateName` plus five random characters from upstream's alphabet.
+fn generate_name(prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let suffix: String = bytes[..5]
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect();
+    let max = 63 - 5;
+    let prefix = if prefix.len() > max {
+        &prefix[..max]
+    } else {
+        prefix
+    };
+    format!("{prefix}{suffix}")
+}
+
+/// Metadata checks plus the kind's validation; `old` for updates.
+fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let info = call.kind.info;
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let mut errs = Vec::new();
+    check_name(
+        call.kind.strategy.name_rule(),
+        "metadata.name",
+        name,
+        &mut errs,
+    );
+    check_labels("metadata.labels", &obj["metadata"]["labels"], &mut errs);
+    check_annotations(
+        "metadata.annotations",
+        &obj["metadata"]["annotations"],
+        &mut errs,
+    );
+    call.kind.strategy.validate(obj, &mut errs);
+    if let Some(old) = old {
+        call.kind.strategy.validate_update(obj, old, &mut errs);
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(info.kind, info.group, name, errs))
+    }
+}
+
+pub async fn update(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError> {
+    let info = call.kind.info;
+    let body = call.decode_body((&info.api_version(), info.kind))?;
+    let body = call.kind.strategy.to_storage(body);
+    let name = call.name().to_string();
+    let body_name = body["metadata"]["name"].as_str().unwrap_or_default();
+    if body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let precondition = match body["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
+        Some(rv) => Some(parse_rv(rv)?),
+        None => None,
+    };
+    let (old, old_rev) = call.current(&name).await?;
+    if precondition.is_some_and(|rv| rv != old_rev) {
+        return Err(ApiError::stale(call.target(&name)));
+    }
+    let updated = update_object(call, part, body, old, old_rev).await?;
+    Ok(call.reply(StatusCode::OK, &call.kind.strategy.to_served(updated)))
+}
+
+/// Applies an update of `part` from `new` onto `old` (at `old_rev`) and stores it.
+pub async fn update_object(
+    call: &Call<'_>,
+    part: Part,
+    mut new: Value,
+    old: Value,
+    old_rev: Revision,
+) -> Result<Value, ApiError> {
+    let has_status = call.kind.has_status();
+    match part {
+        Part::Main => {
+            if has_status {
+                new["status"] = old["status"].clone();
+                if old.get("status").is_none() {
+                    new.as_object_mut().map(|m| m.remove("status"));
+                }
+            }
+        }
+        Part::Status => {
+            let status = new["status"].take();
+            new = old.clone();
+            new["status"] = status;
+        }
+        Part::Finalize => {
+            let finalizers = new["spec"]["finalizers"].take();
+            new = old.clone();
+            new["spec"]["finalizers"] = finalizers;
+        }
+    }
+    // System-owned metadata comes from the stored object.
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+    ] {
+        match old["metadata"].get(f) {
+            Some(v) => new["metadata"][f] = v.clone(),
+            None => {
+                new["metadata"].as_object_mut().map(|m| m.remove(f));
+            }
+        }
+    }
+    if part == Part::Main {
+        call.kind.strategy.default(&mut new);
+    }
+    if call.kind.strategy.tracks_generation() && spec_changed(&new, &old) {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        new["metadata"]["generation"] = json!(g);
+    }
+    new["metadata"]["resourceVersion"] = json!(old_rev.to_string());
+    let mut old_cmp = old.clone();
+    old_cmp["metadata"]["resourceVersion"] = json!(old_rev.to_string());
+    if new == old_cmp {
+        // Nothing changed: no write, same resourceVersion, as upstream.
+        return Ok(old_cmp);
+    }
+    validate(call, &new, Some(&old))?;
+    call.api
+        .admission
+        .admit_update(call, &mut new, &old)
+        .await?;
+    let name = call.name().to_string();
+    let deleting = new["metadata"]["deletionTimestamp"].is_string();
+    let no_finalizers = new["metadata"]["finalizers"]
+        .as_array()
+        .is_none_or(Vec::is_empty);
+    if deleting && no_finalizers && !super::delete::waits_for_grace(call, &new) {
+        // The last finalizer went away from an object being deleted: it is gone now.
+        return super::delete::remove(call, &name, old_rev)
+            .await
+            .map(|_| new);
+    }
+    let (stored, _) = call.put(&name, new, Compare::ModRevision(old_rev)).await?;
+    Ok(stored)
+}
+
+/// Whether anything but metadata and status differs.
+fn spec_changed(new: &Value, old: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(new) != strip(old)
+}
+
+/// The patch formats upstream accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PatchType {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+fn patch_type(ct: Option<&str>) -> Result<PatchType, ApiError> {
+    let media = ct
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim();
+    match media {
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        "application/apply-patch+yaml" | "application/apply-patch+cbor" => Ok(PatchType::Apply),
+        other => Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other})"
+            ),
+        )),
+    }
+}
+
+pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError> {
+    let ty = patch_type(call.content_type.as_deref())?;
+    if call.body.len() > super::MAX_BODY {
+        return Err(ApiError::too_large(
+            "Request entity too large: limit is 3145728",
+        ));
+    }
+    let patch: Value = match ty {
+        PatchType::Apply => serde_saphyr::from_slice(&call.body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+        _ => serde_json::from_slice(&call.body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+    };
+    let name = call.name().to_string();
+    let info = call.kind.info;
+    for attempt in 0.. {
+        let current = match call.current(&name).await {
+            Ok(c) => Some(c),
+            Err(e) if e.code == 404 && ty == PatchType::Apply && part == Part::Main => None,
+            Err(e) => return Err(e),
+        };
+        let Some((old, old_rev)) = current else {
+            // Server-side apply of a missing object creates it.
+            let obj = call.decode_value(patch.clone(), (&info.api_version(), info.kind))?;
+            let mut obj = call.kind.strategy.to_storage(obj);
+            obj["metadata"]["name"] = json!(name);
+            record_apply_manager(call, &mut obj);
+            let created = super::write::create_object(call, obj).await?;
+            return Ok(call.reply(StatusCode::CREATED, &call.kind.strategy.to_served(created)));
+        };
+        let mut served_old = call.kind.strategy.to_served(old.clone());
+        served_old["metadata"]["resourceVersion"] = json!(old_rev.to_string());
+        let patched = apply_patch(ty, &served_old, &patch, info)?;
+        let precondition = patched["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
+        if precondition
+            .as_deref()
+            .is_some_and(|rv| rv != old_rev.to_string())
+        {
+            return Err(ApiError::stale(call.target(&name)));
+        }
+        if patched["metadata"]["name"].as_str() != Some(name.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                patched["metadata"]["name"].as_str().unwrap_or_default()
+            )));
+        }
+        let new = call.decode_value(patched, (&info.api_version(), info.kind))?;
+        let mut new = call.kind.strategy.to_storage(new);
+        if ty == PatchType::Apply {
+            record_apply_manager(call, &mut new);
+        }
+        match update_object(call, part, new, old, old_rev).await {
+            Err(e)
+                if e.code == 409
+                    && e.reason == "Conflict"
+                    && patch["metadata"]["resourceVersion"].is_null()
+                    && attempt < PATCH_RETRIES =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+            Ok(updated) => {
+                return Ok(call.reply(StatusCode::OK, &call.kind.strategy.to_served(updated)));
+            }
+        }
+    }
+    unreachable!("the retry loop returns")
+}
+
+fn apply_patch(
+    ty: PatchType,
+    old: &Value,
+    patch: &Value,
+    info: &krust_api::registry::ResourceInfo,
+) -> Result<Value, ApiError> {
+    match ty {
+        PatchType::Json => {
+            let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the server rejected our request due to an error in our request: {e}"
+                ))
+            })?;
+            let mut doc = old.clone();
+            json_patch::patch(&mut doc, &p).map_err(|e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
+            })?;
+            Ok(doc)
+        }
+        PatchType::Merge => {
+            let mut doc = old.clone();
+            json_patch::merge(&mut doc, patch);
+            Ok(doc)
+        }
+        PatchType::Strategic | PatchType::Apply => {
+            let root = root_type(info.group, info.version, info.kind).unwrap_or(TypeRef::UNTYPED);
+            apply_strategic_merge_patch(old, patch, root)
+                .map_err(|e| ApiError::bad_request(e.to_string()))
+        }
+    }
+}
+
+/// Records the field manager of a server-side apply in managedFields.
+fn record_apply_manager(call: &Call<'_>, obj: &mut Value) {
+    let manager = call
+        .query
+        .get("fieldManager")
+        .unwrap_or("unknown")
+        .to_string();
+    let entry = json!({
+        "manager": manager,
+        "operation": "Apply",
+        "apiVersion": call.kind.info.api_version(),
+        "time": now(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {},
+    });
+    let list = obj["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut list: Vec<Value> = list
+        .into_iter()
+        .filter(|m| m["manager"] != json!(manager) || m["operation"] != "Apply")
+        .collect();
+    list.push(entry);
+    obj["metadata"]["managedFields"] = Value::Array(list);
+}

@@ -1,0 +1,276 @@
+//! The HTTPS front door: TLS with optional client certificates (the certificate's CN and
+//! O become the user and groups), HTTP/1.1 and HTTP/2, then routing to discovery, health,
+//! metrics and the generic REST handlers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use krust_api::status::ApiError;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls::server::WebPkiClientVerifier;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::admission::User;
+use crate::request::{self, Query};
+use crate::response::{self, Output, Response};
+use crate::{Api, discovery, kinds, rest};
+
+/// Builds the TLS acceptor: our serving certificate, client certificates optional but
+/// verified against the cluster CA when present.
+pub fn tls_acceptor(pki: &crate::pki::Pki) -> Result<TlsAcceptor> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca_cert.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
+        .allow_unauthenticated()
+        .build()
+        .context("building the client certificate verifier")?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.serving_cert.as_bytes())
+            .chain(CertificateDer::pem_slice_iter(pki.ca_cert.as_bytes()))
+            .collect::<Result<_, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key.as_bytes())
+        .context("parsing the serving key")?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The user a verified client certificate names: CN is the user, each O a group.
+fn user_from_cert(cert: &CertificateDer<'_>) -> Option<User> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let subject = parsed.subject();
+    let name = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    let mut groups: Vec<String> = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
+    groups.push("system:authenticated".into());
+    Some(User { name, groups })
+}
+
+/// Accepts connections until `shutdown` resolves, then drains them for a moment.
+pub async fn serve(
+    api: Arc<Api>,
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(err) => {
+                    tracing::warn!(%err, "accept failed");
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let api = api.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(err) => {
+                    tracing::debug!(%peer, %err, "TLS handshake failed");
+                    return;
+                }
+            };
+            let user = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .and_then(user_from_cert)
+                .unwrap_or_else(User::anonymous);
+            let service = hyper::service::service_fn(move |req| {
+                let api = api.clone();
+                let user = user.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&api, user, req).await) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            if let Err(err) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(%peer, %err, "connection ended with an error");
+            }
+        });
+    }
+    // Watches never end on their own: give in-flight requests a moment, then stop.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), graceful.shutdown()).await;
+}
+
+async fn handle(api: &Api, user: User, req: http::Request<Incoming>) -> Response {
+    let started = Instant::now();
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = Query::parse(parts.uri.query());
+    let header = |name: http::header::HeaderName| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let accept = header(http::header::ACCEPT);
+    let (verb, resource, resp) = match request::parse(&parts.method, &path, &query) {
+        None => (
+            "get".to_string(),
+            String::new(),
+            non_resource(api, &parts.method, &path, accept.as_deref()),
+        ),
+        Some(Err(e)) => ("unknown".into(), String::new(), response::error(&e)),
+        Some(Ok(info)) => {
+            let verb = info.verb.as_str().to_string();
+            let resource = info.resource.clone();
+            let bearer =
+                header(http::header::AUTHORIZATION).is_some_and(|h| h.starts_with("Bearer "));
+            let result = async {
+                if bearer {
+                    // No token authenticator is configured yet: every token is invalid.
+                    return Err(ApiError::unauthorized());
+                }
+                api.authorizer.authorize(
+                    &user,
+                    info.verb.as_str(),
+                    &info.group,
+                    &info.resource,
+                    info.namespace.as_deref(),
+                )?;
+                let kind = kinds::find(&info.group, &info.version, &info.resource)
+                    .ok_or_else(ApiError::path_not_found)?;
+                if kind.info.plural == "bindings"
+                    && info.subresource.is_none()
+                    && info.verb != request::Verb::Create
+                {
+                    return Err(ApiError::method_not_allowed(info.verb.as_str(), "bindings"));
+                }
+                let output = Output::negotiate(accept.as_deref(), query.get("includeObject"))?;
+                let body = read_body(body).await?;
+                let call = rest::Call {
+                    api,
+                    kind,
+                    info,
+                    query,
+                    output,
+                    user,
+                    content_type: header(http::header::CONTENT_TYPE),
+                    body,
+                    warnings: Vec::new(),
+                };
+                rest::serve(call).await
+            }
+            .await;
+            (
+                verb,
+                resource,
+                result.unwrap_or_else(|e| response::error(&e)),
+            )
+        }
+    };
+    api.metrics.observe(
+        &verb,
+        &resource,
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+    match Limited::new(body, rest::MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(err)
+            if err
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::too_large(
+                "Request entity too large: limit is 3145728",
+            ))
+        }
+        Err(err) => Err(ApiError::bad_request(format!(
+            "reading the request body: {err}"
+        ))),
+    }
+}
+
+/// Discovery, version, health, metrics and OpenAPI.
+fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return response::error(&ApiError::method_not_allowed(method.as_str(), path));
+    }
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["healthz" | "livez" | "readyz", ..] => {
+            response::full(StatusCode::OK, "ok", "text/plain; charset=utf-8")
+        }
+        ["version"] => response::json(StatusCode::OK, &crate::version_info()),
+        ["metrics"] => response::full(
+            StatusCode::OK,
+            api.metrics.render(),
+            "text/plain; version=0.0.4; charset=utf-8",
+        ),
+        ["api"] => match discovery::wants_aggregated(accept) {
+            Some(ct) => response::full(
+                StatusCode::OK,
+                serde_json::to_vec(&discovery::aggregated(true, api_version_of(ct)))
+                    .unwrap_or_default(),
+                ct,
+            ),
+            None => response::json(StatusCode::OK, &discovery::api_versions(&api.advertise)),
+        },
+        ["apis"] => match discovery::wants_aggregated(accept) {
+            Some(ct) => response::full(
+                StatusCode::OK,
+                serde_json::to_vec(&discovery::aggregated(false, api_version_of(ct)))
+                    .unwrap_or_default(),
+                ct,
+            ),
+            None => response::json(StatusCode::OK, &discovery::api_group_list()),
+        },
+        ["openapi", "v3"] => response::json(StatusCode::OK, &crate::openapi::root()),
+        ["openapi", "v3", rest @ ..] => match crate::openapi::document(&rest.join("/")) {
+            Some(doc) => response::full(StatusCode::OK, doc, "application/json"),
+            None => response::error(&ApiError::path_not_found()),
+        },
+        ["api", version] => found(discovery::api_resource_list("", version)),
+        ["apis", group] => found(discovery::api_group(group)),
+        ["apis", group, version] => found(discovery::api_resource_list(group, version)),
+        _ => response::error(&ApiError::path_not_found()),
+    }
+}
+
+fn api_version_of(content_type: &str) -> &'static str {
+    if content_type.contains("v=v2beta1") {
+        "apidiscovery.k8s.io/v2beta1"
+    } else {
+        "apidiscovery.k8s.io/v2"
+    }
+}
+
+fn found(v: Option<serde_json::Value>) -> Response {
+    match v {
+        Some(v) => response::json(StatusCode::OK, &v),
+        None => response::error(&ApiError::path_not_found()),
+    }
+}

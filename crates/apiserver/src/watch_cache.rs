@@ -1,0 +1,384 @@
+//! The watch cache: every stored object held in memory, fed by ONE store watch, so that
+//! lists, gets and any number of watchers are served without touching the store.
+//!
+//! Each resource's objects live in a [`ResourceCache`]: the current objects (already
+//! serialised with their `resourceVersion`, so a GET is a memcpy) plus a bounded ring of
+//! recent events. Watchers keep a cursor into the ring and wake on a revision channel;
+//! a watcher that falls behind the ring's start gets 410 Gone instead of slowing writers,
+//! as upstream's cacher does.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use krust_store::{Event, KeyValue, RangeRequest, Revision, Store, StoreError};
+use serde_json::Value;
+use tokio::sync::watch;
+
+/// How many events each resource keeps for watch resume.
+const HISTORY_CAPACITY: usize = 20_000;
+
+/// One object as the cache holds it.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub namespace: String,
+    pub name: String,
+    pub revision: Revision,
+    /// The object as JSON with `metadata.resourceVersion` set.
+    pub json: Bytes,
+    pub labels: BTreeMap<String, String>,
+    /// Values of the kind's selectable fields (see `kinds::Strategy::fields`).
+    pub fields: Vec<(&'static str, String)>,
+}
+
+impl CachedObject {
+    pub fn field(&self, name: &str) -> Option<String> {
+        match name {
+            "metadata.name" => Some(self.name.clone()),
+            "metadata.namespace" => Some(self.namespace.clone()),
+            _ => self
+                .fields
+                .iter()
+                .find(|(f, _)| *f == name)
+                .map(|(_, v)| v.clone()),
+        }
+    }
+
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// A change to one object. For a delete, `object` is the last state with the delete's
+/// revision as its resourceVersion.
+#[derive(Debug)]
+pub struct CacheEvent {
+    pub kind: EventType,
+    pub object: Arc<CachedObject>,
+    pub prev: Option<Arc<CachedObject>>,
+    /// The JSON watch frame, encoded once and shared by every watcher that sees the
+    /// event as it is.
+    frame: std::sync::OnceLock<Bytes>,
+}
+
+impl CacheEvent {
+    pub fn revision(&self) -> Revision {
+        self.object.revision
+    }
+
+    pub fn json_frame(&self) -> &Bytes {
+        self.frame
+            .get_or_init(|| crate::rest::frame_bytes(self.kind.as_str(), &self.object.json))
+    }
+}
+
+/// Extracts the selectable fields of a kind's objects (its strategy).
+pub type Indexer = &'static dyn crate::kinds::Strategy;
+
+struct State {
+    objects: BTreeMap<String, Arc<CachedObject>>,
+    history: VecDeque<Arc<CacheEvent>>,
+    /// Watches resuming from a revision at or after this one can be served from `history`.
+    history_start: Revision,
+}
+
+/// The cache of one storage prefix.
+pub struct ResourceCache {
+    prefix: String,
+    indexer: Indexer,
+    state: RwLock<State>,
+    /// The revision of this resource's last event; set while the state lock is held.
+    revision: watch::Sender<Revision>,
+    /// The store revision all caches have caught up with.
+    global: watch::Receiver<Revision>,
+}
+
+/// Why a watch cannot be served from the cache.
+#[derive(Debug, thiserror::Error)]
+#[error("too old resource version: {requested} ({oldest})")]
+pub struct TooOld {
+    pub requested: Revision,
+    pub oldest: Revision,
+}
+
+impl ResourceCache {
+    fn new(prefix: String, indexer: Indexer, global: watch::Receiver<Revision>) -> Self {
+        let start = *global.borrow();
+        ResourceCache {
+            global,
+            prefix,
+            indexer,
+            state: RwLock::new(State {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                history_start: start,
+            }),
+            revision: watch::Sender::new(start),
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The object under `key`, if present.
+    pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.read().objects.get(key).cloned()
+    }
+
+    /// All objects whose key starts with `prefix`, in key order, with the revision of the
+    /// snapshot.
+    pub fn list(&self, prefix: &str) -> (Vec<Arc<CachedObject>>, Revision) {
+        let state = self.read();
+        let items = state
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, o)| o.clone())
+            .collect();
+        // Under the state lock every event of this resource up to the global revision has
+        // been applied (the feeder applies before it publishes), and none after our own
+        // revision: the larger of the two is exactly this snapshot's revision.
+        let rev = (*self.global.borrow()).max(*self.revision.borrow());
+        (items, rev)
+    }
+
+    /// Events with revision greater than `after`, or an error when the ring no longer
+    /// reaches back that far.
+    pub fn events_after(&self, after: Revision) -> Result<Vec<Arc<CacheEvent>>, TooOld> {
+        let state = self.read();
+        if after < state.history_start {
+            return Err(TooOld {
+                requested: after,
+                oldest: state.history_start,
+            });
+        }
+        let start = state.history.partition_point(|e| e.revision() <= after);
+        Ok(state.history.range(start..).cloned().collect())
+    }
+
+    /// A receiver that changes whenever this resource gets a new event.
+    pub fn subscribe(&self) -> watch::Receiver<Revision> {
+        self.revision.subscribe()
+    }
+
+    pub fn revision(&self) -> Revision {
+        *self.revision.borrow()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Decodes an object read from the store (for paged lists served by the store).
+    pub fn decode_stored(&self, kv: &KeyValue) -> Option<CachedObject> {
+        self.cached(kv, kv.mod_revision)
+    }
+
+    fn cached(&self, kv: &KeyValue, revision: Revision) -> Option<CachedObject> {
+        let mut value: Value = match serde_json::from_slice(&kv.value) {
+            Ok(v) => v,
+            Err(err) => {
+                tracing::error!(key = %kv.key, %err, "undecodable object in store");
+                return None;
+            }
+        };
+        let fields = self.indexer.fields(&value);
+        let meta = value.get_mut("metadata")?.as_object_mut()?;
+        meta.insert(
+            "resourceVersion".into(),
+            Value::String(revision.to_string()),
+        );
+        let name = meta.get("name")?.as_str()?.to_string();
+        let namespace = meta
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let labels = meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let json = Bytes::from(serde_json::to_vec(&value).ok()?);
+        Some(CachedObject {
+            namespace,
+            name,
+            revision,
+            json,
+            labels,
+            fields,
+        })
+    }
+
+    fn apply(&self, event: &Event) {
+        let rev = event.revision();
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let cache_event = match event {
+            Event::Put { kv, .. } => {
+                let Some(obj) = self.cached(kv, rev) else {
+                    return;
+                };
+                let obj = Arc::new(obj);
+                let prev = state.objects.insert(kv.key.clone(), obj.clone());
+                CacheEvent {
+                    kind: if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    },
+                    object: obj,
+                    prev,
+                    frame: Default::default(),
+                }
+            }
+            Event::Delete { prev, .. } => {
+                let old = state.objects.remove(&prev.key);
+                let Some(obj) = self.cached(prev, rev) else {
+                    return;
+                };
+                CacheEvent {
+                    kind: EventType::Deleted,
+                    object: Arc::new(obj),
+                    prev: old,
+                    frame: Default::default(),
+                }
+            }
+        };
+        if state.history.len() == HISTORY_CAPACITY
+            && let Some(oldest) = state.history.pop_front()
+        {
+            state.history_start = oldest.revision();
+        }
+        state.history.push_back(Arc::new(cache_event));
+        self.revision.send_replace(rev);
+    }
+
+    fn load(&self, kv: &KeyValue) {
+        if let Some(obj) = self.cached(kv, kv.mod_revision) {
+            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            state.objects.insert(kv.key.clone(), Arc::new(obj));
+        }
+    }
+}
+
+/// All resource caches plus the store watch that feeds them.
+pub struct WatchCache {
+    caches: Vec<Arc<ResourceCache>>,
+    /// The store revision the caches have caught up with.
+    revision: watch::Sender<Revision>,
+}
+
+impl WatchCache {
+    /// Loads every prefix from the store and starts following it. `prefixes` pairs each
+    /// storage prefix (ending in `/`) with its field indexer.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        prefixes: Vec<(String, Indexer)>,
+    ) -> Result<Arc<Self>, StoreError> {
+        let mut revision = 0;
+        let mut kvs = Vec::new();
+        let mut start_after = None;
+        loop {
+            let page = store
+                .range(RangeRequest {
+                    prefix: "/registry/".into(),
+                    start_after: start_after.take(),
+                    limit: 10_000,
+                    revision,
+                })
+                .await?;
+            revision = page.revision;
+            start_after = page.kvs.last().map(|kv| kv.key.clone());
+            kvs.extend(page.kvs);
+            if !page.more {
+                break;
+            }
+        }
+        let global = watch::Sender::new(revision);
+        let caches: Vec<Arc<ResourceCache>> = prefixes
+            .into_iter()
+            .map(|(p, idx)| Arc::new(ResourceCache::new(p, idx, global.subscribe())))
+            .collect();
+        let this = Arc::new(WatchCache {
+            caches,
+            revision: global,
+        });
+        for kv in &kvs {
+            if let Some(c) = this.cache_for_key(&kv.key) {
+                c.load(kv);
+            }
+        }
+        let mut events = store.watch("/registry/", revision + 1).await?;
+        let feeder = this.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => feeder.dispatch(&event),
+                    // The store shut down: so are we.
+                    Err(StoreError::Closed) => break,
+                    Err(err) => {
+                        // The cache can no longer be trusted; failing loudly beats serving
+                        // stale data forever. A supervisor restarts the server.
+                        tracing::error!(%err, "store watch feeding the watch cache failed");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        });
+        Ok(this)
+    }
+
+    fn dispatch(&self, event: &Event) {
+        let rev = event.revision();
+        if let Some(c) = self.cache_for_key(event.key()) {
+            c.apply(event);
+        }
+        self.revision.send_replace(rev);
+    }
+
+    fn cache_for_key(&self, key: &str) -> Option<&Arc<ResourceCache>> {
+        self.caches.iter().find(|c| key.starts_with(c.prefix()))
+    }
+
+    /// The cache that holds keys under `prefix`.
+    pub fn cache(&self, prefix: &str) -> Option<Arc<ResourceCache>> {
+        self.caches.iter().find(|c| c.prefix() == prefix).cloned()
+    }
+
+    pub fn revision(&self) -> Revision {
+        *self.revision.borrow()
+    }
+
+    /// Waits until the caches reflect every write up to `rev`.
+    pub async fn wait_for(&self, rev: Revision) {
+        if *self.revision.borrow() >= rev {
+            return;
+        }
+        let mut rx = self.revision.subscribe();
+        // The sender lives as long as self, so this only ends when the revision is reached.
+        let _ = rx.wait_for(|r| *r >= rev).await;
+    }
+}
