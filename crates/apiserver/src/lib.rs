@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod kinds;
 pub mod metrics;
 pub mod openapi;
+pub mod openapi_v2;
 pub mod pki;
 pub mod request;
 pub mod response;
@@ -45,6 +46,10 @@ pub struct Config {
     pub service_cidr: String,
     /// The address other components and the `kubernetes` Service use to reach us.
     pub advertise_address: IpAddr,
+    /// Most non-mutating requests served at once (watches excluded); more get 429.
+    pub max_requests_inflight: usize,
+    /// Most mutating requests served at once; more get 429.
+    pub max_mutating_requests_inflight: usize,
 }
 
 /// Everything a request handler needs.
@@ -56,6 +61,8 @@ pub struct Api {
     pub metrics: metrics::Metrics,
     /// `host:port` clients are told to use.
     pub advertise: String,
+    /// Bounds on concurrent requests (upstream's max-in-flight filter).
+    pub inflight: server::InflightLimits,
 }
 
 /// A started apiserver.
@@ -118,6 +125,10 @@ pub async fn start(
         authorizer: Box::new(AllowAuthenticated),
         metrics: metrics::Metrics::new(),
         advertise: format!("{}:{}", config.advertise_address, addr.port()),
+        inflight: server::InflightLimits::new(
+            config.max_requests_inflight,
+            config.max_mutating_requests_inflight,
+        ),
     });
     bootstrap::run(
         &api,

@@ -64,6 +64,38 @@ fn user_from_cert(cert: &CertificateDer<'_>) -> Option<User> {
     Some(User { name, groups })
 }
 
+/// Upstream's max-in-flight filter: separate budgets for reads and writes; long-running
+/// requests (watches) are exempt. A request over budget gets 429 with Retry-After.
+pub struct InflightLimits {
+    readonly: tokio::sync::Semaphore,
+    mutating: tokio::sync::Semaphore,
+}
+
+impl InflightLimits {
+    pub fn new(readonly: usize, mutating: usize) -> Self {
+        InflightLimits {
+            readonly: tokio::sync::Semaphore::new(readonly.max(1)),
+            mutating: tokio::sync::Semaphore::new(mutating.max(1)),
+        }
+    }
+
+    fn admit(
+        &self,
+        verb: request::Verb,
+    ) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, ApiError> {
+        use request::Verb::*;
+        let budget = match verb {
+            Watch => return Ok(None),
+            Get | List => &self.readonly,
+            Create | Update | Patch | Delete | DeleteCollection => &self.mutating,
+        };
+        budget
+            .try_acquire()
+            .map(Some)
+            .map_err(|_| ApiError::too_many_requests(1))
+    }
+}
+
 /// Accepts connections until `shutdown` resolves, then drains them for a moment.
 pub async fn serve(
     api: Arc<Api>,
@@ -138,48 +170,55 @@ async fn handle(api: &Api, user: User, req: http::Request<Incoming>) -> Response
             String::new(),
             non_resource(api, &parts.method, &path, accept.as_deref()),
         ),
-        Some(Err(e)) => ("unknown".into(), String::new(), response::error(&e)),
+        Some(Err(e)) => {
+            drain(body).await;
+            ("unknown".into(), String::new(), response::error(&e))
+        }
         Some(Ok(info)) => {
             let verb = info.verb.as_str().to_string();
             let resource = info.resource.clone();
             let bearer =
                 header(http::header::AUTHORIZATION).is_some_and(|h| h.starts_with("Bearer "));
-            let result = async {
-                if bearer {
-                    // No token authenticator is configured yet: every token is invalid.
-                    return Err(ApiError::unauthorized());
+            let admitted = if bearer {
+                // No token authenticator is configured yet: every token is invalid.
+                Err(ApiError::unauthorized())
+            } else {
+                api.authorizer
+                    .authorize(
+                        &user,
+                        info.verb.as_str(),
+                        &info.group,
+                        &info.resource,
+                        info.namespace.as_deref(),
+                    )
+                    .and_then(|()| api.inflight.admit(info.verb))
+            };
+            let result = match admitted {
+                Err(e) => {
+                    drain(body).await;
+                    Err(e)
                 }
-                api.authorizer.authorize(
-                    &user,
-                    info.verb.as_str(),
-                    &info.group,
-                    &info.resource,
-                    info.namespace.as_deref(),
-                )?;
-                let kind = kinds::find(&info.group, &info.version, &info.resource)
-                    .ok_or_else(ApiError::path_not_found)?;
-                if kind.info.plural == "bindings"
-                    && info.subresource.is_none()
-                    && info.verb != request::Verb::Create
-                {
-                    return Err(ApiError::method_not_allowed(info.verb.as_str(), "bindings"));
+                Ok(_permit) => {
+                    // Read the whole body first: answering before it is consumed makes
+                    // clients that are still sending see a reset instead of the Status.
+                    let content_type = header(http::header::CONTENT_TYPE);
+                    match read_body(body).await {
+                        Ok(body) => {
+                            serve_resource(
+                                api,
+                                user,
+                                info,
+                                query,
+                                accept.as_deref(),
+                                content_type,
+                                body,
+                            )
+                            .await
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
-                let output = Output::negotiate(accept.as_deref(), query.get("includeObject"))?;
-                let body = read_body(body).await?;
-                let call = rest::Call {
-                    api,
-                    kind,
-                    info,
-                    query,
-                    output,
-                    user,
-                    content_type: header(http::header::CONTENT_TYPE),
-                    body,
-                    warnings: Vec::new(),
-                };
-                rest::serve(call).await
-            }
-            .await;
+            };
             (
                 verb,
                 resource,
@@ -194,6 +233,43 @@ async fn handle(api: &Api, user: User, req: http::Request<Incoming>) -> Response
         started.elapsed().as_secs_f64(),
     );
     resp
+}
+
+async fn serve_resource(
+    api: &Api,
+    user: User,
+    info: request::RequestInfo,
+    query: Query,
+    accept: Option<&str>,
+    content_type: Option<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let kind = kinds::find(&info.group, &info.version, &info.resource)
+        .ok_or_else(ApiError::path_not_found)?;
+    if kind.info.plural == "bindings"
+        && info.subresource.is_none()
+        && info.verb != request::Verb::Create
+    {
+        return Err(ApiError::method_not_allowed(info.verb.as_str(), "bindings"));
+    }
+    let output = Output::negotiate(accept, query.get("includeObject"))?;
+    let call = rest::Call {
+        api,
+        kind,
+        info,
+        query,
+        output,
+        user,
+        content_type,
+        body,
+        warnings: Vec::new(),
+    };
+    rest::serve(call).await
+}
+
+/// Consumes a request body we will not use, so the client gets our answer cleanly.
+async fn drain(body: Incoming) {
+    let _ = Limited::new(body, rest::MAX_BODY).collect().await;
 }
 
 async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
@@ -248,6 +324,10 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
             ),
             None => response::json(StatusCode::OK, &discovery::api_group_list()),
         },
+        ["openapi", "v2"] => {
+            let (body, content_type) = crate::openapi_v2::negotiate(accept);
+            response::full(StatusCode::OK, body, content_type)
+        }
         ["openapi", "v3"] => response::json(StatusCode::OK, &crate::openapi::root()),
         ["openapi", "v3", rest @ ..] => match crate::openapi::document(&rest.join("/")) {
             Some(doc) => response::full(StatusCode::OK, doc, "application/json"),

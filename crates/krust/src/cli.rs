@@ -61,6 +61,12 @@ struct ServerArgs {
     /// Run without the node agent (the only mode until the kubelet lands).
     #[arg(long)]
     disable_agent: bool,
+    /// Most non-mutating requests in flight (watches excluded) before 429.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Most mutating requests in flight before 429.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
 }
 
 impl Cli {
@@ -104,6 +110,8 @@ async fn server(args: ServerArgs) -> Result<()> {
         port: args.https_listen_port,
         service_cidr: args.service_cidr.clone(),
         advertise_address: advertise,
+        max_requests_inflight: args.max_requests_inflight,
+        max_mutating_requests_inflight: args.max_mutating_requests_inflight,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = krust_apiserver::start(config, Arc::new(store), async {

@@ -1,0 +1,305 @@
+//! The end-to-end harness: starts a real `krust server` in a temp dir on a free port,
+//! drives it with the real kubectl and with curl (for raw HTTP checks), and kills it when
+//! dropped, even when the test panics.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const KUBECTL: &str = "/usr/bin/kubectl";
+
+/// A running `krust server`.
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `krust server` flags.
+    pub fn start_with(extra_args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut s = Server {
+            dir,
+            port: free_port(),
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            child: None,
+        };
+        s.launch();
+        s
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig.yaml")
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_krust"))
+            .args([
+                "server",
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+                "--disable-agent",
+            ])
+            .arg("--https-listen-port")
+            .arg(self.port.to_string())
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--write-kubeconfig")
+            .arg(self.kubeconfig())
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting krust");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.kubeconfig().exists() && self.curl("GET", "/readyz", None, None).0 == 200 {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("krust exited with {status}: {}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "krust did not become ready: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("server running");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        c.wait().expect("waiting for krust")
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// Runs kubectl against this server.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with(KUBECTL, args, None)
+    }
+
+    pub fn kubectl_with(&self, binary: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(binary);
+        cmd.args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("running kubectl");
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("writing stdin");
+        }
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_tail()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kubectl with a manifest on stdin (`-f -`) that must succeed.
+    pub fn ok_stdin(&self, args: &[&str], manifest: &str) -> String {
+        let out = self.kubectl_with(KUBECTL, args, Some(manifest));
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kubectl that must fail; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} unexpectedly succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// `kubectl get -o json` of one object.
+    pub fn get_json(&self, args: &[&str]) -> Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&self.ok(&a)).expect("kubectl JSON")
+    }
+
+    fn log_tail(&self) -> String {
+        let log = self.log();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        format!(
+            "\n--- server log tail ---\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    }
+
+    fn tls(&self) -> PathBuf {
+        self.data_dir().join("server").join("tls")
+    }
+
+    /// A raw HTTPS request with the admin certificate; returns (status, body).
+    pub fn curl(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> (u16, Value) {
+        self.curl_as(
+            true,
+            method,
+            path,
+            &[content_type
+                .map(|c| format!("Content-Type: {c}"))
+                .unwrap_or_default()],
+            body,
+        )
+    }
+
+    /// A raw HTTPS request, authenticated with the admin certificate or anonymous, with
+    /// extra headers.
+    pub fn curl_as(
+        &self,
+        admin: bool,
+        method: &str,
+        path: &str,
+        headers: &[String],
+        body: Option<&[u8]>,
+    ) -> (u16, Value) {
+        let tls = self.tls();
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method])
+            .arg("--cacert")
+            .arg(tls.join("ca.crt"));
+        if admin {
+            cmd.arg("--cert")
+                .arg(tls.join("admin.crt"))
+                .arg("--key")
+                .arg(tls.join("admin.key"));
+        }
+        for h in headers.iter().filter(|h| !h.is_empty()) {
+            cmd.arg("-H").arg(h);
+        }
+        if body.is_some() {
+            cmd.args(["--data-binary", "@-"]);
+        }
+        cmd.arg(format!("https://127.0.0.1:{}{}", self.port, path));
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let Ok(mut child) = cmd.spawn() else {
+            return (0, Value::Null);
+        };
+        if let Some(b) = body {
+            let _ = child.stdin.take().map(|mut s| s.write_all(b));
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("curl output");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        let value = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string()));
+        (code.trim().parse().unwrap_or(0), value)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Writes a manifest into the server's temp dir and returns its path.
+pub fn manifest(server: &Server, name: &str, contents: &str) -> String {
+    let path: &Path = server.dir.path();
+    let p = path.join(name);
+    std::fs::write(&p, contents).expect("writing manifest");
+    p.to_string_lossy().into_owned()
+}

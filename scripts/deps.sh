@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what krust needs to build, run and test on Debian, if it is missing.
+# Safe to run again: it only installs what is not there.
+set -euo pipefail
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have curl || need_apt+=(curl)
+have gcc || need_apt+=(gcc)
+have git || need_apt+=(git)
+[ -e /usr/share/doc/ca-certificates ] || need_apt+=(ca-certificates)
+have kubectl || need_apt+=(kubectl)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  for pkg in "${need_apt[@]}"; do
+    if [ "$pkg" = kubectl ]; then
+      # kubectl is not in Debian; use the upstream apt repository.
+      if ! apt-cache show kubectl >/dev/null 2>&1; then
+        apt-get install -y -qq apt-transport-https gpg curl ca-certificates
+        curl -fsSL https://pkgs.k8s.io/core:/stable:/v1.32/deb/Release.key | gpg --dearmor -o /usr/share/keyrings/kubernetes-apt-keyring.gpg
+        echo 'deb [signed-by=/usr/share/keyrings/kubernetes-apt-keyring.gpg] https://pkgs.k8s.io/core:/stable:/v1.32/deb/ /' > /etc/apt/sources.list.d/kubernetes.list
+        apt-get update -qq
+      fi
+    fi
+    apt-get install -y -qq "$pkg"
+  done
+fi
+
+if ! have cargo; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    curl -fsSL https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests, the store suite and the end-to-end tests that drive the
+# real kubectl against real krust servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --workspace --all-targets
+cargo nextest run --workspace --no-fail-fast "$@"
