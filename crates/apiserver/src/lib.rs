@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod allocator;
 mod bootstrap;
+mod compactor;
 pub mod discovery;
 pub mod kinds;
 pub mod metrics;
@@ -50,6 +51,9 @@ pub struct Config {
     pub max_requests_inflight: usize,
     /// Most mutating requests served at once; more get 429.
     pub max_mutating_requests_inflight: usize,
+    /// How often history older than the previous interval is compacted (upstream's
+    /// `--etcd-compaction-interval`, 5 minutes); zero disables compaction.
+    pub compaction_interval: std::time::Duration,
 }
 
 /// Everything a request handler needs.
@@ -137,6 +141,12 @@ pub async fn start(
         addr.port(),
     )
     .await?;
+    if !config.compaction_interval.is_zero() {
+        tokio::spawn(compactor::run(
+            api.store.clone(),
+            config.compaction_interval,
+        ));
+    }
     let task = tokio::spawn(server::serve(api, listener, acceptor, shutdown));
     tracing::info!(%addr, "apiserver listening");
     Ok(Running { addr, pki, task })

@@ -2,7 +2,7 @@
 //! `krust server` on a temp dir and measures what the foundation issue targets.
 //!
 //! ```text
-//! cargo build --release -p krust --examples
+//! cargo build --release -p krust --bins --examples
 //! ./target/release/examples/api_bench
 //! ```
 //!
@@ -242,8 +242,8 @@ async fn get_phase(client: &Client) -> Result {
                 let t = Instant::now();
                 let path = format!(
                     "/api/v1/namespaces/list-10k/configmaps/c{}-{}",
-                    i % 64,
-                    i % 156
+                    i % 50,
+                    i % 200
                 );
                 let (code, _) = client.request(c, "GET", &path, None).await?;
                 if code != 200 {
@@ -408,9 +408,9 @@ async fn main() -> Result {
         );
     }
     create_namespace(&client, "list-1k").await?;
-    create_phase(&client, "list-1k", 16, 1_000).await?;
+    create_phase(&client, "list-1k", 8, 1_000).await?;
     create_namespace(&client, "list-10k").await?;
-    create_phase(&client, "list-10k", 64, 10_000).await?;
+    create_phase(&client, "list-10k", 50, 10_000).await?;
     println!("RSS with ~41k objects: {:.1} MB", rss_mb(pid));
 
     println!("\n== GET (16 clients, 5 s) ==");

@@ -67,6 +67,23 @@ struct ServerArgs {
     /// Most mutating requests in flight before 429.
     #[arg(long, default_value_t = 200)]
     max_mutating_requests_inflight: usize,
+    /// How often old history is compacted (e.g. 5m, 30s; 0 disables).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    etcd_compaction_interval: std::time::Duration,
+}
+
+/// `5m`, `30s`, `1h`, `250ms` or plain seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => return Ok(std::time::Duration::from_secs(n)),
+        "ms" => return Ok(std::time::Duration::from_millis(n)),
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("invalid duration unit in {s:?}")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
 }
 
 impl Cli {
@@ -112,6 +129,7 @@ async fn server(args: ServerArgs) -> Result<()> {
         advertise_address: advertise,
         max_requests_inflight: args.max_requests_inflight,
         max_mutating_requests_inflight: args.max_mutating_requests_inflight,
+        compaction_interval: args.etcd_compaction_interval,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = krust_apiserver::start(config, Arc::new(store), async {

@@ -214,17 +214,15 @@ fn create_label_annotate_patch_replace_delete() {
         "-p",
         r#"{"data":{"c":"3"}}"#,
     ]);
-    s.ok(&[
-        "-n",
-        "t1",
-        "patch",
-        "configmap",
-        "cfg",
-        "--type=apply",
-        "--field-manager=tester",
-        "-p",
-        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cfg"},"data":{"d":"4"}}"#,
-    ]);
+    // kubectl patch has no apply type: send the server-side apply patch directly.
+    let apply = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  d: '4'\n";
+    let (code, body) = s.curl(
+        "PATCH",
+        "/api/v1/namespaces/t1/configmaps/cfg?fieldManager=tester",
+        Some("application/apply-patch+yaml"),
+        Some(apply.as_bytes()),
+    );
+    assert_eq!(code, 200, "{body}");
     let cm = s.get_json(&["-n", "t1", "configmap", "cfg"]);
     assert_eq!(cm["data"], json!({"a": "10", "b": "2", "c": "3", "d": "4"}));
     let failed = s.fails(&[
@@ -237,7 +235,7 @@ fn create_label_annotate_patch_replace_delete() {
         "-p",
         r#"[{"op":"test","path":"/data/a","value":"nope"}]"#,
     ]);
-    assert!(failed.contains("Error from server"), "{failed}");
+    assert!(failed.contains("The request is invalid"), "{failed}");
 
     // replace with a stale resourceVersion conflicts; with the current one it works.
     let mut cm = s.get_json(&["-n", "t1", "configmap", "cfg"]);
@@ -294,7 +292,7 @@ fn server_side_apply_creates_and_updates() {
         out.contains("deployment.apps/web serverside-applied"),
         "{out}"
     );
-    let deploy = s.get_json(&["deployment", "web"]);
+    let deploy = s.get_json(&["deployment", "web", "--show-managed-fields"]);
     let managers: Vec<&str> = deploy["metadata"]["managedFields"]
         .as_array()
         .unwrap()
@@ -397,4 +395,118 @@ fn older_and_newer_kubectl_work() {
         );
         run(&["-n", &ns, "delete", "-f", &path]);
     }
+}
+
+#[test]
+fn generators_that_send_protobuf_bodies() {
+    let s = Server::start();
+    s.ok(&["create", "namespace", "gen"]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1.27",
+        "--replicas=2",
+        "--port=80",
+    ]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "--from-literal=password=s3cret",
+    ]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "create",
+        "service",
+        "nodeport",
+        "np",
+        "--tcp=80:8080",
+    ]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "create",
+        "job",
+        "once",
+        "--image=busybox:1.36",
+        "--",
+        "true",
+    ]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "create",
+        "cronjob",
+        "tick",
+        "--image=busybox:1.36",
+        "--schedule=*/5 * * * *",
+        "--",
+        "date",
+    ]);
+    s.ok(&["-n", "gen", "create", "serviceaccount", "robot"]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "create",
+        "role",
+        "reader",
+        "--verb=get",
+        "--resource=pods",
+    ]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "create",
+        "rolebinding",
+        "robot-reads",
+        "--role=reader",
+        "--serviceaccount=gen:robot",
+    ]);
+    s.ok(&[
+        "-n",
+        "gen",
+        "run",
+        "one",
+        "--image=busybox:1.36",
+        "--restart=Never",
+    ]);
+    s.ok(&["-n", "gen", "expose", "deployment", "web", "--port=80"]);
+
+    let deploy = s.get_json(&["-n", "gen", "deployment", "web"]);
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+        80
+    );
+    let secret = s.get_json(&["-n", "gen", "secret", "creds"]);
+    assert_eq!(secret["data"]["password"], "czNjcmV0", "base64 of s3cret");
+    assert_eq!(secret["type"], "Opaque");
+    let np = s.get_json(&["-n", "gen", "service", "np"]);
+    let node_port = np["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&node_port), "{node_port}");
+    let job = s.get_json(&["-n", "gen", "job", "once"]);
+    let uid = job["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        job["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"],
+        uid
+    );
+    assert_eq!(
+        job["spec"]["template"]["metadata"]["labels"]["job-name"],
+        "once"
+    );
+    let pod = s.get_json(&["-n", "gen", "pod", "one"]);
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert_eq!(pod["status"]["qosClass"], "BestEffort");
+    let svc = s.get_json(&["-n", "gen", "service", "web"]);
+    assert_eq!(svc["spec"]["selector"]["app"], "web");
+    let rb = s.get_json(&["-n", "gen", "rolebinding", "robot-reads"]);
+    assert_eq!(rb["subjects"][0]["name"], "robot");
 }

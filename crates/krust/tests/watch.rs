@@ -301,3 +301,46 @@ fn paged_lists_are_one_consistent_snapshot() {
         8
     );
 }
+
+#[test]
+fn continue_tokens_expire_with_compaction() {
+    let s = Server::start_with(&["--etcd-compaction-interval", "1s"]);
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let create = |name: &str| {
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+        assert_eq!(
+            s.curl(
+                "POST",
+                cms,
+                Some("application/json"),
+                Some(body.to_string().as_bytes())
+            )
+            .0,
+            201
+        );
+    };
+    create("a");
+    create("b");
+    let (_, page) = s.curl("GET", &format!("{cms}?limit=1"), None, None);
+    let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+    // Two compactions later the token's revision is history.
+    create("c");
+    let (code, body) = common::wait_for(
+        "the continue token to expire",
+        Duration::from_secs(15),
+        || {
+            let r = s.curl(
+                "GET",
+                &format!("{cms}?limit=1&continue={token}"),
+                None,
+                None,
+            );
+            (r.0 != 200).then_some(r)
+        },
+    );
+    assert_eq!(code, 410, "{body}");
+    assert_eq!(body["reason"], "Expired");
+    // The latest state is still all there.
+    let (_, list) = s.curl("GET", cms, None, None);
+    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+}

@@ -159,6 +159,10 @@ impl Call<'_> {
         match media {
             "application/json" | "" => serde_json::from_slice(&self.body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}"))),
+            "application/vnd.kubernetes.protobuf" => krust_api::protobuf::decode(&self.body)
+                .map_err(|e| {
+                    ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+                }),
             "application/yaml" => serde_saphyr::from_slice(&self.body).map_err(|e| {
                 ApiError::bad_request(format!("error decoding YAML request body: {e}"))
             }),
