@@ -2,6 +2,7 @@
 //! field selectors, `metav1.Status` errors, strategic merge patch, and decoding of
 //! protobuf request bodies.
 
+pub mod apply;
 pub mod patch;
 pub mod protobuf;
 pub mod registry;

@@ -68,6 +68,7 @@ fn call<'a>(
             groups: vec!["system:masters".into()],
         },
         content_type: Some("application/json".into()),
+        user_agent: Some("kube-apiserver".into()),
         body: Bytes::from(serde_json::to_vec(body)?),
         warnings: Vec::new(),
     })

@@ -201,19 +201,9 @@ async fn handle(api: &Api, user: User, req: http::Request<Incoming>) -> Response
                 Ok(_permit) => {
                     // Read the whole body first: answering before it is consumed makes
                     // clients that are still sending see a reset instead of the Status.
-                    let content_type = header(http::header::CONTENT_TYPE);
                     match read_body(body).await {
                         Ok(body) => {
-                            serve_resource(
-                                api,
-                                user,
-                                info,
-                                query,
-                                accept.as_deref(),
-                                content_type,
-                                body,
-                            )
-                            .await
+                            serve_resource(api, user, info, query, &parts.headers, body).await
                         }
                         Err(e) => Err(e),
                     }
@@ -240,10 +230,17 @@ async fn serve_resource(
     user: User,
     info: request::RequestInfo,
     query: Query,
-    accept: Option<&str>,
-    content_type: Option<String>,
+    headers: &http::HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let header = |name: http::header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let accept = header(http::header::ACCEPT);
+    let accept = accept.as_deref();
     let kind = kinds::find(&info.group, &info.version, &info.resource)
         .ok_or_else(ApiError::path_not_found)?;
     if kind.info.plural == "bindings"
@@ -260,7 +257,8 @@ async fn serve_resource(
         query,
         output,
         user,
-        content_type,
+        content_type: header(http::header::CONTENT_TYPE),
+        user_agent: header(http::header::USER_AGENT),
         body,
         warnings: Vec::new(),
     };

@@ -293,20 +293,62 @@ fn server_side_apply_creates_and_updates() {
         "{out}"
     );
     let deploy = s.get_json(&["deployment", "web", "--show-managed-fields"]);
-    let managers: Vec<&str> = deploy["metadata"]["managedFields"]
+    let applied = deploy["metadata"]["managedFields"]
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|m| m["manager"].as_str())
-        .collect();
-    assert!(managers.contains(&"kubectl"), "{managers:?}");
+        .find(|m| m["manager"] == "kubectl" && m["operation"] == "Apply")
+        .expect("an Apply entry for kubectl")
+        .clone();
+    let fields = &applied["fieldsV1"];
+    assert!(fields["f:spec"]["f:replicas"].is_object(), "{fields}");
+    assert!(
+        fields["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"]["f:image"]
+            .is_object(),
+        "{fields}"
+    );
+
+    // Another manager takes spec.replicas: applying a different value now conflicts.
+    s.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "--field-manager=autoscaler",
+        "-p",
+        r#"{"spec":{"replicas":4}}"#,
+    ]);
     let edited = manifest(
         &s,
         "web2.yaml",
         &DEPLOYMENT.replace("replicas: 3", "replicas: 5"),
     );
-    s.ok(&["apply", "--server-side", "-f", &edited]);
+    let err = s.fails(&["apply", "--server-side", "-f", &edited]);
+    assert!(
+        err.contains("Apply failed with 1 conflict")
+            && err.contains(r#"conflict with "autoscaler""#)
+            && err.contains(".spec.replicas"),
+        "{err}"
+    );
+    assert_eq!(
+        s.get_json(&["deployment", "web"])["spec"]["replicas"],
+        4,
+        "a refused apply writes nothing"
+    );
+    s.ok(&["apply", "--server-side", "--force-conflicts", "-f", &edited]);
     assert_eq!(s.get_json(&["deployment", "web"])["spec"]["replicas"], 5);
+
+    // Fields the applier stops applying are removed.
+    let fewer = manifest(
+        &s,
+        "web3.yaml",
+        &DEPLOYMENT
+            .replace("replicas: 3", "replicas: 5")
+            .replace(", {name: B, value: '2'}", ""),
+    );
+    s.ok(&["apply", "--server-side", "-f", &fewer]);
+    let env =
+        &s.get_json(&["deployment", "web"])["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(env, &json!([{"name": "A", "value": "1"}]));
 }
 
 #[test]

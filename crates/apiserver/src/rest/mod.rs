@@ -38,6 +38,7 @@ pub struct Call<'a> {
     pub output: Output,
     pub user: User,
     pub content_type: Option<String>,
+    pub user_agent: Option<String>,
     pub body: Bytes,
     /// Warnings for the `Warning` response header (unknown fields under Warn).
     pub warnings: Vec<String>,
@@ -93,6 +94,48 @@ impl Call<'_> {
             resource: self.kind.info.plural,
             name,
         }
+    }
+
+    /// The field manager of a write: the `fieldManager` parameter, else the user agent up
+    /// to its first `/`, as upstream.
+    pub fn field_manager(&self) -> String {
+        match self.query.get("fieldManager").filter(|m| !m.is_empty()) {
+            Some(m) => m.to_string(),
+            None => self
+                .user_agent
+                .as_deref()
+                .and_then(|ua| ua.split('/').next())
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
+
+    /// The managed-fields endpoint of this call (kind, version, subresource, and the
+    /// fields its strategy resets).
+    pub fn endpoint(&self, part: Part) -> krust_api::apply::Endpoint<'static> {
+        let info = self.kind.info;
+        let mut e = krust_api::apply::Endpoint::new(info.group, info.version, info.kind);
+        match part {
+            Part::Main if self.kind.has_status() => e.reset_fields = krust_api::apply::RESET_STATUS,
+            Part::Main => {}
+            Part::Status => {
+                e.subresource = Some("status");
+                e.reset_fields = &[&["spec"]];
+            }
+            Part::Finalize => e.subresource = Some("finalize"),
+        }
+        e
+    }
+
+    /// Records what a non-apply write changed in managedFields.
+    pub fn record_update(&self, part: Part, old: Option<&Value>, new: &mut Value) {
+        let manager = self.field_manager();
+        let time = now();
+        let m = krust_api::apply::Manager {
+            name: &manager,
+            time: &time,
+        };
+        krust_api::apply::record_update(&self.endpoint(part), old, new, &m);
     }
 
     pub fn dry_run(&self) -> bool {

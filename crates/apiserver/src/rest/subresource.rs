@@ -7,7 +7,7 @@ use krust_api::status::ApiError;
 use krust_store::Compare;
 use serde_json::{Value, json};
 
-use super::write::{patch, update, update_object};
+use super::write::{Ownership, patch, update, update_object};
 use super::{Call, Part, now, parse_rv};
 use crate::kinds::table::selector as selector_string;
 use crate::request::Verb;
@@ -99,7 +99,7 @@ async fn scale_write(call: &mut Call<'_>) -> Result<Response, ApiError> {
     }
     let mut new = old.clone();
     new["spec"]["replicas"] = json!(replicas);
-    let updated = update_object(call, Part::Main, new, old, rev).await?;
+    let updated = update_object(call, Part::Main, new, old, rev, Ownership::Record).await?;
     let new_rev = updated["metadata"]["resourceVersion"]
         .as_str()
         .and_then(|r| r.parse().ok())

@@ -11,6 +11,15 @@ use super::{Call, Part, now, parse_rv};
 use crate::kinds::validation::{check_annotations, check_labels, check_name};
 use crate::response::Response;
 
+/// Who computes a write's managedFields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// Record the write as an Update by the call's field manager.
+    Record,
+    /// Server-side apply has already computed them.
+    Applied,
+}
+
 /// How many times a patch without a resourceVersion is retried on a write conflict.
 const PATCH_RETRIES: usize = 5;
 
@@ -18,14 +27,18 @@ pub async fn create(call: &mut Call<'_>) -> Result<Response, ApiError> {
     let info = call.kind.info;
     let mut obj = call.decode_body((&info.api_version(), info.kind))?;
     obj = call.kind.strategy.to_storage(obj);
-    let created = create_object(call, obj).await?;
+    let created = create_object(call, obj, Ownership::Record).await?;
     let served = call.kind.strategy.to_served(created);
     Ok(call.reply(StatusCode::CREATED, &served))
 }
 
 /// Creates an object already decoded into storage form. Shared by POST and by
 /// server-side apply of a missing object.
-pub async fn create_object(call: &Call<'_>, mut obj: Value) -> Result<Value, ApiError> {
+pub async fn create_object(
+    call: &Call<'_>,
+    mut obj: Value,
+    ownership: Ownership,
+) -> Result<Value, ApiError> {
     let info = call.kind.info;
     let meta = obj["metadata"]
         .as_object_mut()
@@ -86,6 +99,9 @@ pub async fn create_object(call: &Call<'_>, mut obj: Value) -> Result<Value, Api
     }
     call.kind.strategy.default(&mut obj);
     call.kind.strategy.prepare_for_create(&mut obj);
+    if ownership == Ownership::Record {
+        call.record_update(Part::Main, None, &mut obj);
+    }
     validate(call, &obj, None)?;
     call.api.admission.admit_create(call, &mut obj).await?;
     let allocated = (info.plural == "services" && !call.dry_run()).then(|| obj.clone());
@@ -167,7 +183,7 @@ pub async fn update(call: &mut Call<'_>, part: Part) -> Result<Response, ApiErro
     if precondition.is_some_and(|rv| rv != old_rev) {
         return Err(ApiError::stale(call.target(&name)));
     }
-    let updated = update_object(call, part, body, old, old_rev).await?;
+    let updated = update_object(call, part, body, old, old_rev, Ownership::Record).await?;
     Ok(call.reply(StatusCode::OK, &call.kind.strategy.to_served(updated)))
 }
 
@@ -178,6 +194,7 @@ pub async fn update_object(
     mut new: Value,
     old: Value,
     old_rev: Revision,
+    ownership: Ownership,
 ) -> Result<Value, ApiError> {
     let has_status = call.kind.has_status();
     match part {
@@ -222,6 +239,9 @@ pub async fn update_object(
     if call.kind.strategy.tracks_generation() && spec_changed(&new, &old) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(g);
+    }
+    if ownership == Ownership::Record {
+        call.record_update(part, Some(&old), &mut new);
     }
     new["metadata"]["resourceVersion"] = json!(old_rev.to_string());
     let mut old_cmp = old.clone();
@@ -307,6 +327,11 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
         _ => serde_json::from_slice(&call.body)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
     };
+    if ty == PatchType::Apply && call.query.get("fieldManager").is_none_or(str::is_empty) {
+        return Err(ApiError::bad_request(
+            "PATCH, application/apply-patch+yaml requires fieldManager",
+        ));
+    }
     let name = call.name().to_string();
     let info = call.kind.info;
     for attempt in 0.. {
@@ -317,16 +342,19 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
         };
         let Some((old, old_rev)) = current else {
             // Server-side apply of a missing object creates it.
-            let obj = call.decode_value(patch.clone(), (&info.api_version(), info.kind))?;
-            let mut obj = call.kind.strategy.to_storage(obj);
+            let mut obj = server_side_apply(call, part, None, &patch)?;
             obj["metadata"]["name"] = json!(name);
-            record_apply_manager(call, &mut obj);
-            let created = super::write::create_object(call, obj).await?;
+            let obj = call.decode_value(obj, (&info.api_version(), info.kind))?;
+            let obj = call.kind.strategy.to_storage(obj);
+            let created = create_object(call, obj, Ownership::Applied).await?;
             return Ok(call.reply(StatusCode::CREATED, &call.kind.strategy.to_served(created)));
         };
         let mut served_old = call.kind.strategy.to_served(old.clone());
         served_old["metadata"]["resourceVersion"] = json!(old_rev.to_string());
-        let patched = apply_patch(ty, &served_old, &patch, info)?;
+        let patched = match ty {
+            PatchType::Apply => server_side_apply(call, part, Some(&served_old), &patch)?,
+            _ => apply_patch(ty, &served_old, &patch, info)?,
+        };
         let precondition = patched["metadata"]["resourceVersion"]
             .as_str()
             .map(str::to_string);
@@ -343,11 +371,13 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
             )));
         }
         let new = call.decode_value(patched, (&info.api_version(), info.kind))?;
-        let mut new = call.kind.strategy.to_storage(new);
-        if ty == PatchType::Apply {
-            record_apply_manager(call, &mut new);
-        }
-        match update_object(call, part, new, old, old_rev).await {
+        let new = call.kind.strategy.to_storage(new);
+        let ownership = if ty == PatchType::Apply {
+            Ownership::Applied
+        } else {
+            Ownership::Record
+        };
+        match update_object(call, part, new, old, old_rev, ownership).await {
             Err(e)
                 if e.code == 409
                     && e.reason == "Conflict"
@@ -363,6 +393,47 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
         }
     }
     unreachable!("the retry loop returns")
+}
+
+/// Server-side apply of `config` onto `live` (served form): the merged object with its
+/// managedFields, or 409 with one cause per conflicting field.
+fn server_side_apply(
+    call: &Call<'_>,
+    part: Part,
+    live: Option<&Value>,
+    config: &Value,
+) -> Result<Value, ApiError> {
+    let manager = call.field_manager();
+    let time = now();
+    let m = krust_api::apply::Manager {
+        name: &manager,
+        time: &time,
+    };
+    let force = call.query.flag("force");
+    krust_api::apply::apply(&call.endpoint(part), live, config, &m, force).map_err(|e| match e {
+        krust_api::apply::ApplyError::Conflicts(conflicts) => {
+            let name = call.name();
+            let message = krust_api::apply::ApplyError::Conflicts(conflicts.clone()).to_string();
+            ApiError {
+                details: Some(Box::new(krust_api::status::Details {
+                    name: name.to_string(),
+                    group: call.kind.info.group.to_string(),
+                    kind: call.kind.info.plural.to_string(),
+                    causes: conflicts
+                        .iter()
+                        .map(|c| Cause {
+                            reason: "FieldManagerConflict",
+                            message: c.message(),
+                            field: c.field.clone(),
+                        })
+                        .collect(),
+                    retry_after_seconds: None,
+                })),
+                ..ApiError::new(409, "Conflict", message)
+            }
+        }
+        krust_api::apply::ApplyError::Invalid(msg) => ApiError::bad_request(msg),
+    })
 }
 
 fn apply_patch(
@@ -399,31 +470,4 @@ fn apply_patch(
                 .map_err(|e| ApiError::bad_request(e.to_string()))
         }
     }
-}
-
-/// Records the field manager of a server-side apply in managedFields.
-fn record_apply_manager(call: &Call<'_>, obj: &mut Value) {
-    let manager = call
-        .query
-        .get("fieldManager")
-        .unwrap_or("unknown")
-        .to_string();
-    let entry = json!({
-        "manager": manager,
-        "operation": "Apply",
-        "apiVersion": call.kind.info.api_version(),
-        "time": now(),
-        "fieldsType": "FieldsV1",
-        "fieldsV1": {},
-    });
-    let list = obj["metadata"]["managedFields"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let mut list: Vec<Value> = list
-        .into_iter()
-        .filter(|m| m["manager"] != json!(manager) || m["operation"] != "Apply")
-        .collect();
-    list.push(entry);
-    obj["metadata"]["managedFields"] = Value::Array(list);
 }
