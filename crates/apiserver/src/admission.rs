@@ -1,7 +1,6 @@
-//! The request chain's pluggable stages: authentication (who), authorization (may they),
-//! and admission (mutate and check before the store). This issue ships client-certificate
-//! authentication, allow-all authorization, and the built-in admission steps krust needs
-//! from day one: NamespaceLifecycle and Service IP/port allocation.
+//! Admission: the last stage before the store, where writes are mutated and checked. The
+//! built-in steps krust needs from day one: NamespaceLifecycle and Service IP/port
+//! allocation.
 
 use std::sync::Arc;
 
@@ -10,64 +9,6 @@ use serde_json::Value;
 
 use crate::allocator::ServiceAllocator;
 use crate::rest::Call;
-
-/// An authenticated user.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
-    pub name: String,
-    pub groups: Vec<String>,
-}
-
-impl User {
-    pub fn anonymous() -> User {
-        User {
-            name: "system:anonymous".into(),
-            groups: vec!["system:unauthenticated".into()],
-        }
-    }
-
-    pub fn is_anonymous(&self) -> bool {
-        self.name == "system:anonymous"
-    }
-}
-
-/// Decides whether a user may perform a request.
-pub trait Authorizer: Send + Sync {
-    fn authorize(
-        &self,
-        user: &User,
-        verb: &str,
-        group: &str,
-        resource: &str,
-        namespace: Option<&str>,
-    ) -> Result<(), ApiError>;
-}
-
-/// Every authenticated user may do everything (until RBAC lands).
-pub struct AllowAuthenticated;
-
-impl Authorizer for AllowAuthenticated {
-    fn authorize(
-        &self,
-        user: &User,
-        verb: &str,
-        group: &str,
-        resource: &str,
-        _ns: Option<&str>,
-    ) -> Result<(), ApiError> {
-        if user.is_anonymous() {
-            let what = if group.is_empty() {
-                resource.to_string()
-            } else {
-                format!("{resource}.{group}")
-            };
-            return Err(ApiError::forbidden(format!(
-                "{what} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{resource}\" in API group \"{group}\""
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// The admission steps run on writes.
 pub struct Admission {

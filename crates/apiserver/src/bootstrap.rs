@@ -11,7 +11,7 @@ use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
 use crate::Api;
-use crate::admission::User;
+use crate::auth::User;
 use crate::kinds;
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::Output;

@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod auth;
 mod bootstrap;
 mod compactor;
 pub mod discovery;
@@ -30,8 +31,9 @@ use krust_store::Store;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::admission::{Admission, AllowAuthenticated, Authorizer};
+use crate::admission::Admission;
 use crate::allocator::{ServiceAllocator, parse_cidr};
+use crate::auth::{AllowAuthenticated, Authenticators, Authorizer, ClientCertificates};
 use crate::watch_cache::WatchCache;
 
 /// The Kubernetes version krust serves.
@@ -61,6 +63,7 @@ pub struct Api {
     pub store: Arc<dyn Store>,
     pub cache: Arc<WatchCache>,
     pub admission: Admission,
+    pub authenticators: Authenticators,
     pub authorizer: Box<dyn Authorizer>,
     pub metrics: metrics::Metrics,
     /// `host:port` clients are told to use.
@@ -126,6 +129,7 @@ pub async fn start(
         admission: Admission {
             services: services.clone(),
         },
+        authenticators: Authenticators(vec![Box::new(ClientCertificates)]),
         authorizer: Box::new(AllowAuthenticated),
         metrics: metrics::Metrics::new(),
         advertise: format!("{}:{}", config.advertise_address, addr.port()),

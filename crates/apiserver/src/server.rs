@@ -17,7 +17,7 @@ use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::User;
+use crate::auth::{Credentials, User};
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
 use crate::{Api, discovery, kinds, rest};
@@ -44,24 +44,6 @@ pub fn tls_acceptor(pki: &crate::pki::Pki) -> Result<TlsAcceptor> {
         .with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
-/// The user a verified client certificate names: CN is the user, each O a group.
-fn user_from_cert(cert: &CertificateDer<'_>) -> Option<User> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
-    let subject = parsed.subject();
-    let name = subject
-        .iter_common_name()
-        .next()?
-        .as_str()
-        .ok()?
-        .to_string();
-    let mut groups: Vec<String> = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok().map(str::to_string))
-        .collect();
-    groups.push("system:authenticated".into());
-    Some(User { name, groups })
 }
 
 /// Upstream's max-in-flight filter: separate budgets for reads and writes; long-running
@@ -128,17 +110,20 @@ pub async fn serve(
                     return;
                 }
             };
-            let user = tls
+            let client_cert: Option<Arc<CertificateDer<'static>>> = tls
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|certs| certs.first())
-                .and_then(user_from_cert)
-                .unwrap_or_else(User::anonymous);
+                .map(|c| Arc::new(c.clone().into_owned()));
             let service = hyper::service::service_fn(move |req| {
                 let api = api.clone();
-                let user = user.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&api, user, req).await) }
+                let client_cert = client_cert.clone();
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        handle(&api, client_cert.as_deref(), req).await,
+                    )
+                }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
@@ -151,7 +136,11 @@ pub async fn serve(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), graceful.shutdown()).await;
 }
 
-async fn handle(api: &Api, user: User, req: http::Request<Incoming>) -> Response {
+async fn handle(
+    api: &Api,
+    client_cert: Option<&CertificateDer<'static>>,
+    req: http::Request<Incoming>,
+) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
@@ -177,28 +166,30 @@ async fn handle(api: &Api, user: User, req: http::Request<Incoming>) -> Response
         Some(Ok(info)) => {
             let verb = info.verb.as_str().to_string();
             let resource = info.resource.clone();
-            let bearer =
-                header(http::header::AUTHORIZATION).is_some_and(|h| h.starts_with("Bearer "));
-            let admitted = if bearer {
-                // No token authenticator is configured yet: every token is invalid.
-                Err(ApiError::unauthorized())
-            } else {
-                api.authorizer
-                    .authorize(
-                        &user,
-                        info.verb.as_str(),
-                        &info.group,
-                        &info.resource,
-                        info.namespace.as_deref(),
-                    )
-                    .and_then(|()| api.inflight.admit(info.verb))
+            let authorization = header(http::header::AUTHORIZATION);
+            let creds = Credentials {
+                client_cert,
+                bearer: authorization
+                    .as_deref()
+                    .and_then(|h| h.strip_prefix("Bearer ")),
             };
+            let authenticated = api.authenticators.authenticate(&creds);
+            let admitted = authenticated.and_then(|user| {
+                api.authorizer.authorize(
+                    &user,
+                    info.verb.as_str(),
+                    &info.group,
+                    &info.resource,
+                    info.namespace.as_deref(),
+                )?;
+                Ok((user, api.inflight.admit(info.verb)?))
+            });
             let result = match admitted {
                 Err(e) => {
                     drain(body).await;
                     Err(e)
                 }
-                Ok(_permit) => {
+                Ok((user, _permit)) => {
                     // Read the whole body first: answering before it is consumed makes
                     // clients that are still sending see a reset instead of the Status.
                     match read_body(body).await {

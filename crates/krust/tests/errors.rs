@@ -350,3 +350,38 @@ fn watch_from_a_revision_older_than_history_is_gone() {
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");
 }
+
+#[test]
+fn metrics_count_requests_by_verb_resource_and_code() {
+    let s = Server::start();
+    assert_eq!(
+        s.curl(
+            "GET",
+            "/api/v1/namespaces/default/configmaps/missing",
+            None,
+            None
+        )
+        .0,
+        404
+    );
+    assert_eq!(s.curl("GET", CMS, None, None).0, 200);
+    let (code, text) = s.curl("GET", "/metrics", None, None);
+    assert_eq!(code, 200);
+    let text = text.as_str().unwrap_or_default().to_string();
+    let line = |verb: &str, code: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("apiserver_request_total{")
+                    && l.contains(&format!("verb=\"{verb}\""))
+                    && l.contains("resource=\"configmaps\"")
+                    && l.contains(&format!("code=\"{code}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().to_string())
+    };
+    assert_eq!(line("get", "404").as_deref(), Some("1"), "{text}");
+    assert_eq!(line("list", "200").as_deref(), Some("1"), "{text}");
+    assert!(
+        text.contains("apiserver_request_duration_seconds_bucket"),
+        "{text}"
+    );
+}

@@ -20,7 +20,7 @@ use krust_store::{Compare, Op, Revision, StoreError, Txn, TxnResult};
 use serde_json::{Value, json};
 
 use crate::Api;
-use crate::admission::User;
+use crate::auth::User;
 use crate::kinds::{FieldValidation, Kind};
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::{self, Output, Response};
