@@ -10,6 +10,9 @@ have gcc || need_apt+=(gcc)
 have git || need_apt+=(git)
 [ -e /usr/share/doc/ca-certificates ] || need_apt+=(ca-certificates)
 have kubectl || need_apt+=(kubectl)
+# protoc builds the etcd and CRI gRPC clients; etcd backs the etcd-backend tests.
+have protoc || need_apt+=(protobuf-compiler)
+have etcd || need_apt+=(etcd-server)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
@@ -26,6 +29,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
     apt-get install -y -qq "$pkg"
   done
+  # Debian starts the packaged etcd as a service; krust's tests start their own.
+  if [[ " ${need_apt[*]} " == *" etcd-server "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now etcd >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! have cargo; then
