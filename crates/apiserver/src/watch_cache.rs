@@ -80,6 +80,44 @@ pub struct CacheEvent {
 }
 
 impl CacheEvent {
+    pub fn new(
+        kind: EventType,
+        object: Arc<CachedObject>,
+        prev: Option<Arc<CachedObject>>,
+    ) -> Self {
+        CacheEvent {
+            kind,
+            object,
+            prev,
+            frame: Default::default(),
+        }
+    }
+
+    /// The cache event a store event of this resource means, for watchers replaying
+    /// history the cache no longer holds.
+    pub fn from_store(cache: &ResourceCache, event: &Event) -> Option<CacheEvent> {
+        match event {
+            Event::Put { kv, prev } => {
+                let object = Arc::new(cache.decode_stored(kv)?);
+                let prev = prev
+                    .as_ref()
+                    .and_then(|p| cache.decode_stored(p))
+                    .map(Arc::new);
+                let kind = if prev.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                Some(CacheEvent::new(kind, object, prev))
+            }
+            Event::Delete { prev, revision } => {
+                let object = Arc::new(cache.cached(prev, *revision)?);
+                let before = cache.decode_stored(prev).map(Arc::new);
+                Some(CacheEvent::new(EventType::Deleted, object, before))
+            }
+        }
+    }
+
     pub fn revision(&self) -> Revision {
         self.object.revision
     }
@@ -259,12 +297,7 @@ impl ResourceCache {
                 let Some(obj) = self.cached(prev, rev) else {
                     return;
                 };
-                CacheEvent {
-                    kind: EventType::Deleted,
-                    object: Arc::new(obj),
-                    prev: old,
-                    frame: Default::default(),
-                }
+                CacheEvent::new(EventType::Deleted, Arc::new(obj), old)
             }
         };
         if state.history.len() == HISTORY_CAPACITY

@@ -319,33 +319,67 @@ fn too_many_requests_when_in_flight_budget_is_spent() {
     );
 }
 
+/// The first event line of a watch that ends by itself (timeoutSeconds).
+fn first_watch_event(s: &Server, path: &str) -> Value {
+    let (code, body) = s.curl("GET", path, None, None);
+    assert_eq!(code, 200, "{body}");
+    match body {
+        Value::String(text) => serde_json::from_str(text.lines().next().unwrap_or("null")).unwrap(),
+        v => v,
+    }
+}
+
 #[test]
-fn watch_from_a_revision_older_than_history_is_gone() {
-    let mut s = Server::start();
-    assert_eq!(
-        s.curl("POST", CMS, Some("application/json"), Some(&cm("a")))
-            .0,
-        201
-    );
+fn watch_older_than_the_cache_replays_the_store_until_compacted() {
+    let mut s = Server::start_with(&["--etcd-compaction-interval", "1s"]);
+    let post = |s: &Server, name: &str| {
+        assert_eq!(
+            s.curl("POST", CMS, Some("application/json"), Some(&cm(name)))
+                .0,
+            201
+        )
+    };
+    post(&s, "a");
     let (_, list) = s.curl("GET", CMS, None, None);
     let rv: i64 = list["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
+    post(&s, "b");
     s.restart();
-    // The restarted server's history starts at its load revision.
-    let (code, body) = s.curl(
-        "GET",
-        &format!("{CMS}?watch=1&resourceVersion={}&timeoutSeconds=2", rv - 1),
-        None,
-        None,
+    // The restarted cache's history starts at its load revision; the store still has
+    // the older history, so the watch is served from it.
+    let event = first_watch_event(
+        &s,
+        &format!("{CMS}?watch=1&resourceVersion={rv}&timeoutSeconds=1"),
     );
-    assert_eq!(code, 200);
-    let event = match body {
-        Value::String(text) => serde_json::from_str::<Value>(text.lines().next().unwrap()).unwrap(),
-        v => v,
-    };
+    assert_eq!(event["type"], "ADDED", "{event}");
+    assert_eq!(event["object"]["metadata"]["name"], "b");
+
+    // Once compaction has passed that revision, the same watch is 410 Gone.
+    let (_, page) = s.curl("GET", &format!("{CMS}?limit=1"), None, None);
+    let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+    post(&s, "c");
+    common::wait_for(
+        "compaction past the first page",
+        std::time::Duration::from_secs(15),
+        || {
+            (s.curl(
+                "GET",
+                &format!("{CMS}?limit=1&continue={token}"),
+                None,
+                None,
+            )
+            .0 == 410)
+                .then_some(())
+        },
+    );
+    s.restart();
+    let event = first_watch_event(
+        &s,
+        &format!("{CMS}?watch=1&resourceVersion={rv}&timeoutSeconds=1"),
+    );
     assert_eq!(event["type"], "ERROR", "{event}");
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use http::StatusCode;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use krust_api::status::ApiError;
-use krust_store::Revision;
+use krust_store::{Revision, Store};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -64,10 +65,18 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
         first_table: std::sync::atomic::AtomicBool::new(true),
     };
     let global = call.api.cache.clone();
+    let store = call.api.store.clone();
     tokio::spawn(async move {
         let _ = tokio::time::timeout(
             timeout,
-            watcher.run(tx, initial, start, send_initial == Some(true), global),
+            watcher.run(
+                tx,
+                initial,
+                start,
+                send_initial == Some(true),
+                global,
+                store,
+            ),
         )
         .await;
     });
@@ -107,6 +116,7 @@ impl Watcher {
         mut cursor: Revision,
         initial_end_bookmark: bool,
         global: Arc<crate::watch_cache::WatchCache>,
+        store: Arc<dyn Store>,
     ) {
         let mut changes = self.cache.subscribe();
         if let Some(objs) = initial {
@@ -127,12 +137,19 @@ impl Watcher {
         loop {
             let events = match self.cache.events_after(cursor) {
                 Ok(events) => events,
-                Err(too_old) => {
-                    let err = ApiError::gone(too_old.to_string());
-                    let frame = line(&json!({"type": "ERROR", "object": err.to_status()}));
-                    let _ = tx.send(frame).await;
-                    return;
-                }
+                Err(too_old) => match self.replay_from_store(&store, &tx, cursor).await {
+                    Replay::CaughtUp(at) => {
+                        cursor = at;
+                        continue;
+                    }
+                    Replay::ClientGone => return,
+                    Replay::Gone => {
+                        let err = ApiError::gone(too_old.to_string());
+                        let frame = line(&json!({"type": "ERROR", "object": err.to_status()}));
+                        let _ = tx.send(frame).await;
+                        return;
+                    }
+                },
             };
             for ev in &events {
                 cursor = ev.revision();
@@ -153,6 +170,35 @@ impl Watcher {
                 _ = tx.closed() => return,
             }
         }
+    }
+
+    /// Serves history the cache has already dropped from the store's own history (kept
+    /// until compaction), until the cache's ring reaches back far enough to take over.
+    async fn replay_from_store(
+        &self,
+        store: &Arc<dyn Store>,
+        tx: &mpsc::Sender<Bytes>,
+        cursor: Revision,
+    ) -> Replay {
+        let Ok(mut events) = store.watch(self.cache.prefix(), cursor + 1).await else {
+            return Replay::Gone;
+        };
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else {
+                return Replay::Gone;
+            };
+            let rev = event.revision();
+            if let Some(ev) = CacheEvent::from_store(&self.cache, &event)
+                && let Some(frame) = self.event_frame(&ev)
+                && tx.send(frame).await.is_err()
+            {
+                return Replay::ClientGone;
+            }
+            if self.cache.events_after(rev).is_ok() {
+                return Replay::CaughtUp(rev);
+            }
+        }
+        Replay::Gone
     }
 
     fn in_scope(&self, o: &CachedObject) -> bool {
@@ -220,6 +266,15 @@ impl Watcher {
             &json!({"type": "BOOKMARK", "object": {"kind": self.kind.info.kind, "apiVersion": api_version, "metadata": meta}}),
         )
     }
+}
+
+/// How a replay from the store ended.
+enum Replay {
+    /// Everything after this revision is in the cache's ring again.
+    CaughtUp(Revision),
+    /// The store no longer has the history either (compacted).
+    Gone,
+    ClientGone,
 }
 
 fn line(v: &Value) -> Bytes {
