@@ -11,6 +11,8 @@ pub mod auth;
 mod bootstrap;
 mod compactor;
 pub mod discovery;
+pub mod endpoints;
+pub mod internal;
 pub mod kinds;
 pub mod metrics;
 pub mod openapi;
@@ -53,6 +55,9 @@ pub struct Config {
     pub max_requests_inflight: usize,
     /// Most mutating requests served at once; more get 429.
     pub max_mutating_requests_inflight: usize,
+    /// How often this apiserver renews its identity lease and rewrites the `kubernetes`
+    /// endpoints (upstream: 10 s).
+    pub endpoint_reconcile_interval: std::time::Duration,
     /// How often history older than the previous interval is compacted (upstream's
     /// `--etcd-compaction-interval`, 5 minutes); zero disables compaction.
     pub compaction_interval: std::time::Duration,
@@ -138,13 +143,22 @@ pub async fn start(
             config.max_mutating_requests_inflight,
         ),
     });
-    bootstrap::run(
-        &api,
-        services.first_ip(),
+    bootstrap::run(&api, services.first_ip(), addr.port()).await?;
+    let reconciler = endpoints::EndpointReconciler::new(
+        api.clone(),
         config.advertise_address,
         addr.port(),
-    )
-    .await?;
+        config.endpoint_reconcile_interval,
+    );
+    reconciler
+        .reconcile_once()
+        .await
+        .map_err(|e| anyhow::anyhow!("publishing the kubernetes endpoints: {e}"))?;
+    tokio::spawn(reconciler.clone().run());
+    let shutdown = async move {
+        shutdown.await;
+        reconciler.leave().await;
+    };
     if !config.compaction_interval.is_zero() {
         tokio::spawn(compactor::run(
             api.store.clone(),

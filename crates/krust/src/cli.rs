@@ -130,6 +130,7 @@ async fn server(args: ServerArgs) -> Result<()> {
         max_requests_inflight: args.max_requests_inflight,
         max_mutating_requests_inflight: args.max_mutating_requests_inflight,
         compaction_interval: args.etcd_compaction_interval,
+        endpoint_reconcile_interval: std::time::Duration::from_secs(10),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = krust_apiserver::start(config, Arc::new(store), async {
