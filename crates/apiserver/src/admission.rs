@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use krust_api::status::{ApiError, Target};
+use krust_api::status::{ApiError, Cause, Target};
 use serde_json::Value;
 
-use crate::allocator::ServiceAllocator;
+use crate::allocator::{ClaimError, ServiceAllocator, claim, claim_keys, unclaim};
 use crate::rest::Call;
 
 /// The admission steps run on writes.
@@ -22,16 +22,7 @@ impl Admission {
             namespace_lifecycle(call, obj).await?;
         }
         if info.plural == "services" && info.group.is_empty() {
-            let name = obj["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            self.services
-                .allocate(obj)
-                .map_err(|causes| ApiError::invalid("Service", "", &name, causes))?;
-            if call.dry_run() {
-                self.services.release(obj);
-            }
+            self.allocate_service(call, obj, None).await?;
         }
         Ok(())
     }
@@ -45,10 +36,6 @@ impl Admission {
         let info = call.kind.info;
         if info.plural == "services" && info.group.is_empty() {
             // Keep what was allocated; allocate what a type change now needs.
-            let name = new["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
             if new["spec"]["clusterIP"].as_str().is_none_or(str::is_empty)
                 && old["spec"]["type"] != "ExternalName"
             {
@@ -64,23 +51,113 @@ impl Admission {
             if needs_ports {
                 keep_node_ports(new, old);
             }
-            let mut probe = new.clone();
-            self.services.release(old);
-            match self.services.allocate(&mut probe) {
-                Ok(()) => *new = probe,
-                Err(causes) => {
-                    self.services.observe(old);
-                    return Err(ApiError::invalid("Service", "", &name, causes));
-                }
-            }
+            self.allocate_service(call, new, Some(old)).await?;
         }
         Ok(())
     }
 
-    /// Frees what a deleted object held.
-    pub fn after_delete(&self, call: &Call<'_>, obj: &Value) {
+    /// Gives a Service (new, or `old` updated) its ClusterIP and NodePorts, claimed in
+    /// the store. An auto-assigned IP or port another apiserver took meanwhile is skipped
+    /// and another picked; a requested one is refused.
+    async fn allocate_service(
+        &self,
+        call: &Call<'_>,
+        svc: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let name = svc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let owner = format!(
+            "{}/{name}",
+            svc["metadata"]["namespace"].as_str().unwrap_or_default()
+        );
+        let requested = claim_keys(svc);
+        for _ in 0..16 {
+            let mut probe = svc.clone();
+            if let Some(old) = old {
+                self.services.release(old);
+            }
+            let allocated = self.services.allocate(&mut probe);
+            if let Some(old) = old {
+                self.services.observe(old);
+            }
+            allocated.map_err(|causes| ApiError::invalid("Service", "", &name, causes))?;
+            if call.dry_run() {
+                if old.is_none() {
+                    self.services.release(&probe);
+                }
+                *svc = probe;
+                return Ok(());
+            }
+            let keys = claim_keys(&probe);
+            match claim(call.api.store.as_ref(), &owner, &keys).await {
+                Ok(()) => {
+                    if let Some(old) = old {
+                        let dropped: Vec<String> = claim_keys(old)
+                            .into_iter()
+                            .filter(|k| !keys.contains(k))
+                            .collect();
+                        self.services.release(old);
+                        self.services.observe(&probe);
+                        unclaim(call.api.store.as_ref(), &owner, &dropped)
+                            .await
+                            .map_err(|e| ApiError::internal(e.to_string()))?;
+                    }
+                    *svc = probe;
+                    return Ok(());
+                }
+                Err(ClaimError::Taken(key)) => {
+                    self.services.release(&probe);
+                    if let Some(old) = old {
+                        self.services.observe(old);
+                    }
+                    self.services.observe_key(&key);
+                    if requested.contains(&key) {
+                        let what = key.rsplit('/').next().unwrap_or_default().to_string();
+                        let field = if key.contains("serviceips") {
+                            "spec.clusterIPs"
+                        } else {
+                            "spec.ports"
+                        };
+                        return Err(ApiError::invalid(
+                            "Service",
+                            "",
+                            &name,
+                            vec![Cause::invalid(
+                                field,
+                                &Value::String(what.clone()),
+                                format!(
+                                    "failed to allocate {what}: provided value is already allocated"
+                                ),
+                            )],
+                        ));
+                    }
+                }
+                Err(ClaimError::Store(e)) => {
+                    self.services.release(&probe);
+                    return Err(ApiError::internal(e.to_string()));
+                }
+            }
+        }
+        Err(ApiError::internal(
+            "could not allocate a ClusterIP or NodePort: every candidate was taken",
+        ))
+    }
+
+    /// Frees what a deleted (or never stored) object held.
+    pub async fn after_delete(&self, call: &Call<'_>, obj: &Value) {
         if call.kind.info.plural == "services" && call.kind.info.group.is_empty() {
             self.services.release(obj);
+            let owner = format!(
+                "{}/{}",
+                obj["metadata"]["namespace"].as_str().unwrap_or_default(),
+                obj["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            if let Err(err) = unclaim(call.api.store.as_ref(), &owner, &claim_keys(obj)).await {
+                tracing::warn!(%err, %owner, "releasing a Service's IP and ports");
+            }
         }
     }
 }

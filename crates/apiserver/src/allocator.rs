@@ -1,12 +1,16 @@
-//! ClusterIP and NodePort allocation for Services. The allocated sets are rebuilt from the
-//! stored Services at start and kept in memory; an allocation is released if the write
-//! that needed it fails.
+//! ClusterIP and NodePort allocation for Services. Each apiserver picks candidates from
+//! an in-memory set (rebuilt from the stored Services at start), and every allocation is
+//! also claimed in the store under `/registry/ranges/...` with a create-if-absent
+//! transaction, so apiservers sharing one store never hand out the same IP or port.
+//! Allocations are released if the write that needed them fails.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
+use bytes::Bytes;
 use krust_api::status::Cause;
+use krust_store::{Compare, Op, Store, StoreError, Txn, TxnResult};
 use serde_json::{Value, json};
 
 /// The NodePort range, as upstream's default.
@@ -212,6 +216,89 @@ impl ServiceAllocator {
     }
 }
 
+/// The store keys recording what a Service holds.
+pub fn claim_keys(svc: &Value) -> Vec<String> {
+    let mut keys = Vec::new();
+    if let Some(ip) = svc["spec"]["clusterIP"]
+        .as_str()
+        .and_then(|s| s.parse::<Ipv4Addr>().ok())
+    {
+        keys.push(format!("/registry/ranges/serviceips/{ip}"));
+    }
+    keys.extend(
+        node_ports(svc)
+            .into_iter()
+            .map(|p| format!("/registry/ranges/servicenodeports/{p}")),
+    );
+    keys
+}
+
+/// Claims `keys` for `owner` (`namespace/name`). Keys the owner already holds are fine;
+/// on the first key someone else holds, the claims made here are undone and that key is
+/// returned.
+pub async fn claim(store: &dyn Store, owner: &str, keys: &[String]) -> Result<(), ClaimError> {
+    let mut made = Vec::new();
+    for key in keys {
+        let txn = Txn {
+            key: key.clone(),
+            compare: Compare::Absent,
+            op: Op::Put(Bytes::from(owner.to_string())),
+        };
+        match store.txn(txn).await? {
+            TxnResult::Succeeded { .. } => made.push(key.clone()),
+            TxnResult::Failed {
+                current: Some(kv), ..
+            } if kv.value == owner.as_bytes() => {}
+            TxnResult::Failed { .. } => {
+                unclaim(store, owner, &made).await?;
+                return Err(ClaimError::Taken(key.clone()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Drops `owner`'s claims on `keys` (claims held by someone else stay).
+pub async fn unclaim(store: &dyn Store, owner: &str, keys: &[String]) -> Result<(), ClaimError> {
+    for key in keys {
+        let (current, _) = store.get(key, 0).await?;
+        if let Some(kv) = current.filter(|kv| kv.value == owner.as_bytes()) {
+            store
+                .txn(Txn {
+                    key: key.clone(),
+                    compare: Compare::ModRevision(kv.mod_revision),
+                    op: Op::Delete,
+                })
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("{0} is held by another Service")]
+    Taken(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ServiceAllocator {
+    /// Marks the IP or port a claim key names as used here (another apiserver has it).
+    pub fn observe_key(&self, key: &str) {
+        let Some((kind, value)) = key.rsplit_once('/') else {
+            return;
+        };
+        if kind.ends_with("serviceips") {
+            if let Ok(ip) = value.parse::<Ipv4Addr>() {
+                self.lock_ips().insert(u32::from(ip));
+            }
+        } else if let Ok(port) = value.parse::<u16>() {
+            self.lock_ports().insert(port);
+        }
+    }
+}
+
 fn node_ports(svc: &Value) -> Vec<u16> {
     svc["spec"]["ports"]
         .as_array()
@@ -224,6 +311,43 @@ fn node_ports(svc: &Value) -> Vec<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn claims_are_exclusive_per_owner_and_released_only_by_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = krust_store::embedded::EmbeddedStore::open(dir.path().join("s.redb")).unwrap();
+        let svc = json!({"spec": {"clusterIP": "10.43.0.9", "ports": [{"nodePort": 30001}]}});
+        let keys = claim_keys(&svc);
+        assert_eq!(
+            keys,
+            [
+                "/registry/ranges/serviceips/10.43.0.9",
+                "/registry/ranges/servicenodeports/30001"
+            ]
+        );
+        claim(&store, "ns/a", &keys).await.unwrap();
+        claim(&store, "ns/a", &keys).await.unwrap();
+        // Another owner wanting the port (but a free IP) gets nothing at all.
+        let other = vec![
+            "/registry/ranges/serviceips/10.43.0.10".to_string(),
+            keys[1].clone(),
+        ];
+        match claim(&store, "ns/b", &other).await {
+            Err(ClaimError::Taken(k)) => assert_eq!(k, keys[1]),
+            r => panic!("{r:?}"),
+        }
+        assert!(
+            store.get(&other[0], 0).await.unwrap().0.is_none(),
+            "partial claim undone"
+        );
+        unclaim(&store, "ns/b", &keys).await.unwrap();
+        assert!(
+            store.get(&keys[0], 0).await.unwrap().0.is_some(),
+            "only the owner releases"
+        );
+        unclaim(&store, "ns/a", &keys).await.unwrap();
+        claim(&store, "ns/b", &other).await.unwrap();
+    }
 
     #[test]
     fn allocates_unique_ips_and_ports() {

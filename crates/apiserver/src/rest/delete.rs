@@ -234,7 +234,7 @@ pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value,
             let mut v: Value =
                 serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             v["metadata"]["resourceVersion"] = json!(revision.to_string());
-            call.api.admission.after_delete(call, &v);
+            call.api.admission.after_delete(call, &v).await;
             Ok(call.kind.strategy.to_served(v))
         }
         TxnResult::Failed { current: None, .. } => Err(ApiError::not_found(call.target(name))),

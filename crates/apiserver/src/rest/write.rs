@@ -109,7 +109,7 @@ pub async fn create_object(
         Ok((stored, _)) => Ok(stored),
         Err(e) => {
             if let Some(svc) = allocated {
-                call.api.admission.after_delete(call, &svc);
+                call.api.admission.after_delete(call, &svc).await;
             }
             Err(e)
         }
