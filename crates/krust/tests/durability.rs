@@ -131,20 +131,41 @@ fn apiserver_publishes_itself_in_the_kubernetes_endpoints_and_leaves_on_sigterm(
     assert_eq!(ep["subsets"][0]["ports"][0]["port"], s.port);
     let slice = s.get_json(&["endpointslice", "kubernetes"]);
     assert_eq!(slice["endpoints"][0]["addresses"][0], "127.0.0.1");
-    assert_eq!(slice["metadata"]["labels"]["kubernetes.io/service-name"], "kubernetes");
-    let leases = s.get_json(&["-n", "kube-system", "leases", "-l", "apiserver.kubernetes.io/identity=kube-apiserver"]);
+    assert_eq!(
+        slice["metadata"]["labels"]["kubernetes.io/service-name"],
+        "kubernetes"
+    );
+    let leases = s.get_json(&[
+        "-n",
+        "kube-system",
+        "leases",
+        "-l",
+        "apiserver.kubernetes.io/identity=kube-apiserver",
+    ]);
     let items = leases["items"].as_array().unwrap();
     assert_eq!(items.len(), 1);
     let uid = items[0]["metadata"]["uid"].clone();
 
     // A crash leaves the lease behind (it expires); the restarted apiserver renews it.
     s.restart();
-    let leases = s.get_json(&["-n", "kube-system", "leases", "-l", "apiserver.kubernetes.io/identity=kube-apiserver"]);
+    let leases = s.get_json(&[
+        "-n",
+        "kube-system",
+        "leases",
+        "-l",
+        "apiserver.kubernetes.io/identity=kube-apiserver",
+    ]);
     assert_eq!(leases["items"][0]["metadata"]["uid"], uid);
     // A clean shutdown removes it, so the next start creates a new one.
     assert!(s.stop().success());
     s.restart();
-    let leases = s.get_json(&["-n", "kube-system", "leases", "-l", "apiserver.kubernetes.io/identity=kube-apiserver"]);
+    let leases = s.get_json(&[
+        "-n",
+        "kube-system",
+        "leases",
+        "-l",
+        "apiserver.kubernetes.io/identity=kube-apiserver",
+    ]);
     assert_eq!(leases["items"].as_array().unwrap().len(), 1);
     assert_ne!(leases["items"][0]["metadata"]["uid"], uid);
 }
