@@ -1,7 +1,10 @@
 //! `krust`: one binary, one subcommand per role. `krust server` runs the control plane on
-//! an embedded store; `krust kubeconfig` prints the admin kubeconfig.
+//! an embedded store; `krust controller-manager` runs the controllers alone; `krust
+//! kubeconfig` prints the admin kubeconfig.
 
+mod apiserver;
 mod cli;
+mod controller_manager;
 
 use anyhow::Result;
 use clap::Parser;

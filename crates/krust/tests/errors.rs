@@ -293,13 +293,22 @@ fn too_many_requests_when_in_flight_budget_is_spent() {
         .spawn()
         .unwrap();
     // Opening the fifo for writing blocks until curl opens it for reading: curl is then
-    // connected and waiting for its body while the server holds the slot.
+    // about to connect; until its request reaches the server, probes may still succeed
+    // (each probe uses its own name, so an early success does not turn later ones into
+    // 409s).
     let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
     use std::io::Write;
     writer.write_all(b"{\"apiVersion\":\"v1\",").unwrap();
     writer.flush().unwrap();
+    let mut probe = 0;
     let got = common::wait_for("a 429", std::time::Duration::from_secs(10), || {
-        let r = s.curl("POST", CMS, Some("application/json"), Some(&cm("second")));
+        probe += 1;
+        let r = s.curl(
+            "POST",
+            CMS,
+            Some("application/json"),
+            Some(&cm(&format!("probe{probe}"))),
+        );
         (r.0 == 429).then_some(r)
     });
     let b = assert_status(got, 429, "TooManyRequests");
@@ -313,7 +322,7 @@ fn too_many_requests_when_in_flight_budget_is_spent() {
     slow.wait().unwrap();
     assert_eq!(s.curl("GET", &format!("{CMS}/slow"), None, None).0, 200);
     assert_eq!(
-        s.curl("POST", CMS, Some("application/json"), Some(&cm("second")))
+        s.curl("POST", CMS, Some("application/json"), Some(&cm("after")))
             .0,
         201
     );

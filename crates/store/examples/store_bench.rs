@@ -1,13 +1,22 @@
-//! Benchmarks the embedded store: durable txn throughput and latency at 1, 16 and 64
-//! concurrent writers, point reads, a 10k-key range and watch delivery latency.
+//! Benchmarks the embedded store and etcd side by side: durable txn throughput and latency at
+//! 1, 16 and 64 concurrent writers, point reads, a 10k-key range and watch delivery latency.
 //!
 //! ```text
 //! cargo run --release -p krust-store --example store_bench [-- DIR]
 //! ```
 //!
-//! The store lives in a temporary directory under DIR (default: the system temp dir); put it
-//! on the disk you care about, since durable writes are bound by its fsync latency.
+//! The redb file and a single-member etcd that the benchmark starts itself (the `etcd` binary
+//! on `PATH`, or `KRUST_ETCD_BIN`) live in temporary directories under DIR (default: the
+//! system temp dir); put them on the disk you care about, since durable writes are bound by its
+//! fsync latency. Both backends run the same measurements, one after the other.
 
+// The etcd test harness, shared with the tests; the benchmark uses only the single-member
+// part of it.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/etcd_harness/mod.rs"]
+mod etcd_harness;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,45 +26,75 @@ use krust_store::embedded::EmbeddedStore;
 use krust_store::{Compare, Event, Op, RangeRequest, Store, Txn};
 use tokio::task::JoinSet;
 
+use etcd_harness::EtcdCluster;
+
 /// How long each write and read phase runs.
 const PHASE: Duration = Duration::from_secs(3);
 const VALUE_SIZE: usize = 256;
 const RANGE_KEYS: usize = 10_000;
+const WRITER_LEVELS: [usize; 3] = [1, 16, 64];
+const READER_LEVELS: [usize; 2] = [1, 4];
+const WATCH_WRITER_LEVELS: [usize; 2] = [1, 64];
+/// Width of the embedded column.
+const COLUMN: usize = 46;
 
 type BenchResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 #[tokio::main]
 async fn main() -> BenchResult {
-    let dir = match std::env::args_os().nth(1) {
-        Some(parent) => tempfile::tempdir_in(parent)?,
-        None => tempfile::tempdir()?,
-    };
+    let parent = std::env::args_os()
+        .nth(1)
+        .map_or_else(std::env::temp_dir, PathBuf::from);
+    let dir = tempfile::tempdir_in(&parent)?;
     let path = dir.path().join("bench.redb");
+    // Started first, so a missing etcd fails the run before the long embedded part.
+    let etcd = EtcdCluster::start_in(&parent, 1).await;
     println!("store file: {}", path.display());
-    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&path)?);
+    println!(
+        "etcd: {} (data under {})",
+        etcd.endpoint(0),
+        parent.display()
+    );
 
-    println!("\n== durable txn puts ({VALUE_SIZE} B values, {PHASE:?} per level) ==");
-    for writers in [1, 16, 64] {
-        let (count, elapsed, mut latencies) = put_phase(&store, writers).await?;
-        println!(
-            "{writers:>3} writers: {:>8.0} puts/s   p50 {:>8}   p99 {:>8}   ({count} puts)",
-            count as f64 / elapsed.as_secs_f64(),
-            fmt(percentile(&mut latencies, 0.50)),
-            fmt(percentile(&mut latencies, 0.99)),
-        );
+    let embedded = {
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(&path)?);
+        println!("measuring the embedded store...");
+        measure(&store).await?
+    };
+    let on_etcd = {
+        let store: Arc<dyn Store> = Arc::new(etcd.store("").await);
+        println!("measuring etcd...");
+        measure(&store).await?
+    };
+    print_report(&embedded, &on_etcd);
+    Ok(())
+}
+
+/// What one backend measured.
+struct Figures {
+    /// Per writer level: puts, elapsed time, every put's latency.
+    puts: Vec<(usize, Duration, Vec<Duration>)>,
+    /// Per reader level: gets per second.
+    gets: Vec<f64>,
+    /// Range of all keys at the latest and at a fixed revision: every run's time.
+    ranges: Vec<Vec<Duration>>,
+    /// Per watch writer level: every event's delivery latency.
+    watches: Vec<Vec<Duration>>,
+}
+
+async fn measure(store: &Arc<dyn Store>) -> BenchResult<Figures> {
+    let mut puts = Vec::new();
+    for writers in WRITER_LEVELS {
+        puts.push(put_phase(store, writers).await?);
     }
-
-    println!("\n== reads over {RANGE_KEYS} keys ==");
-    populate(&store, RANGE_KEYS).await?;
-    for readers in [1, 4] {
-        let count = get_phase(&store, readers).await?;
-        println!(
-            "get at latest, {readers} reader(s): {:>9.0} gets/s",
-            count as f64 / PHASE.as_secs_f64()
-        );
+    populate(store, RANGE_KEYS).await?;
+    let mut gets = Vec::new();
+    for readers in READER_LEVELS {
+        gets.push(get_phase(store, readers).await? as f64 / PHASE.as_secs_f64());
     }
     let revision = store.current_revision().await?;
-    for (label, at) in [("latest", 0), ("fixed revision", revision)] {
+    let mut ranges = Vec::new();
+    for at in [0, revision] {
         let mut times = Vec::new();
         for _ in 0..20 {
             let started = Instant::now();
@@ -69,24 +108,86 @@ async fn main() -> BenchResult {
             times.push(started.elapsed());
             assert_eq!(resp.kvs.len(), RANGE_KEYS);
         }
-        println!(
-            "range of {RANGE_KEYS} keys at {label}: median {}, best {}",
-            fmt(percentile(&mut times, 0.5)),
-            fmt(percentile(&mut times, 0.0)),
+        ranges.push(times);
+    }
+    let mut watches = Vec::new();
+    for writers in WATCH_WRITER_LEVELS {
+        watches.push(watch_phase(store, writers).await?);
+    }
+    Ok(Figures {
+        puts,
+        gets,
+        ranges,
+        watches,
+    })
+}
+
+fn print_report(embedded: &Figures, etcd: &Figures) {
+    let row = |label: &str, left: String, right: String| {
+        println!("{label:<20} {left:<COLUMN$} {right}");
+    };
+    let heading = |title: &str| {
+        println!("\n== {title} ==");
+        println!("{:<20} {:<COLUMN$} etcd", "", "embedded");
+    };
+
+    heading(&format!(
+        "durable txn puts ({VALUE_SIZE} B values, {PHASE:?} per level)"
+    ));
+    let puts = |(count, elapsed, latencies): &(usize, Duration, Vec<Duration>)| {
+        let mut latencies = latencies.clone();
+        format!(
+            "{:>7.0} puts/s  p50 {:>8}  p99 {:>8}",
+            *count as f64 / elapsed.as_secs_f64(),
+            fmt(percentile(&mut latencies, 0.50)),
+            fmt(percentile(&mut latencies, 0.99)),
+        )
+    };
+    for (i, writers) in WRITER_LEVELS.iter().enumerate() {
+        row(
+            &format!("{writers} writer(s)"),
+            puts(&embedded.puts[i]),
+            puts(&etcd.puts[i]),
         );
     }
 
-    println!("\n== watch delivery latency (txn start -> event received) ==");
-    for writers in [1, 64] {
-        let mut latencies = watch_phase(&store, writers).await?;
-        println!(
-            "{writers:>3} writers: p50 {:>8}   p99 {:>8}   ({} events)",
+    heading(&format!("reads over {RANGE_KEYS} keys"));
+    for (i, readers) in READER_LEVELS.iter().enumerate() {
+        row(
+            &format!("get, {readers} reader(s)"),
+            format!("{:>7.0} gets/s", embedded.gets[i]),
+            format!("{:>7.0} gets/s", etcd.gets[i]),
+        );
+    }
+    let range = |times: &Vec<Duration>| {
+        let mut times = times.clone();
+        format!(
+            "median {:>8}  best {:>8}",
+            fmt(percentile(&mut times, 0.5)),
+            fmt(percentile(&mut times, 0.0)),
+        )
+    };
+    for (i, label) in ["range at latest", "range at fixed rev"].iter().enumerate() {
+        row(label, range(&embedded.ranges[i]), range(&etcd.ranges[i]));
+    }
+
+    heading("watch delivery latency (txn start -> event received)");
+    let watch = |latencies: &Vec<Duration>| {
+        let mut latencies = latencies.clone();
+        format!(
+            "p50 {:>8}  p99 {:>8}  ({} events)",
             fmt(percentile(&mut latencies, 0.50)),
             fmt(percentile(&mut latencies, 0.99)),
             latencies.len(),
+        )
+    };
+    for (i, writers) in WATCH_WRITER_LEVELS.iter().enumerate() {
+        row(
+            &format!("{writers} writer(s)"),
+            watch(&embedded.watches[i]),
+            watch(&etcd.watches[i]),
         );
     }
-    Ok(())
 }
 
 fn put(key: String, value: Bytes) -> Txn {

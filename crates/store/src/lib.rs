@@ -14,9 +14,13 @@
 //! - [`Store::compact`] to drop history older than a revision.
 //!
 //! The embedded backend ([`embedded::EmbeddedStore`]) keeps everything in one redb file and
-//! commits concurrent writers in groups so that they share one fsync.
+//! commits concurrent writers in groups so that they share one fsync. The etcd backend
+//! ([`etcd::EtcdStore`]) keeps everything in an etcd cluster, so that several apiservers can
+//! share it.
 
 pub mod embedded;
+mod error_chain;
+pub mod etcd;
 mod types;
 
 pub use types::*;

@@ -28,7 +28,7 @@ pub struct KeyValue {
 pub enum Compare {
     /// Write unconditionally.
     Always,
-    /// The key must not exist (etcd: `mod_revision == 0`).
+    /// The key must not exist (etcd: `version == 0`; create and mod revision are 0 as well).
     Absent,
     /// The key must exist with exactly this mod revision.
     ModRevision(Revision),

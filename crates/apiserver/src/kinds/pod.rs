@@ -206,7 +206,7 @@ impl Strategy for Pod {
         // Only images, activeDeadlineSeconds, tolerations (additions) and scheduling gates
         // may change in a running pod's spec.
         let mut n = new["spec"].clone();
-        let o = &old["spec"];
+        let mut o = old["spec"].clone();
         for list in ["containers", "initContainers"] {
             if let (Some(nc), Some(oc)) = (n[list].as_array_mut(), o[list].as_array())
                 && nc.len() == oc.len()
@@ -216,13 +216,20 @@ impl Strategy for Pod {
                 }
             }
         }
-        for mutable in ["activeDeadlineSeconds", "tolerations", "schedulingGates"] {
-            n[mutable] = o[mutable].clone();
-        }
+        // Remove (rather than copy) the fields that may change: assigning a missing key
+        // through `Value`'s IndexMut inserts `null`, which then differs from "absent".
+        let mut mutable = vec!["activeDeadlineSeconds", "tolerations", "schedulingGates"];
         if n["nodeName"].is_null() || o["nodeName"].is_null() {
-            n["nodeName"] = o["nodeName"].clone();
+            mutable.push("nodeName");
         }
-        if &n != o {
+        for field in mutable {
+            for spec in [&mut n, &mut o] {
+                if let Some(m) = spec.as_object_mut() {
+                    m.remove(field);
+                }
+            }
+        }
+        if n != o {
             errs.push(Cause::forbidden(
                 "spec",
                 "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",

@@ -17,6 +17,8 @@ pub const KUBECTL: &str = "/usr/bin/kubectl";
 pub struct Server {
     pub dir: tempfile::TempDir,
     pub port: u16,
+    /// `server` or `apiserver`.
+    command: &'static str,
     extra_args: Vec<String>,
     child: Option<Child>,
 }
@@ -35,9 +37,24 @@ impl Server {
 
     /// Starts a server with extra `krust server` flags.
     pub fn start_with(extra_args: &[&str]) -> Server {
+        Self::start_command("server", extra_args, None)
+    }
+
+    /// Starts `krust <command>` with extra flags; `pki` seeds the data dir with another
+    /// server's certificates (apiservers of one cluster share a CA).
+    pub fn start_command(command: &'static str, extra_args: &[&str], pki: Option<&Path>) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
+        if let Some(from) = pki {
+            let to = dir.path().join("data/server/tls");
+            std::fs::create_dir_all(&to).expect("tls dir");
+            for entry in std::fs::read_dir(from).expect("reading pki") {
+                let entry = entry.expect("pki entry");
+                std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copying pki");
+            }
+        }
         let mut s = Server {
             dir,
+            command,
             port: free_port(),
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             child: None,
@@ -275,6 +292,68 @@ impl Server {
         let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
         let value = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string()));
         (code.trim().parse().unwrap_or(0), value)
+    }
+}
+
+/// A single-member etcd on free loopback ports, killed on drop.
+pub struct Etcd {
+    pub client_port: u16,
+    _dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (client_port, peer_port) = (free_port(), free_port());
+        let client = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let child = Command::new(std::env::var("KRUST_ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
+            .args(["--name", "e2e", "--data-dir"])
+            .arg(dir.path().join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("e2e={peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd is not installed: apt-get install etcd-server (or set KRUST_ETCD_BIN)");
+        let etcd = Etcd {
+            client_port,
+            _dir: dir,
+            child,
+        };
+        wait_for("etcd to serve", Duration::from_secs(20), || {
+            let out = Command::new("curl")
+                .args(["-sf", &format!("{client}/health")])
+                .output()
+                .ok()?;
+            String::from_utf8_lossy(&out.stdout)
+                .contains("true")
+                .then_some(())
+        });
+        etcd
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("etcd://127.0.0.1:{}", self.client_port)
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

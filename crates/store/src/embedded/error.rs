@@ -72,14 +72,7 @@ impl BackendError {
 
     /// The message with all its causes, `outer: inner: ...`.
     pub(crate) fn chain(&self) -> String {
-        let mut message = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        message
+        crate::error_chain::error_chain(self)
     }
 }
 

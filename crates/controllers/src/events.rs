@@ -1,0 +1,99 @@
+//! `EventRecorder`: writes core/v1 Events (what `kubectl describe` and `kubectl get events`
+//! show) as upstream's controllers do, e.g. reason `SuccessfulCreate`, message
+//! `Created pod: web-7d9c5-abcde`. Events are sent from a background task through a
+//! bounded channel, so a slow apiserver never holds a reconcile back; when the channel
+//! is full, events are dropped (as client-go's broadcaster does).
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::mpsc;
+
+const QUEUE: usize = 4096;
+
+/// Normal or Warning, as in `Event.type`.
+#[derive(Clone, Copy, Debug)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+#[derive(Clone)]
+pub struct EventRecorder {
+    component: &'static str,
+    tx: mpsc::Sender<Event>,
+}
+
+impl EventRecorder {
+    /// A recorder for `component` (e.g. `replicaset-controller`) and the task that sends
+    /// its events.
+    pub fn new(
+        client: Client,
+        component: &'static str,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send) {
+        let (tx, mut rx) = mpsc::channel::<Event>(QUEUE);
+        let sender = async move {
+            while let Some(event) = rx.recv().await {
+                let ns = event.metadata.namespace.clone().unwrap_or_default();
+                let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+                if let Err(err) = api.create(&PostParams::default(), &event).await {
+                    tracing::debug!(error = %err, reason = ?event.reason, "event not recorded");
+                }
+            }
+        };
+        (EventRecorder { component, tx }, sender)
+    }
+
+    /// Records an event about `obj`.
+    pub fn record<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        kind: EventType,
+        reason: &str,
+        message: String,
+    ) {
+        let now = Timestamp::now();
+        let involved = ObjectReference {
+            api_version: Some(K::api_version(&()).into_owned()),
+            kind: Some(K::kind(&()).into_owned()),
+            name: Some(obj.name_any()),
+            namespace: obj.namespace(),
+            uid: obj.uid(),
+            resource_version: obj.resource_version(),
+            ..Default::default()
+        };
+        let event = Event {
+            metadata: ObjectMeta {
+                // `<object>.<unix nanos in hex>`, as client-go names events.
+                name: Some(format!("{}.{:x}", obj.name_any(), now.as_nanosecond())),
+                namespace: obj.namespace(),
+                ..Default::default()
+            },
+            involved_object: involved,
+            reason: Some(reason.to_string()),
+            message: Some(message),
+            type_: Some(
+                match kind {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_string(),
+            ),
+            source: Some(EventSource {
+                component: Some(self.component.to_string()),
+                host: None,
+            }),
+            reporting_component: Some(self.component.to_string()),
+            reporting_instance: Some(self.component.to_string()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            count: Some(1),
+            ..Default::default()
+        };
+        if self.tx.try_send(event).is_err() {
+            tracing::debug!(reason, "event queue full; event dropped");
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! `Informer<K>`: one list+watch of a kind (kube-runtime's `watcher`, which resumes and
+//! re-lists with backoff), one reflector `Store` fed from it, and the event handlers of
+//! every controller that watches the kind. `SharedInformers` hands out one informer per
+//! kind, so the ReplicaSet and Deployment controllers share a single ReplicaSet cache
+//! and watch, like client-go's shared informer factory.
+//!
+//! Handlers are called after the store has been updated and see the previous version of
+//! an object, so they can tell what changed (a pod's labels, its controller). A re-list
+//! (after a watch expired) is applied atomically, and objects that vanished during the
+//! gap are reported as deleted, so controllers stay level-triggered across watch breaks.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource};
+
+/// What a controller does when an object of a watched kind changes. Handlers must be
+/// quick (they run on the informer's task): enqueue keys, note expectations.
+pub trait EventHandler<K>: Send + Sync {
+    /// `old` is the cached version before this change, `None` for a new object.
+    fn on_apply(&self, old: Option<&K>, new: &K);
+    fn on_delete(&self, obj: &K);
+}
+
+/// The kinds an informer can hold.
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+/// One kind's watch, cache and handlers.
+pub struct Informer<K: Watched> {
+    api: Api<K>,
+    store: Store<K>,
+    writer: Mutex<Option<reflector::store::Writer<K>>>,
+    handlers: Mutex<Vec<Arc<dyn EventHandler<K>>>>,
+}
+
+impl<K: Watched> Informer<K> {
+    fn new(api: Api<K>) -> Arc<Self> {
+        let (store, writer) = reflector::store();
+        Arc::new(Informer {
+            api,
+            store,
+            writer: Mutex::new(Some(writer)),
+            handlers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The cache. Reads never go to the apiserver.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Registers a handler; call before the informers start.
+    pub fn add_handler(&self, handler: Arc<dyn EventHandler<K>>) {
+        self.handlers.lock().expect("handlers").push(handler);
+    }
+
+    async fn run(self: Arc<Self>) {
+        let Some(mut writer) = self.writer.lock().expect("writer").take() else {
+            return;
+        };
+        let handlers: Vec<_> = self.handlers.lock().expect("handlers").clone();
+        let mut stream = watcher(self.api.clone()).default_backoff().boxed();
+        let mut relisted: Vec<K> = Vec::new();
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(err) => {
+                    tracing::warn!(kind = %K::kind(&()), error = %err, "watch failed; retrying");
+                    continue;
+                }
+            };
+            match &event {
+                Event::Apply(obj) => {
+                    let old = self.store.get(&ObjectRef::from_obj(obj));
+                    writer.apply_watcher_event(&event);
+                    handlers
+                        .iter()
+                        .for_each(|h| h.on_apply(old.as_deref(), obj));
+                }
+                Event::Delete(obj) => {
+                    writer.apply_watcher_event(&event);
+                    handlers.iter().for_each(|h| h.on_delete(obj));
+                }
+                Event::Init => {
+                    relisted.clear();
+                    writer.apply_watcher_event(&event);
+                }
+                Event::InitApply(obj) => {
+                    writer.apply_watcher_event(&event);
+                    relisted.push(obj.clone());
+                }
+                Event::InitDone => {
+                    let mut before: HashMap<ObjectRef<K>, Arc<K>> = self
+                        .store
+                        .state()
+                        .into_iter()
+                        .map(|o| (ObjectRef::from_obj(&*o), o))
+                        .collect();
+                    writer.apply_watcher_event(&event);
+                    for obj in relisted.drain(..) {
+                        let old = before.remove(&ObjectRef::from_obj(&obj));
+                        handlers
+                            .iter()
+                            .for_each(|h| h.on_apply(old.as_deref(), &obj));
+                    }
+                    for gone in before.into_values() {
+                        handlers.iter().for_each(|h| h.on_delete(&gone));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn watcher<K: Watched>(api: Api<K>) -> impl futures::Stream<Item = watcher::Result<Event<K>>> {
+    watcher::watcher(api, watcher::Config::default())
+}
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One informer per kind, created on first use and started together.
+pub struct SharedInformers {
+    client: Client,
+    informers: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    pending: Mutex<Vec<(Task, Task)>>,
+}
+
+impl SharedInformers {
+    pub fn new(client: Client) -> Self {
+        SharedInformers {
+            client,
+            informers: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The informer of kind `K` across all namespaces.
+    pub fn get<K>(&self) -> Arc<Informer<K>>
+    where
+        K: Watched,
+    {
+        let mut informers = self.informers.lock().expect("informers");
+        if let Some(existing) = informers.get(&TypeId::of::<K>()) {
+            return existing
+                .clone()
+                .downcast::<Informer<K>>()
+                .expect("informer type");
+        }
+        let informer = Informer::<K>::new(Api::all(self.client.clone()));
+        informers.insert(TypeId::of::<K>(), informer.clone());
+        let store = informer.store();
+        let synced: Task = Box::pin(async move {
+            let _ = store.wait_until_ready().await;
+        });
+        self.pending
+            .lock()
+            .expect("pending")
+            .push((Box::pin(informer.clone().run()), synced));
+        informer
+    }
+
+    /// Starts every informer created so far on `tasks` and waits until all caches hold a
+    /// complete list.
+    pub async fn start(&self, tasks: &mut tokio::task::JoinSet<()>) {
+        let pending: Vec<_> = std::mem::take(&mut *self.pending.lock().expect("pending"));
+        let mut synced = Vec::new();
+        for (run, ready) in pending {
+            tasks.spawn(run);
+            synced.push(ready);
+        }
+        futures::future::join_all(synced).await;
+    }
+}

@@ -1,0 +1,220 @@
+//! `WorkQueue`: the queue between informer events and a reconciler, with the guarantees
+//! of client-go's rate-limited work queue:
+//!
+//! - a key waiting in the queue is held once, however many events name it (dedup);
+//! - a key is never handed to two workers at once; an event that arrives while it is
+//!   being processed re-queues it after the worker is done, so no change is lost;
+//! - a key whose reconcile failed comes back after a per-key exponential delay
+//!   (5 ms doubling up to 1000 s, as upstream), reset when a pass succeeds.
+//!
+//! Keys are `namespace/name` strings, like client-go's `MetaNamespaceKeyFunc`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::Error;
+
+const BASE_DELAY: Duration = Duration::from_millis(5);
+const MAX_DELAY: Duration = Duration::from_secs(1000);
+
+/// A deduplicating, rate-limited queue of object keys.
+pub struct WorkQueue {
+    name: &'static str,
+    state: Mutex<State>,
+    ready: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<String>,
+    /// Keys waiting in `queue`, or waiting to go back in once processing ends.
+    dirty: HashSet<String>,
+    processing: HashSet<String>,
+    failures: HashMap<String, u32>,
+}
+
+impl WorkQueue {
+    pub fn new(name: &'static str) -> Arc<Self> {
+        Arc::new(WorkQueue {
+            name,
+            state: Mutex::new(State::default()),
+            ready: Notify::new(),
+        })
+    }
+
+    /// Queues `key` unless it is already waiting.
+    pub fn add(&self, key: impl Into<String>) {
+        let key = key.into();
+        let mut s = self.state.lock().expect("queue lock");
+        if !s.dirty.insert(key.clone()) {
+            return;
+        }
+        if s.processing.contains(&key) {
+            // `done` puts it back once the current pass ends.
+            return;
+        }
+        s.queue.push_back(key);
+        drop(s);
+        self.ready.notify_one();
+    }
+
+    /// Queues `key` after `delay`.
+    pub fn add_after(self: &Arc<Self>, key: String, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let queue = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(queue) = queue.upgrade() {
+                queue.add(key);
+            }
+        });
+    }
+
+    /// Queues `key` after its backoff delay, which doubles with every consecutive failure.
+    pub fn add_rate_limited(self: &Arc<Self>, key: String) {
+        let failures = {
+            let mut s = self.state.lock().expect("queue lock");
+            let n = s.failures.entry(key.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        self.add_after(key, backoff(failures));
+    }
+
+    /// Clears the failure count of `key` after a successful pass.
+    pub fn forget(&self, key: &str) {
+        self.state.lock().expect("queue lock").failures.remove(key);
+    }
+
+    /// Waits for the next key and marks it as being processed.
+    async fn next(&self) -> String {
+        loop {
+            {
+                let mut s = self.state.lock().expect("queue lock");
+                if let Some(key) = s.queue.pop_front() {
+                    s.dirty.remove(&key);
+                    s.processing.insert(key.clone());
+                    if !s.queue.is_empty() {
+                        // Wake another idle worker: notify_one stores a single permit.
+                        self.ready.notify_one();
+                    }
+                    return key;
+                }
+            }
+            self.ready.notified().await;
+        }
+    }
+
+    /// Ends processing of `key`; re-queues it if an event named it meanwhile.
+    fn done(&self, key: &str) {
+        let mut s = self.state.lock().expect("queue lock");
+        s.processing.remove(key);
+        if s.dirty.contains(key) {
+            s.queue.push_back(key.to_string());
+            drop(s);
+            self.ready.notify_one();
+        }
+    }
+
+    /// Number of keys waiting (for tests and logs).
+    pub fn len(&self) -> usize {
+        self.state.lock().expect("queue lock").queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `workers` loops that take keys and reconcile them. A pass returns
+    /// `Ok(Some(delay))` to be looked at again after `delay` (e.g. when a pod becomes
+    /// available after minReadySeconds), `Ok(None)` when done, or an error to be retried
+    /// with backoff. Never returns.
+    pub async fn run<F, Fut>(self: Arc<Self>, workers: usize, reconcile: F)
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<Duration>, Error>> + Send,
+    {
+        let reconcile = Arc::new(reconcile);
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..workers.max(1) {
+            let queue = self.clone();
+            let reconcile = reconcile.clone();
+            set.spawn(async move {
+                loop {
+                    let key = queue.next().await;
+                    let result = reconcile(key.clone()).await;
+                    match result {
+                        Ok(requeue) => {
+                            queue.forget(&key);
+                            if let Some(delay) = requeue {
+                                queue.add_after(key.clone(), delay);
+                            }
+                        }
+                        Err(err) => {
+                            if err.is_conflict() {
+                                tracing::debug!(controller = queue.name, %key, error = %err, "conflict; retrying");
+                            } else {
+                                tracing::warn!(controller = queue.name, %key, error = %err, "reconcile failed; retrying");
+                            }
+                            queue.add_rate_limited(key.clone());
+                        }
+                    }
+                    queue.done(&key);
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    }
+}
+
+/// The retry delay after `failures` consecutive failures: 5 ms · 2^(failures-1), capped.
+fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(30);
+    BASE_DELAY
+        .checked_mul(1u32 << exp)
+        .map_or(MAX_DELAY, |d| d.min(MAX_DELAY))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_key_queued_twice_is_processed_once() {
+        let q = WorkQueue::new("test");
+        q.add("ns/a");
+        q.add("ns/a");
+        q.add("ns/b");
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.next().await, "ns/a");
+        assert_eq!(q.next().await, "ns/b");
+    }
+
+    #[tokio::test]
+    async fn an_event_during_processing_requeues_the_key_after_done() {
+        let q = WorkQueue::new("test");
+        q.add("ns/a");
+        let key = q.next().await;
+        q.add("ns/a");
+        assert!(
+            q.is_empty(),
+            "not handed to a second worker while processing"
+        );
+        q.done(&key);
+        assert_eq!(q.next().await, "ns/a");
+    }
+
+    #[test]
+    fn backoff_doubles_from_5ms_and_is_capped() {
+        assert_eq!(backoff(1), Duration::from_millis(5));
+        assert_eq!(backoff(2), Duration::from_millis(10));
+        assert_eq!(backoff(5), Duration::from_millis(80));
+        assert_eq!(backoff(40), MAX_DELAY);
+    }
+}

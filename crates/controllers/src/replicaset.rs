@@ -1,0 +1,571 @@
+//! `ReplicaSetController`: keeps the number of active pods of each ReplicaSet at
+//! `spec.replicas`, as upstream's replicaset controller does.
+//!
+//! A pass (level-triggered, safe to repeat at any point):
+//! 1. claim pods: adopt matching orphans, release owned pods that stopped matching;
+//! 2. if the expectations of the last pass are met, create or delete the difference:
+//!    creations in slow-start batches (1, 2, 4, ...) so a failing create costs one
+//!    request, not hundreds; deletions in [`deletion_order`]; at most 500 per pass;
+//! 3. write status (replicas, fullyLabeledReplicas, readyReplicas, availableReplicas,
+//!    observedGeneration) from the cache, leaving out pods it has just deleted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{Selector, SelectorExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+
+use crate::Error;
+use crate::error::is_status;
+use crate::events::{EventRecorder, EventType};
+use crate::expectations::Expectations;
+use crate::informer::{EventHandler, SharedInformers};
+use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
+use crate::pods::{deletion_order, is_active, is_available, is_ready, until_available};
+use crate::queue::WorkQueue;
+
+/// Most pods created or deleted in one pass (upstream's `BurstReplicas`).
+pub const BURST_REPLICAS: usize = 500;
+
+pub struct ReplicaSetController {
+    client: Client,
+    replicasets: Store<ReplicaSet>,
+    pods: Store<Pod>,
+    queue: Arc<WorkQueue>,
+    expectations: Arc<Expectations>,
+    events: EventRecorder,
+}
+
+impl ReplicaSetController {
+    /// Registers the controller's handlers on the shared informers.
+    pub fn new(client: Client, informers: &SharedInformers, events: EventRecorder) -> Arc<Self> {
+        let rs_informer = informers.get::<ReplicaSet>();
+        let pod_informer = informers.get::<Pod>();
+        let controller = Arc::new(ReplicaSetController {
+            client,
+            replicasets: rs_informer.store(),
+            pods: pod_informer.store(),
+            queue: WorkQueue::new("replicaset"),
+            expectations: Arc::default(),
+            events,
+        });
+        rs_informer.add_handler(Arc::new(ReplicaSetEvents(controller.clone())));
+        pod_informer.add_handler(Arc::new(PodEvents(controller.clone())));
+        controller
+    }
+
+    /// Runs `workers` reconcile loops (upstream's `--concurrent-replicaset-syncs`, 5).
+    pub async fn run(self: Arc<Self>, workers: usize) {
+        let this = self.clone();
+        self.queue
+            .clone()
+            .run(workers, move |key| {
+                let this = this.clone();
+                async move { this.reconcile(&key).await }
+            })
+            .await
+    }
+
+    fn replicaset(&self, namespace: &str, name: &str) -> Option<Arc<ReplicaSet>> {
+        self.replicasets
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The ReplicaSet that controls `pod`, if it is in the cache.
+    fn owner_of(&self, pod: &Pod) -> Option<Arc<ReplicaSet>> {
+        let r = controller_of(&pod.metadata).filter(|r| r.kind == "ReplicaSet")?;
+        let rs = self.replicaset(&pod.namespace().unwrap_or_default(), &r.name)?;
+        (rs.uid().as_deref() == Some(r.uid.as_str())).then_some(rs)
+    }
+
+    /// ReplicaSets in the pod's namespace whose selector matches it (for orphans).
+    fn matching(&self, pod: &Pod) -> Vec<Arc<ReplicaSet>> {
+        let ns = pod.namespace();
+        self.replicasets.state_filter(|rs| {
+            rs.namespace() == ns
+                && selector_of(rs).is_ok_and(|s| !s.selects_all() && s.matches(pod.labels()))
+        })
+    }
+
+    async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
+        let (ns, name) = split_key(key);
+        let Some(rs) = self.replicaset(ns, name) else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        let selector = selector_of(&rs)?;
+        let pods = self.claim_pods(&rs, &selector).await?;
+        let mut manage_err = None;
+        if self.expectations.satisfied(key)
+            && rs.metadata.deletion_timestamp.is_none()
+            && let Err(err) = self.manage_replicas(key, &rs, &pods).await
+        {
+            manage_err = Some(err);
+        }
+        let pending = self.expectations.pending_deletions(key);
+        let counted: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| !pending.contains(&key_of(&p.metadata)))
+            .map(|p| &**p)
+            .collect();
+        let now = Timestamp::now();
+        let status = calculate_status(&rs, &counted, manage_err.as_ref(), now);
+        if rs.status.as_ref() != Some(&status) {
+            let mut updated = (*rs).clone();
+            updated.status = Some(status);
+            Api::<ReplicaSet>::namespaced(self.client.clone(), ns)
+                .replace_status(name, &PostParams::default(), &updated)
+                .await
+                .map_err(|e| Error::api("updating status of replicaset", key, e))?;
+        }
+        if let Some(err) = manage_err {
+            return Err(err);
+        }
+        // Look again when a ready pod becomes available.
+        let min_ready = rs
+            .spec
+            .as_ref()
+            .and_then(|s| s.min_ready_seconds)
+            .unwrap_or(0);
+        Ok(counted
+            .iter()
+            .filter_map(|p| until_available(p, min_ready, now))
+            .min())
+    }
+
+    /// The active pods this ReplicaSet controls after adopting and releasing.
+    async fn claim_pods(
+        &self,
+        rs: &ReplicaSet,
+        selector: &Selector,
+    ) -> Result<Vec<Arc<Pod>>, Error> {
+        let ns = rs.namespace();
+        let uid = rs.uid().unwrap_or_default();
+        let candidates = self
+            .pods
+            .state_filter(|p| p.namespace() == ns && is_active(p));
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns.as_deref().unwrap_or_default());
+        let mut claimed = Vec::new();
+        for pod in candidates {
+            let matches = selector.matches(pod.labels());
+            match controller_of(&pod.metadata) {
+                Some(r) if r.uid == uid => {
+                    if matches {
+                        claimed.push(pod);
+                    } else {
+                        let patch = release_patch(&pod.metadata, &uid);
+                        match api
+                            .patch(
+                                &pod.name_any(),
+                                &PatchParams::default(),
+                                &Patch::Merge(&patch),
+                            )
+                            .await
+                        {
+                            Ok(_) => {
+                                tracing::info!(pod = %key_of(&pod.metadata), replicaset = %rs.name_any(), "released pod")
+                            }
+                            Err(e) if is_status(&e, 404) => {}
+                            Err(e) => {
+                                return Err(Error::api("releasing pod", key_of(&pod.metadata), e));
+                            }
+                        }
+                    }
+                }
+                None if matches && rs.metadata.deletion_timestamp.is_none() => {
+                    let patch = adopt_patch(&pod.metadata, rs);
+                    match api
+                        .patch(
+                            &pod.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await
+                    {
+                        Ok(adopted) => {
+                            tracing::info!(pod = %key_of(&pod.metadata), replicaset = %rs.name_any(), "adopted pod");
+                            claimed.push(Arc::new(adopted));
+                        }
+                        Err(e) if is_status(&e, 404) => {}
+                        Err(e) => return Err(Error::api("adopting pod", key_of(&pod.metadata), e)),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn manage_replicas(
+        &self,
+        key: &str,
+        rs: &ReplicaSet,
+        pods: &[Arc<Pod>],
+    ) -> Result<(), Error> {
+        let want = rs
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1)
+            .max(0) as usize;
+        let ns = rs.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        if pods.len() < want {
+            let count = (want - pods.len()).min(BURST_REPLICAS);
+            self.expectations.expect_creations(key, count);
+            tracing::debug!(replicaset = key, count, "creating pods");
+            let template = pod_from_template(rs);
+            let (created, err) = slow_start_batch(count, |_| {
+                let api = api.clone();
+                let template = template.clone();
+                async move { api.create(&PostParams::default(), &template).await }
+            })
+            .await;
+            for pod in &created {
+                self.events.record(
+                    rs,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    format!("Created pod: {}", pod.name_any()),
+                );
+            }
+            if let Some(e) = err {
+                // Creates that failed or were never sent will not be observed.
+                for _ in created.len()..count {
+                    self.expectations.creation_observed(key);
+                }
+                self.events.record(
+                    rs,
+                    EventType::Warning,
+                    "FailedCreate",
+                    format!("Error creating: {e}"),
+                );
+                return Err(Error::api("creating pod for replicaset", key, e));
+            }
+        } else if pods.len() > want {
+            let count = (pods.len() - want).min(BURST_REPLICAS);
+            let mut ranked: Vec<&Arc<Pod>> = pods.iter().collect();
+            ranked.sort_by(|a, b| deletion_order(a, b));
+            let doomed = &ranked[..count];
+            self.expectations
+                .expect_deletions(key, doomed.iter().map(|p| key_of(&p.metadata)));
+            tracing::debug!(replicaset = key, count, "deleting pods");
+            let results = join_all(doomed.iter().map(|pod| {
+                let api = api.clone();
+                async move {
+                    (
+                        pod,
+                        api.delete(&pod.name_any(), &DeleteParams::default()).await,
+                    )
+                }
+            }))
+            .await;
+            let mut first_err = None;
+            for (pod, result) in results {
+                match result {
+                    Ok(_) => self.events.record(
+                        rs,
+                        EventType::Normal,
+                        "SuccessfulDelete",
+                        format!("Deleted pod: {}", pod.name_any()),
+                    ),
+                    Err(e) => {
+                        // It will not go away through us: stop waiting for it.
+                        self.expectations
+                            .deletion_observed(key, &key_of(&pod.metadata));
+                        if !is_status(&e, 404) {
+                            self.events.record(
+                                rs,
+                                EventType::Warning,
+                                "FailedDelete",
+                                format!("Error deleting: {e}"),
+                            );
+                            first_err.get_or_insert(Error::api(
+                                "deleting pod",
+                                key_of(&pod.metadata),
+                                e,
+                            ));
+                        }
+                    }
+                }
+            }
+            if let Some(err) = first_err {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `count` calls of `f` in batches of 1, 2, 4, ... (each batch concurrently),
+/// stopping after the first batch with a failure. Returns the successes and the first
+/// error: a quota or validation error then costs one request instead of hundreds.
+pub async fn slow_start_batch<T, E, F, Fut>(count: usize, f: F) -> (Vec<T>, Option<E>)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut done = Vec::with_capacity(count);
+    let mut batch = 1.min(count);
+    let mut started = 0;
+    while batch > 0 {
+        let results = join_all((started..started + batch).map(&f)).await;
+        started += batch;
+        let mut first_err = None;
+        for r in results {
+            match r {
+                Ok(v) => done.push(v),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if first_err.is_some() {
+            return (done, first_err);
+        }
+        batch = (batch * 2).min(count - started);
+    }
+    (done, None)
+}
+
+pub fn selector_of(rs: &ReplicaSet) -> Result<Selector, Error> {
+    let selector = rs
+        .spec
+        .as_ref()
+        .map(|s| s.selector.clone())
+        .unwrap_or_default();
+    Selector::try_from(selector).map_err(|e| Error::InvalidSelector {
+        object: format!("replicaset {}", key_of(&rs.metadata)),
+        reason: e.to_string(),
+    })
+}
+
+/// The pod a ReplicaSet creates: its template, `generateName: <rs>-` (the apiserver adds
+/// five random characters) and a controller reference.
+pub fn pod_from_template(rs: &ReplicaSet) -> Pod {
+    let template: PodTemplateSpec = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.clone())
+        .unwrap_or_default();
+    let meta = template.metadata.unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", rs.name_any())),
+            namespace: rs.namespace(),
+            labels: meta.labels,
+            annotations: meta.annotations,
+            finalizers: meta.finalizers,
+            owner_references: Some(vec![controller_ref(rs)]),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    }
+}
+
+/// The status a ReplicaSet should show for the active pods it controls.
+pub fn calculate_status(
+    rs: &ReplicaSet,
+    pods: &[&Pod],
+    manage_err: Option<&Error>,
+    now: Timestamp,
+) -> ReplicaSetStatus {
+    let template_labels: BTreeMap<String, String> = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let min_ready = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.min_ready_seconds)
+        .unwrap_or(0);
+    let count = |f: &dyn Fn(&Pod) -> bool| pods.iter().filter(|p| f(p)).count() as i32;
+    let old = rs.status.clone().unwrap_or_default();
+    let mut conditions: Vec<ReplicaSetCondition> = old
+        .conditions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "ReplicaFailure")
+        .collect();
+    if let Some(err) = manage_err {
+        let previous = old
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "ReplicaFailure");
+        conditions.push(ReplicaSetCondition {
+            type_: "ReplicaFailure".into(),
+            status: "True".into(),
+            reason: Some("FailedCreate".into()),
+            message: Some(err.to_string()),
+            last_transition_time: previous
+                .and_then(|c| c.last_transition_time.clone())
+                .or(Some(Time(now))),
+        });
+    }
+    ReplicaSetStatus {
+        replicas: pods.len() as i32,
+        fully_labeled_replicas: Some(count(&|p| {
+            template_labels
+                .iter()
+                .all(|(k, v)| p.labels().get(k) == Some(v))
+        })),
+        ready_replicas: Some(count(&|p| is_ready(p))),
+        available_replicas: Some(count(&|p| is_available(p, min_ready, now))),
+        observed_generation: rs.metadata.generation,
+        conditions: (!conditions.is_empty()).then_some(conditions),
+        ..old
+    }
+}
+
+struct ReplicaSetEvents(Arc<ReplicaSetController>);
+
+impl EventHandler<ReplicaSet> for ReplicaSetEvents {
+    fn on_apply(&self, _old: Option<&ReplicaSet>, new: &ReplicaSet) {
+        self.0.queue.add(key_of(&new.metadata));
+    }
+    fn on_delete(&self, obj: &ReplicaSet) {
+        self.0.expectations.forget(&key_of(&obj.metadata));
+    }
+}
+
+struct PodEvents(Arc<ReplicaSetController>);
+
+impl PodEvents {
+    fn deleted(&self, pod: &Pod) {
+        if let Some(rs) = self.0.owner_of(pod) {
+            let key = key_of(&rs.metadata);
+            self.0
+                .expectations
+                .deletion_observed(&key, &key_of(&pod.metadata));
+            self.0.queue.add(key);
+        }
+    }
+
+    fn enqueue_owner_or_matching(&self, pod: &Pod) {
+        match self.0.owner_of(pod) {
+            Some(rs) => self.0.queue.add(key_of(&rs.metadata)),
+            None if controller_of(&pod.metadata).is_none() => {
+                for rs in self.0.matching(pod) {
+                    self.0.queue.add(key_of(&rs.metadata));
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+impl EventHandler<Pod> for PodEvents {
+    fn on_apply(&self, old: Option<&Pod>, new: &Pod) {
+        let Some(old) = old else {
+            if new.metadata.deletion_timestamp.is_some() {
+                return self.deleted(new);
+            }
+            if let Some(rs) = self.0.owner_of(new) {
+                self.0.expectations.creation_observed(&key_of(&rs.metadata));
+            }
+            return self.enqueue_owner_or_matching(new);
+        };
+        if old.resource_version() == new.resource_version() {
+            return;
+        }
+        if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {
+            self.deleted(new);
+        }
+        // The previous controller (or, for an orphan, the previous matches) must look
+        // again when the controller or the labels changed.
+        if controller_of(&old.metadata) != controller_of(&new.metadata)
+            || old.labels() != new.labels()
+        {
+            self.enqueue_owner_or_matching(old);
+        }
+        self.enqueue_owner_or_matching(new);
+    }
+
+    fn on_delete(&self, pod: &Pod) {
+        self.deleted(pod);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn creations_go_in_batches_of_1_2_4_and_stop_at_the_first_failing_batch() {
+        let calls = Mutex::new(Vec::new());
+        let (done, err) = slow_start_batch(10, |i| {
+            calls.lock().unwrap().push(i);
+            async move { if i == 4 { Err("quota") } else { Ok(i) } }
+        })
+        .await;
+        // Batches [0], [1, 2], [3, 4, 5, 6]: the third fails, the rest are never sent.
+        assert_eq!(calls.lock().unwrap().len(), 7);
+        assert_eq!(done.len(), 6);
+        assert_eq!(err, Some("quota"));
+        let (done, err) = slow_start_batch(10, |i| async move { Ok::<_, ()>(i) }).await;
+        assert_eq!((done.len(), err), (10, None));
+    }
+
+    #[test]
+    fn pods_come_from_the_template_with_generate_name_and_a_controller_reference() {
+        let rs: ReplicaSet = k8s_openapi::serde_json::from_value(k8s_openapi::serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "default", "uid": "u1"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}, "annotations": {"a": "b"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}
+        }))
+        .unwrap();
+        let pod = pod_from_template(&rs);
+        assert_eq!(pod.metadata.generate_name.as_deref(), Some("web-abc-"));
+        assert_eq!(pod.labels().get("app").map(String::as_str), Some("web"));
+        assert_eq!(pod.annotations().get("a").map(String::as_str), Some("b"));
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("ReplicaSet", "web-abc", "u1")
+        );
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+    }
+
+    #[test]
+    fn status_counts_labelled_ready_and_available_pods() {
+        use crate::pods::tests::{pod, ts};
+        let mut rs = ReplicaSet::default();
+        rs.metadata.generation = Some(4);
+        rs.spec = Some(k8s_openapi::api::apps::v1::ReplicaSetSpec {
+            min_ready_seconds: Some(10),
+            ..Default::default()
+        });
+        let a = pod("a", 0, None, "Running", Some(0));
+        let b = pod("b", 0, None, "Running", Some(8));
+        let c = pod("c", 0, None, "Pending", None);
+        let status = calculate_status(&rs, &[&a, &b, &c], None, ts(12));
+        assert_eq!(status.replicas, 3);
+        assert_eq!(status.fully_labeled_replicas, Some(3));
+        assert_eq!(status.ready_replicas, Some(2));
+        assert_eq!(
+            status.available_replicas,
+            Some(1),
+            "b is ready for 4 s of 10"
+        );
+        assert_eq!(status.observed_generation, Some(4));
+    }
+}

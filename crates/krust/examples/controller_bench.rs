@@ -1,0 +1,269 @@
+//! Controller-manager benchmark: starts a release `krust server --disable-controllers`
+//! and a separate `krust controller-manager` on a temp dir, plays the kubelet (every new
+//! pod is patched Ready through pods/status at once), and measures what issue 4 targets.
+//!
+//! ```text
+//! cargo build --release -p krust --bins --examples
+//! ./target/release/examples/controller_bench [replicas=1000] [pods-for-rss=10000]
+//! ```
+//!
+//! Prints: time from creating a Deployment of `replicas` to all its pods existing, and to
+//! the rollout completing; time for a rolling update (image change, default 25 % surge and
+//! unavailable) of all replicas to complete; the controller-manager's CPU time and RSS
+//! after scaling to `pods-for-rss` pods.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use serde_json::json;
+
+type Result<T = (), E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `target/<profile>/krust`, beside `target/<profile>/examples/controller_bench`.
+fn krust_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("krust"))
+        .expect("target dir")
+}
+
+fn proc_stat(pid: u32) -> (f64, f64) {
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0);
+    // utime and stime, fields 14 and 15 of /proc/<pid>/stat, in clock ticks (100/s).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let cpu = (ticks(11) + ticks(12)) as f64 / 100.0;
+    (cpu, rss_kib as f64 / 1024.0)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Live pods seen on a watch, and which of them were patched ready.
+#[derive(Default)]
+struct Pods {
+    live: HashSet<String>,
+    marked: HashSet<String>,
+}
+
+async fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Result {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut args = std::env::args().skip(1);
+    let replicas: i32 = args.next().map_or(Ok(1000), |a| a.parse())?;
+    let rss_pods: i32 = args.next().map_or(Ok(10_000), |a| a.parse())?;
+
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig.yaml");
+    let port = free_port();
+    let _server = Process(
+        Command::new(krust_binary())
+            .args(["server", "--disable-agent", "--disable-controllers"])
+            .args([
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+            ])
+            .arg("--https-listen-port")
+            .arg(port.to_string())
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--write-kubeconfig")
+            .arg(&kubeconfig)
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    wait("the server", Duration::from_secs(20), || {
+        kubeconfig.exists()
+    })
+    .await?;
+    let cm = Process(
+        Command::new(krust_binary())
+            .args(["controller-manager", "--leader-elect=false", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let cm_pid = cm.0.id();
+    let yaml = std::fs::read_to_string(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::from_yaml(&yaml)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = kube::Client::try_from(config)?;
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+
+    // The kubelet stand-in: every new pod becomes Running and Ready at once.
+    let pods = Arc::new(Mutex::new(Pods::default()));
+    let limit = Arc::new(tokio::sync::Semaphore::new(64));
+    {
+        let pods = pods.clone();
+        let api = pods_api.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                let (pod, gone) = match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        let gone = p.metadata.deletion_timestamp.is_some();
+                        (p, gone)
+                    }
+                    watcher::Event::Delete(p) => (p, true),
+                    _ => continue,
+                };
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let new = {
+                    let mut state = pods.lock().unwrap();
+                    if gone {
+                        state.live.remove(&name);
+                        false
+                    } else {
+                        state.live.insert(name.clone());
+                        state.marked.insert(name.clone())
+                    }
+                };
+                if !new {
+                    continue;
+                }
+                let api = api.clone();
+                let permit = limit.clone().acquire_owned().await;
+                tokio::spawn(async move {
+                    let now = k8s_openapi::jiff::Timestamp::now()
+                        .strftime("%Y-%m-%dT%H:%M:%SZ")
+                        .to_string();
+                    let patch = json!({"status": {"phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                        "containerStatuses": [{"name": "c", "image": "x", "imageID": "", "ready": true,
+                            "restartCount": 0, "started": true, "state": {"running": {"startedAt": now}}}]}});
+                    let _ = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                    drop(permit);
+                });
+            }
+        });
+    }
+
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "bench"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "bench"}},
+                 "template": {"metadata": {"labels": {"app": "bench"}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}}
+    }))?;
+    let complete = |d: &Deployment, n: i32| {
+        let s = d.status.clone().unwrap_or_default();
+        s.observed_generation >= d.metadata.generation
+            && s.updated_replicas == Some(n)
+            && s.replicas == Some(n)
+            && s.available_replicas == Some(n)
+    };
+
+    let started = Instant::now();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let p = pods.clone();
+    wait("all pods created", Duration::from_secs(120), || {
+        p.lock().unwrap().live.len() >= replicas as usize
+    })
+    .await?;
+    let created = started.elapsed();
+    loop {
+        if complete(&deployments.get("bench").await?, replicas) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let available = started.elapsed();
+    println!(
+        "deployment of {replicas}: all pods created in {created:.2?}, rollout complete in {available:.2?}"
+    );
+
+    let started = Instant::now();
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}}}});
+    deployments
+        .patch("bench", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await?;
+    loop {
+        if complete(&deployments.get("bench").await?, replicas) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!(
+        "rolling update of {replicas}: complete in {:.2?}",
+        started.elapsed()
+    );
+
+    let (cpu_before, _) = proc_stat(cm_pid);
+    let started = Instant::now();
+    let scale = json!({"spec": {"replicas": rss_pods}});
+    deployments
+        .patch("bench", &PatchParams::default(), &Patch::Merge(&scale))
+        .await?;
+    loop {
+        if complete(&deployments.get("bench").await?, rss_pods) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = started.elapsed();
+    let (cpu, rss) = proc_stat(cm_pid);
+    println!(
+        "scale to {rss_pods} pods: complete in {took:.2?}; controller-manager CPU {:.2} s for the scale ({cpu:.2} s total), RSS {rss:.1} MB",
+        cpu - cpu_before
+    );
+    Ok(())
+}

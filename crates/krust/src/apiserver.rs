@@ -1,0 +1,233 @@
+//! `krust apiserver`: the apiserver alone, and the apiserver flags `krust server` shares.
+//! The store is the embedded one in the data dir unless `--datastore-endpoint` names an
+//! etcd cluster (k3s's flag), in which case several apiservers can share it.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use krust_apiserver::pki::admin_kubeconfig;
+use krust_store::Store;
+use krust_store::embedded::EmbeddedStore;
+use krust_store::etcd::{EtcdStore, EtcdTls};
+
+use crate::cli::{parse_duration, shutdown_signal, write_kubeconfig};
+
+#[derive(Args, Clone)]
+pub struct ApiserverArgs {
+    /// Where krust keeps its state (store, certificates).
+    #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
+    pub data_dir: PathBuf,
+    /// Address the apiserver listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Port the apiserver listens on (0 picks a free one).
+    #[arg(long, default_value_t = 6443)]
+    pub https_listen_port: u16,
+    /// Address advertised to clients and in the `kubernetes` Service (default: the first
+    /// non-loopback address, else 127.0.0.1).
+    #[arg(long)]
+    pub advertise_address: Option<IpAddr>,
+    /// Write the admin kubeconfig here.
+    #[arg(long, default_value = "/etc/krust/krust.yaml")]
+    pub write_kubeconfig: PathBuf,
+    /// Service ClusterIP range.
+    #[arg(long, default_value = "10.43.0.0/16")]
+    pub service_cidr: String,
+    /// Most non-mutating requests in flight (watches excluded) before 429.
+    #[arg(long, default_value_t = 400)]
+    pub max_requests_inflight: usize,
+    /// Most mutating requests in flight before 429.
+    #[arg(long, default_value_t = 200)]
+    pub max_mutating_requests_inflight: usize,
+    /// How often old history is compacted (e.g. 5m, 30s; 0 disables).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub etcd_compaction_interval: std::time::Duration,
+    /// How often this apiserver renews its identity lease and rewrites the `kubernetes`
+    /// endpoints; an apiserver silent for three intervals is dropped from them.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub endpoint_reconcile_interval: std::time::Duration,
+    /// An etcd cluster instead of the embedded store: `etcd://host1:2379,host2:2379`
+    /// (`https://` members with the TLS flags below).
+    #[arg(long)]
+    pub datastore_endpoint: Option<String>,
+    /// CA of the etcd members' serving certificates.
+    #[arg(long, requires = "datastore_endpoint")]
+    pub datastore_cafile: Option<PathBuf>,
+    /// Client certificate for etcd.
+    #[arg(long, requires = "datastore_endpoint")]
+    pub datastore_certfile: Option<PathBuf>,
+    /// Key of the client certificate for etcd.
+    #[arg(long, requires = "datastore_endpoint")]
+    pub datastore_keyfile: Option<PathBuf>,
+    /// Prefix of every key krust writes to etcd (keys then read `<prefix>/registry/...`).
+    #[arg(long, default_value = "")]
+    pub etcd_prefix: String,
+}
+
+pub fn tls_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("server").join("tls")
+}
+
+/// The etcd member URLs of a `--datastore-endpoint`.
+fn etcd_endpoints(spec: &str, tls: bool) -> Result<Vec<String>> {
+    let scheme = if tls { "https" } else { "http" };
+    let rest = spec
+        .strip_prefix("etcd://")
+        .or_else(|| spec.strip_prefix("http://"))
+        .or_else(|| spec.strip_prefix("https://"))
+        .with_context(|| {
+            format!("--datastore-endpoint {spec:?}: expected etcd://host:port[,host:port...]")
+        })?;
+    let members: Vec<String> = rest
+        .split(',')
+        .map(|m| {
+            m.trim()
+                .trim_start_matches("etcd://")
+                .trim_start_matches("http://")
+                .trim_start_matches("https://")
+        })
+        .filter(|m| !m.is_empty())
+        .map(|m| format!("{scheme}://{m}"))
+        .collect();
+    if members.is_empty() {
+        bail!("--datastore-endpoint {spec:?} names no etcd member");
+    }
+    Ok(members)
+}
+
+impl ApiserverArgs {
+    /// Opens the configured store.
+    pub async fn open_store(&self) -> Result<Arc<dyn Store>> {
+        if let Some(spec) = &self.datastore_endpoint {
+            let tls = match (
+                &self.datastore_cafile,
+                &self.datastore_certfile,
+                &self.datastore_keyfile,
+            ) {
+                (Some(ca), Some(cert), Some(key)) => Some(EtcdTls {
+                    ca: ca.clone(),
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                (None, None, None) => None,
+                _ => bail!(
+                    "--datastore-cafile, --datastore-certfile and --datastore-keyfile go together"
+                ),
+            };
+            let endpoints = etcd_endpoints(spec, tls.is_some() || spec.contains("https://"))?;
+            let store = EtcdStore::connect(&endpoints, &self.etcd_prefix, tls)
+                .await
+                .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
+            tracing::info!(endpoints = %endpoints.join(","), "using etcd");
+            return Ok(Arc::new(store));
+        }
+        let db_dir = self.data_dir.join("server").join("db");
+        std::fs::create_dir_all(&db_dir)
+            .with_context(|| format!("creating {}", db_dir.display()))?;
+        let store =
+            EmbeddedStore::open(db_dir.join("state.redb")).context("opening the embedded store")?;
+        Ok(Arc::new(store))
+    }
+
+    pub fn config(&self) -> krust_apiserver::Config {
+        krust_apiserver::Config {
+            tls_dir: tls_dir(&self.data_dir),
+            bind_address: self.bind_address,
+            port: self.https_listen_port,
+            service_cidr: self.service_cidr.clone(),
+            advertise_address: self.advertise_address.unwrap_or_else(default_advertise),
+            max_requests_inflight: self.max_requests_inflight,
+            max_mutating_requests_inflight: self.max_mutating_requests_inflight,
+            compaction_interval: self.etcd_compaction_interval,
+            endpoint_reconcile_interval: self.endpoint_reconcile_interval,
+        }
+    }
+}
+
+/// A started apiserver with its admin kubeconfig written.
+pub struct Started {
+    pub running: krust_apiserver::Running,
+    pub kubeconfig: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Started {
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.running.task.await;
+    }
+}
+
+pub async fn start(args: &ApiserverArgs) -> Result<Started> {
+    let store = args.open_store().await?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = krust_apiserver::start(args.config(), store, async {
+        let _ = stopped.await;
+    })
+    .await?;
+    let host = if args.bind_address.is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        args.bind_address.to_string()
+    };
+    let kubeconfig = admin_kubeconfig(
+        &running.pki,
+        &format!("https://{host}:{}", running.addr.port()),
+    );
+    write_kubeconfig(&args.write_kubeconfig, &kubeconfig)?;
+    Ok(Started {
+        running,
+        kubeconfig,
+        stop,
+    })
+}
+
+/// `krust apiserver`.
+pub async fn run(args: ApiserverArgs) -> Result<()> {
+    let started = std::time::Instant::now();
+    let apiserver = start(&args).await?;
+    tracing::info!(
+        addr = %apiserver.running.addr,
+        kubeconfig = %args.write_kubeconfig.display(),
+        ready_ms = started.elapsed().as_millis() as u64,
+        "krust apiserver ready"
+    );
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    apiserver.stop().await;
+    Ok(())
+}
+
+/// The first non-loopback IPv4 address of this machine (found by asking the kernel which
+/// source address it would use to reach a public address; nothing is sent).
+fn default_advertise() -> IpAddr {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("10.255.255.255:1")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datastore_endpoints_in_k3s_form() {
+        assert_eq!(
+            etcd_endpoints("etcd://a:2379,b:2379", false).unwrap(),
+            ["http://a:2379", "http://b:2379"]
+        );
+        assert_eq!(
+            etcd_endpoints("https://a:2379", true).unwrap(),
+            ["https://a:2379"]
+        );
+        assert!(etcd_endpoints("mysql://x", false).is_err());
+        assert!(etcd_endpoints("etcd://", false).is_err());
+    }
+}

@@ -1,0 +1,108 @@
+//! `krust controller-manager`: the controllers alone, against any apiserver reachable
+//! through a kubeconfig (krust's or upstream's), with Lease-based leader election so
+//! several instances can run active/standby. `krust server` runs the same thing
+//! in-process, connected to its own apiserver with the admin credentials.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::cli::parse_duration;
+
+#[derive(Args)]
+pub struct ControllerManagerArgs {
+    /// Kubeconfig of the apiserver to watch and write.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    #[command(flatten)]
+    pub leader: LeaderElectionArgs,
+}
+
+/// Leader election flags, named and defaulted as kube-controller-manager's.
+#[derive(Args, Clone, Debug)]
+pub struct LeaderElectionArgs {
+    /// Take the kube-system/kube-controller-manager Lease before running controllers,
+    /// so that of several instances exactly one is active.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// How long a standby waits after the last renewal it saw before taking over.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops acting.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    leader_elect_renew_deadline: Duration,
+    /// How often candidates try to acquire and the leader renews.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    leader_elect_retry_period: Duration,
+}
+
+impl LeaderElectionArgs {
+    fn config(&self) -> Result<krust_controllers::Config> {
+        let leader_election = if self.leader_elect {
+            anyhow::ensure!(
+                self.leader_elect_lease_duration > self.leader_elect_renew_deadline,
+                "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline"
+            );
+            anyhow::ensure!(
+                self.leader_elect_renew_deadline > self.leader_elect_retry_period,
+                "--leader-elect-renew-deadline must be greater than --leader-elect-retry-period"
+            );
+            let mut le = krust_controllers::LeaderElectionConfig::controller_manager(identity());
+            le.lease_duration = self.leader_elect_lease_duration;
+            le.renew_deadline = self.leader_elect_renew_deadline;
+            le.retry_period = self.leader_elect_retry_period;
+            Some(le)
+        } else {
+            None
+        };
+        Ok(krust_controllers::Config {
+            leader_election,
+            workers: 5,
+        })
+    }
+}
+
+/// `<hostname>_<unique suffix>`, as upstream: unique per process, so two instances on
+/// one host never both believe they hold the lease.
+fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{host}_{:x}{:08x}", std::process::id(), nanos)
+}
+
+/// `krust controller-manager`: runs until SIGTERM or Ctrl-C.
+pub async fn run(args: ControllerManagerArgs) -> Result<()> {
+    let yaml = std::fs::read_to_string(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    run_with_kubeconfig(&yaml, &args.leader, crate::cli::shutdown_signal()).await
+}
+
+/// Runs the controllers against the apiserver of `kubeconfig` (YAML) until `shutdown`.
+pub async fn run_with_kubeconfig(
+    kubeconfig: &str,
+    leader: &LeaderElectionArgs,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let config = leader.config()?;
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).context("parsing the kubeconfig")?;
+    let client_config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .context("loading the kubeconfig")?;
+    let client = kube::Client::try_from(client_config).context("building the API client")?;
+    tracing::info!(
+        leader_elect = config.leader_election.is_some(),
+        "controller-manager starting"
+    );
+    krust_controllers::run(client, config, shutdown).await;
+    tracing::info!("controller-manager stopped");
+    Ok(())
+}

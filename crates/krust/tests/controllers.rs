@@ -1,0 +1,862 @@
+//! The controller-manager end to end, with the real kubectl against a real `krust
+//! server`: Deployments get one ReplicaSet per template and pods with ownerReferences,
+//! rollouts stay within maxSurge/maxUnavailable at every moment seen on a watch,
+//! `kubectl rollout status|undo`, `kubectl scale`, and leader failover between two
+//! `krust controller-manager` processes.
+//!
+//! There is no kubelet yet: [`ReadyMarker`] plays one, marking every new pod Running and
+//! Ready through the pods/status subresource.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{KUBECTL, Server, wait_for};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn deployment(name: &str, replicas: i32, image: &str, strategy: Value) -> String {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": strategy,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": image}]}
+            }
+        }
+    })
+    .to_string()
+}
+
+fn rolling(max_surge: i32, max_unavailable: i32) -> Value {
+    json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": max_unavailable}})
+}
+
+fn items(s: &Server, args: &[&str]) -> Vec<Value> {
+    s.get_json(args)["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn name(obj: &Value) -> &str {
+    obj["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+/// Live (not terminating) pods of `app`.
+fn live_pods(s: &Server, app: &str) -> Vec<Value> {
+    items(s, &["pods", "-l", &format!("app={app}")])
+        .into_iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect()
+}
+
+/// Runs `kubectl get <what> -w --output-watch-events -o json` and calls `on_event` with
+/// every (type, object) until dropped.
+struct Watch {
+    child: Child,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(
+        s: &Server,
+        what: &[&str],
+        mut on_event: impl FnMut(&str, &Value) + Send + 'static,
+    ) -> Watch {
+        let mut child = Command::new(KUBECTL)
+            .args(["get"])
+            .args(what)
+            .args(["-w", "--output-watch-events", "-o", "json"])
+            .env("KUBECONFIG", s.kubeconfig())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl watch");
+        let stdout = child.stdout.take().expect("stdout");
+        let thread = std::thread::spawn(move || {
+            let events =
+                serde_json::Deserializer::from_reader(BufReader::new(stdout)).into_iter::<Value>();
+            for event in events.map_while(Result::ok) {
+                on_event(event["type"].as_str().unwrap_or_default(), &event["object"]);
+            }
+        });
+        Watch {
+            child,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Plays the kubelet: every pod that appears unready is patched Running and Ready
+/// through /status (phase, Ready condition, a ready container status).
+struct ReadyMarker {
+    _watch: Watch,
+}
+
+impl ReadyMarker {
+    fn start(s: &Server) -> ReadyMarker {
+        let tls = s.data_dir().join("server").join("tls");
+        let port = s.port;
+        let watch = Watch::start(s, &["pods"], move |kind, pod| {
+            if kind == "DELETED" || is_ready(pod) || !pod["metadata"]["deletionTimestamp"].is_null()
+            {
+                return;
+            }
+            mark_ready(&tls, port, pod);
+        });
+        ReadyMarker { _watch: watch }
+    }
+}
+
+fn mark_ready(tls: &std::path::Path, port: u16, pod: &Value) {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let containers: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({"name": c["name"], "image": c["image"], "imageID": "", "ready": true, "started": true,
+                   "restartCount": 0, "state": {"running": {"startedAt": now}}})
+        })
+        .collect();
+    let patch = json!({"status": {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+        ],
+        "containerStatuses": containers,
+    }});
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{}/status",
+        pod["metadata"]["namespace"].as_str().unwrap_or("default"),
+        name(pod)
+    );
+    let _ = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-X",
+            "PATCH",
+            "-H",
+            "Content-Type: application/merge-patch+json",
+        ])
+        .arg("--cacert")
+        .arg(tls.join("ca.crt"))
+        .arg("--cert")
+        .arg(tls.join("admin.crt"))
+        .arg("--key")
+        .arg(tls.join("admin.key"))
+        .args(["--data-binary", &patch.to_string()])
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .status();
+}
+
+fn rollout_status(s: &Server, deploy: &str) -> String {
+    s.ok(&[
+        "rollout",
+        "status",
+        &format!("deployment/{deploy}"),
+        "--timeout=60s",
+    ])
+}
+
+fn replicasets(s: &Server, app: &str) -> Vec<Value> {
+    items(s, &["rs", "-l", &format!("app={app}")])
+}
+
+fn events(s: &Server, reason: &str) -> Vec<String> {
+    items(s, &["events"])
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_deployment_gets_one_replicaset_and_owned_pods_and_completes() {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 3, "nginx:1.25", rolling(1, 0)),
+    );
+    rollout_status(&s, "web");
+
+    let d = s.get_json(&["deployment", "web"]);
+    let rss = replicasets(&s, "web");
+    assert_eq!(rss.len(), 1, "{rss:?}");
+    let rs = &rss[0];
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .expect("pod-template-hash label")
+        .to_string();
+    assert_eq!(name(rs), format!("web-{hash}"));
+    assert_eq!(
+        rs["spec"]["selector"]["matchLabels"]["pod-template-hash"],
+        hash.as_str()
+    );
+    assert_eq!(
+        rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"],
+        hash.as_str()
+    );
+    assert_eq!(
+        rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "1"
+    );
+    let owner = &rs["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("Deployment"), Some("web"))
+    );
+    assert_eq!(owner["uid"], d["metadata"]["uid"]);
+    assert_eq!(
+        (
+            owner["controller"].as_bool(),
+            owner["blockOwnerDeletion"].as_bool()
+        ),
+        (Some(true), Some(true))
+    );
+
+    let pods = live_pods(&s, "web");
+    assert_eq!(pods.len(), 3);
+    for pod in &pods {
+        let n = name(pod);
+        let suffix = n
+            .strip_prefix(&format!("web-{hash}-"))
+            .unwrap_or_else(|| panic!("pod name {n}"));
+        assert_eq!(suffix.len(), 5, "{n}");
+        let owner = &pod["metadata"]["ownerReferences"][0];
+        assert_eq!(
+            (owner["kind"].as_str(), owner["name"].as_str()),
+            (Some("ReplicaSet"), Some(name(rs)))
+        );
+        assert_eq!(
+            (
+                owner["controller"].as_bool(),
+                owner["blockOwnerDeletion"].as_bool()
+            ),
+            (Some(true), Some(true))
+        );
+        assert_eq!(
+            pod["metadata"]["labels"]["pod-template-hash"],
+            hash.as_str()
+        );
+    }
+
+    let status = &wait_for("deployment status", DEADLINE, || {
+        let d = s.get_json(&["deployment", "web"]);
+        (d["status"]["availableReplicas"] == 3).then_some(d)
+    })["status"];
+    assert_eq!(
+        (
+            status["replicas"].as_i64(),
+            status["updatedReplicas"].as_i64(),
+            status["readyReplicas"].as_i64()
+        ),
+        (Some(3), Some(3), Some(3))
+    );
+    assert_eq!(status["observedGeneration"], d["metadata"]["generation"]);
+    let condition = |t: &str| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(condition("Available")["status"], "True");
+    assert_eq!(condition("Progressing")["reason"], "NewReplicaSetAvailable");
+    let rs_status = &s.get_json(&["rs", name(rs)])["status"];
+    assert_eq!(
+        (
+            rs_status["replicas"].as_i64(),
+            rs_status["fullyLabeledReplicas"].as_i64(),
+            rs_status["readyReplicas"].as_i64(),
+            rs_status["availableReplicas"].as_i64()
+        ),
+        (Some(3), Some(3), Some(3), Some(3))
+    );
+
+    let created = events(&s, "SuccessfulCreate");
+    for pod in &pods {
+        assert!(
+            created.contains(&format!("Created pod: {}", name(pod))),
+            "{created:?}"
+        );
+    }
+    assert!(
+        events(&s, "ScalingReplicaSet")
+            .contains(&format!("Scaled up replica set {} from 0 to 3", name(rs)))
+    );
+    let described = s.ok(&["describe", "deployment", "web"]);
+    assert!(described.contains("NewReplicaSetAvailable"), "{described}");
+}
+
+/// What the rollout watches saw: violations of the bounds, and the extremes.
+#[derive(Default)]
+struct Bounds {
+    violations: Vec<String>,
+    most_pods: usize,
+    fewest_ready: usize,
+    most_rs_replicas: i64,
+}
+
+#[test]
+fn an_image_change_rolls_out_within_max_surge_and_max_unavailable_and_undo_restores_the_old_replicaset()
+ {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 3, "nginx:1.25", rolling(1, 0)),
+    );
+    rollout_status(&s, "web");
+    let first_rs = name(&replicasets(&s, "web")[0]).to_string();
+    let initial: HashSet<String> = live_pods(&s, "web")
+        .iter()
+        .map(|p| name(p).to_string())
+        .collect();
+
+    // Watch pods and ReplicaSets; check the bounds on every event once the watch has
+    // shown the three initial pods.
+    let bounds = Arc::new(Mutex::new(Bounds {
+        fewest_ready: usize::MAX,
+        ..Default::default()
+    }));
+    let pods: Arc<Mutex<BTreeMap<String, (bool, bool)>>> = Arc::default();
+    let primed = Arc::new(Mutex::new(false));
+    let pod_watch = {
+        let (bounds, pods, primed, initial) = (
+            bounds.clone(),
+            pods.clone(),
+            primed.clone(),
+            initial.clone(),
+        );
+        Watch::start(&s, &["pods", "-l", "app=web"], move |kind, pod| {
+            let mut pods = pods.lock().unwrap();
+            if kind == "DELETED" {
+                pods.remove(name(pod));
+            } else {
+                pods.insert(
+                    name(pod).to_string(),
+                    (
+                        !pod["metadata"]["deletionTimestamp"].is_null(),
+                        is_ready(pod),
+                    ),
+                );
+            }
+            let mut primed = primed.lock().unwrap();
+            *primed |= initial.iter().all(|n| pods.contains_key(n));
+            if !*primed {
+                return;
+            }
+            let live = pods
+                .values()
+                .filter(|(terminating, _)| !terminating)
+                .count();
+            let ready = pods
+                .values()
+                .filter(|(terminating, ready)| !terminating && *ready)
+                .count();
+            let mut b = bounds.lock().unwrap();
+            b.most_pods = b.most_pods.max(live);
+            b.fewest_ready = b.fewest_ready.min(ready);
+            if live > 4 || ready < 3 {
+                b.violations.push(format!(
+                    "{kind} {}: {live} pods, {ready} ready: {pods:?}",
+                    name(pod)
+                ));
+            }
+        })
+    };
+    let rs_watch = {
+        let bounds = bounds.clone();
+        let mut sizes: BTreeMap<String, i64> = BTreeMap::new();
+        Watch::start(&s, &["rs", "-l", "app=web"], move |kind, rs| {
+            if kind == "DELETED" {
+                sizes.remove(name(rs));
+            } else {
+                sizes.insert(
+                    name(rs).to_string(),
+                    rs["spec"]["replicas"].as_i64().unwrap_or(0),
+                );
+            }
+            let total: i64 = sizes.values().sum();
+            let mut b = bounds.lock().unwrap();
+            b.most_rs_replicas = b.most_rs_replicas.max(total);
+            if total > 4 {
+                b.violations.push(format!(
+                    "{kind} {}: replicasets sum to {total}: {sizes:?}",
+                    name(rs)
+                ));
+            }
+        })
+    };
+    wait_for("the pod watch to list the initial pods", DEADLINE, || {
+        (*primed.lock().unwrap()).then_some(())
+    });
+
+    s.ok(&["set", "image", "deployment/web", "c=nginx:1.26"]);
+    let out = rollout_status(&s, "web");
+    assert!(out.contains("successfully rolled out"), "{out}");
+    drop((pod_watch, rs_watch));
+    let b = bounds.lock().unwrap();
+    assert!(
+        b.violations.is_empty(),
+        "bounds violated: {:#?}",
+        b.violations
+    );
+    assert_eq!(b.most_pods, 4, "the rollout used its surge");
+    assert_eq!(b.fewest_ready, 3);
+    assert_eq!(b.most_rs_replicas, 4);
+    drop(b);
+
+    let rss = replicasets(&s, "web");
+    assert_eq!(rss.len(), 2);
+    let new_rs = rss.iter().find(|rs| name(rs) != first_rs).unwrap();
+    assert_eq!(new_rs["spec"]["replicas"], 3);
+    assert_eq!(
+        new_rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "2"
+    );
+    assert_eq!(s.get_json(&["rs", &first_rs])["spec"]["replicas"], 0);
+    let pods = live_pods(&s, "web");
+    assert_eq!(pods.len(), 3);
+    assert!(
+        pods.iter()
+            .all(|p| p["spec"]["containers"][0]["image"] == "nginx:1.26")
+    );
+    let scaled = events(&s, "ScalingReplicaSet");
+    assert!(
+        scaled.contains(&format!("Scaled down replica set {first_rs} from 3 to 2")),
+        "{scaled:?}"
+    );
+    let history = s.ok(&["rollout", "history", "deployment/web"]);
+    assert!(history.contains('1') && history.contains('2'), "{history}");
+
+    // Undo: kubectl copies the first template back; the first ReplicaSet is reused.
+    s.ok(&["rollout", "undo", "deployment/web"]);
+    rollout_status(&s, "web");
+    let rss = replicasets(&s, "web");
+    assert_eq!(
+        rss.len(),
+        2,
+        "no third ReplicaSet: {:?}",
+        rss.iter().map(name).collect::<Vec<_>>()
+    );
+    let restored = s.get_json(&["rs", &first_rs]);
+    assert_eq!(restored["spec"]["replicas"], 3);
+    assert_eq!(
+        restored["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "3"
+    );
+    assert_eq!(
+        restored["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"],
+        "1"
+    );
+    let pods = live_pods(&s, "web");
+    assert_eq!(pods.len(), 3);
+    assert!(
+        pods.iter()
+            .all(|p| p["spec"]["containers"][0]["image"] == "nginx:1.25")
+    );
+    assert!(
+        pods.iter()
+            .all(|p| p["metadata"]["ownerReferences"][0]["name"] == first_rs.as_str())
+    );
+}
+
+#[test]
+fn kubectl_scale_goes_from_3_to_10_to_0() {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 3, "nginx:1.25", rolling(1, 0)),
+    );
+    rollout_status(&s, "web");
+    for replicas in [10usize, 0] {
+        s.ok(&[
+            "scale",
+            "deployment",
+            "web",
+            &format!("--replicas={replicas}"),
+        ]);
+        rollout_status(&s, "web");
+        wait_for(&format!("{replicas} pods"), DEADLINE, || {
+            (live_pods(&s, "web").len() == replicas).then_some(())
+        });
+        let rs = &replicasets(&s, "web")[0];
+        assert_eq!(rs["spec"]["replicas"], replicas);
+        wait_for("replicaset status", DEADLINE, || {
+            let st = &s.get_json(&["rs", name(rs)])["status"];
+            (st["replicas"] == replicas
+                && st["availableReplicas"].as_u64().unwrap_or(0) as usize == replicas)
+                .then_some(())
+        });
+    }
+    let rs = name(&replicasets(&s, "web")[0]).to_string();
+    let scaled = events(&s, "ScalingReplicaSet");
+    assert!(
+        scaled.contains(&format!("Scaled up replica set {rs} from 3 to 10")),
+        "{scaled:?}"
+    );
+    assert!(
+        scaled.contains(&format!("Scaled down replica set {rs} from 10 to 0")),
+        "{scaled:?}"
+    );
+    assert_eq!(events(&s, "SuccessfulDelete").len(), 10);
+    let d = &s.get_json(&["deployment", "web"])["status"];
+    assert_eq!(d["replicas"].as_i64().unwrap_or(0), 0);
+}
+
+#[test]
+fn a_replicaset_adopts_matching_orphans_and_releases_pods_that_stop_matching() {
+    let s = Server::start();
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 2, "nginx:1.25", rolling(1, 0)),
+    );
+    let rs = wait_for("replicaset", DEADLINE, || {
+        replicasets(&s, "web").into_iter().next()
+    });
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for("2 pods", DEADLINE, || {
+        (live_pods(&s, "web").len() == 2).then_some(())
+    });
+
+    // A pod that stops matching is released and replaced.
+    let released = name(&live_pods(&s, "web")[0]).to_string();
+    s.ok(&[
+        "label",
+        "pod",
+        &released,
+        "pod-template-hash-",
+        "app=other",
+        "--overwrite",
+    ]);
+    wait_for("the relabelled pod released", DEADLINE, || {
+        s.get_json(&["pod", &released])["metadata"]["ownerReferences"]
+            .as_array()
+            .is_none_or(|r| r.is_empty())
+            .then_some(())
+    });
+    wait_for("a replacement", DEADLINE, || {
+        (live_pods(&s, "web").len() == 2).then_some(())
+    });
+
+    // Giving it its labels back makes it an orphan that matches: it is adopted, and the
+    // ReplicaSet, now one pod over, deletes the newest pod.
+    s.ok(&[
+        "label",
+        "pod",
+        &released,
+        &format!("pod-template-hash={hash}"),
+        "app=web",
+        "--overwrite",
+    ]);
+    wait_for("adoption and scale-down", DEADLINE, || {
+        let pods = live_pods(&s, "web");
+        (pods.len() == 2
+            && pods
+                .iter()
+                .all(|p| p["metadata"]["ownerReferences"][0]["name"] == name(&rs)))
+        .then_some(())
+    });
+    assert!(
+        live_pods(&s, "web").iter().any(|p| name(p) == released),
+        "the older, adopted pod stays"
+    );
+}
+
+/// A `krust controller-manager` process, killed when dropped.
+struct ControllerManager {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ControllerManager {
+    fn start(s: &Server, n: usize) -> ControllerManager {
+        let log = s.dir.path().join(format!("cm{n}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_krust"))
+            .args(["controller-manager", "--kubeconfig"])
+            .arg(s.kubeconfig())
+            .args([
+                "--leader-elect-lease-duration=3s",
+                "--leader-elect-renew-deadline=2s",
+                "--leader-elect-retry-period=250ms",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("starting krust controller-manager");
+        ControllerManager { child, log }
+    }
+
+    fn leads(&self) -> bool {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .contains("acquired leader lease")
+    }
+}
+
+impl Drop for ControllerManager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn of_two_controller_managers_one_is_active_and_the_other_takes_over_when_it_dies() {
+    let s = Server::start_with(&["--disable-controllers"]);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 2, "nginx:1.25", rolling(1, 0)),
+    );
+    let mut cms = vec![
+        ControllerManager::start(&s, 1),
+        ControllerManager::start(&s, 2),
+    ];
+    let leader = wait_for("a leader", DEADLINE, || {
+        cms.iter().position(ControllerManager::leads)
+    });
+    wait_for("pods from the leader", DEADLINE, || {
+        (live_pods(&s, "web").len() == 2).then_some(())
+    });
+    let lease = s.get_json(&["lease", "-n", "kube-system", "kube-controller-manager"]);
+    let holder = lease["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 3);
+    // The standby stays standby while the leader renews (three renewals seen).
+    let mut renewals = HashSet::new();
+    wait_for("the leader to renew", DEADLINE, || {
+        let spec =
+            s.get_json(&["lease", "-n", "kube-system", "kube-controller-manager"])["spec"].clone();
+        assert_eq!(spec["holderIdentity"], holder.as_str());
+        assert!(!cms[1 - leader].leads(), "both instances active");
+        renewals.insert(spec["renewTime"].to_string());
+        (renewals.len() >= 3).then_some(())
+    });
+
+    // SIGKILL: no chance to release the lease; the standby must wait it out.
+    let killed_at = Instant::now();
+    cms.remove(leader);
+    let standby = &cms[0];
+    wait_for("the standby to take over", Duration::from_secs(10), || {
+        standby.leads().then_some(())
+    });
+    let took = killed_at.elapsed();
+    assert!(
+        took <= Duration::from_millis(3000 + 2 * 250 + 1000),
+        "takeover took {took:?}"
+    );
+    let lease = s.get_json(&["lease", "-n", "kube-system", "kube-controller-manager"]);
+    assert_ne!(lease["spec"]["holderIdentity"], holder.as_str());
+    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+
+    // The new leader acts.
+    s.ok(&["scale", "deployment", "web", "--replicas=4"]);
+    wait_for("pods from the new leader", DEADLINE, || {
+        (live_pods(&s, "web").len() == 4).then_some(())
+    });
+}
+
+#[test]
+fn recreate_removes_every_old_pod_before_the_first_new_one() {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 3, "nginx:1.25", json!({"type": "Recreate"})),
+    );
+    rollout_status(&s, "web");
+    let old_hash = replicasets(&s, "web")[0]["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Live pods by template hash, checked on every pod event.
+    let mixed = Arc::new(Mutex::new(Vec::new()));
+    let live: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+    let watch = {
+        let (mixed, live) = (mixed.clone(), live.clone());
+        Watch::start(&s, &["pods", "-l", "app=web"], move |kind, pod| {
+            let mut live = live.lock().unwrap();
+            if kind == "DELETED" || !pod["metadata"]["deletionTimestamp"].is_null() {
+                live.remove(name(pod));
+            } else {
+                let hash = pod["metadata"]["labels"]["pod-template-hash"]
+                    .as_str()
+                    .unwrap_or_default();
+                live.insert(name(pod).to_string(), hash.to_string());
+            }
+            let hashes: HashSet<&String> = live.values().collect();
+            if hashes.len() > 1 {
+                mixed.lock().unwrap().push(format!("{live:?}"));
+            }
+        })
+    };
+    wait_for("the watch to list the pods", DEADLINE, || {
+        (live.lock().unwrap().len() == 3).then_some(())
+    });
+    s.ok(&["set", "image", "deployment/web", "c=nginx:1.26"]);
+    rollout_status(&s, "web");
+    drop(watch);
+    assert!(
+        mixed.lock().unwrap().is_empty(),
+        "old and new pods together: {:?}",
+        mixed.lock().unwrap()
+    );
+    let pods = live_pods(&s, "web");
+    assert_eq!(pods.len(), 3);
+    assert!(
+        pods.iter()
+            .all(|p| p["metadata"]["labels"]["pod-template-hash"] != old_hash.as_str())
+    );
+}
+
+#[test]
+fn a_paused_deployment_does_not_roll_out_until_resumed_and_restart_rolls_out_again() {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 2, "nginx:1.25", rolling(1, 0)),
+    );
+    rollout_status(&s, "web");
+    s.ok(&["rollout", "pause", "deployment/web"]);
+    s.ok(&["set", "image", "deployment/web", "c=nginx:1.26"]);
+    // The controller has seen the new generation and reports the pause...
+    wait_for("the pause to be observed", DEADLINE, || {
+        let d = s.get_json(&["deployment", "web"]);
+        let paused = d["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["reason"] == "DeploymentPaused");
+        (paused && d["status"]["observedGeneration"] == d["metadata"]["generation"]).then_some(())
+    });
+    // ...and has not started a new ReplicaSet.
+    assert_eq!(replicasets(&s, "web").len(), 1);
+    s.ok(&["rollout", "resume", "deployment/web"]);
+    rollout_status(&s, "web");
+    assert_eq!(replicasets(&s, "web").len(), 2);
+    assert!(
+        live_pods(&s, "web")
+            .iter()
+            .all(|p| p["spec"]["containers"][0]["image"] == "nginx:1.26")
+    );
+
+    s.ok(&["rollout", "restart", "deployment/web"]);
+    rollout_status(&s, "web");
+    let rss = replicasets(&s, "web");
+    assert_eq!(
+        rss.len(),
+        3,
+        "restart makes a new template, hence a new ReplicaSet"
+    );
+    let newest = rss
+        .iter()
+        .max_by_key(|rs| {
+            rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                .as_str()
+                .unwrap_or("0")
+                .parse::<i32>()
+                .unwrap()
+        })
+        .unwrap();
+    assert!(
+        newest["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+            .is_string()
+    );
+    assert_eq!(newest["status"]["readyReplicas"], 2);
+}
+
+#[test]
+fn a_rollout_without_progress_exceeds_its_deadline_and_rollout_status_fails() {
+    let s = Server::start();
+    let mut manifest: Value =
+        serde_json::from_str(&deployment("web", 2, "nginx:1.25", rolling(1, 0))).unwrap();
+    manifest["spec"]["progressDeadlineSeconds"] = json!(2);
+    s.ok_stdin(&["apply", "-f", "-"], &manifest.to_string());
+    // No pod ever becomes ready.
+    let err = s.fails(&["rollout", "status", "deployment/web", "--timeout=30s"]);
+    assert!(err.contains("exceeded its progress deadline"), "{err}");
+    let d = s.get_json(&["deployment", "web"]);
+    let progressing = d["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            progressing["status"].as_str(),
+            progressing["reason"].as_str()
+        ),
+        (Some("False"), Some("ProgressDeadlineExceeded"))
+    );
+}
+
+#[test]
+fn ready_pods_become_available_only_after_min_ready_seconds() {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    let mut manifest: Value = serde_json::from_str(&deployment("web", 2, "nginx:1.25", rolling(1, 0))).unwrap();
+    manifest["spec"]["minReadySeconds"] = json!(3);
+    s.ok_stdin(&["apply", "-f", "-"], &manifest.to_string());
+    let rs = wait_for("replicaset", DEADLINE, || replicasets(&s, "web").into_iter().next());
+    assert_eq!(rs["spec"]["minReadySeconds"], 3, "copied from the Deployment");
+    let status = wait_for("both pods ready", DEADLINE, || {
+        let st = s.get_json(&["rs", name(&rs)])["status"].clone();
+        (st["readyReplicas"] == 2).then_some(st)
+    });
+    let ready_at = Instant::now();
+    assert_eq!(status["availableReplicas"].as_i64().unwrap_or(0), 0, "ready, not yet available: {status}");
+    rollout_status(&s, "web");
+    let waited = ready_at.elapsed();
+    assert_eq!(s.get_json(&["rs", name(&rs)])["status"]["availableReplicas"], 2);
+    // Ready times have one-second precision, so availability comes 2 to 3 s later.
+    assert!(waited >= Duration::from_secs(2), "available after {waited:?}");
+}
