@@ -25,6 +25,9 @@ const NS: &str = "history";
 const WORKERS: usize = 6;
 const KEYS_PER_WORKER: usize = 4;
 
+/// One watch stream's events: (resourceVersion, key, value; None for a delete).
+type Stream = Vec<(i64, String, Option<String>)>;
+
 #[derive(Debug, Clone, PartialEq)]
 enum Outcome {
     Acked(i64),
@@ -178,7 +181,7 @@ fn watcher(
     http: Arc<Http>,
     from: i64,
     stop: Arc<AtomicBool>,
-    streams: Arc<Mutex<Vec<Vec<(i64, String, Option<String>)>>>>,
+    streams: Arc<Mutex<Vec<Stream>>>,
 ) {
     let mut last = from;
     while !stop.load(Ordering::Relaxed) {
