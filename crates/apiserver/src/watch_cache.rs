@@ -364,24 +364,50 @@ impl WatchCache {
                 c.load(kv);
             }
         }
-        let mut events = store.watch("/registry/", revision + 1).await?;
-        let feeder = this.clone();
-        tokio::spawn(async move {
+        let events = store.watch("/registry/", revision + 1).await?;
+        tokio::spawn(this.clone().feed(store, events));
+        Ok(this)
+    }
+
+    /// Applies the store's events to the caches. A broken watch (an etcd member went
+    /// away) is re-established from the next revision, so nothing is missed or repeated;
+    /// only history lost to compaction makes the cache untrustworthy.
+    async fn feed(self: Arc<Self>, store: Arc<dyn Store>, mut events: krust_store::WatchStream) {
+        let mut backoff = std::time::Duration::from_millis(50);
+        loop {
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(event) => feeder.dispatch(&event),
+                    Ok(event) => {
+                        self.dispatch(&event);
+                        backoff = std::time::Duration::from_millis(50);
+                    }
                     // The store shut down: so are we.
-                    Err(StoreError::Closed) => break,
+                    Err(StoreError::Closed) => return,
                     Err(err) => {
-                        // The cache can no longer be trusted; failing loudly beats serving
-                        // stale data forever. A supervisor restarts the server.
-                        tracing::error!(%err, "store watch feeding the watch cache failed");
-                        std::process::exit(1);
+                        tracing::warn!(%err, "store watch feeding the watch cache broke; resuming");
+                        break;
                     }
                 }
             }
-        });
-        Ok(this)
+            loop {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+                match store.watch("/registry/", self.revision() + 1).await {
+                    Ok(stream) => {
+                        events = stream;
+                        break;
+                    }
+                    Err(err @ StoreError::Compacted { .. }) => {
+                        // Events we never saw are gone: failing loudly beats serving stale
+                        // data forever. A supervisor restarts the server, which relists.
+                        tracing::error!(%err, "the watch cache fell behind compaction");
+                        std::process::exit(1);
+                    }
+                    Err(StoreError::Closed) => return,
+                    Err(err) => tracing::warn!(%err, "re-establishing the store watch"),
+                }
+            }
+        }
     }
 
     fn dispatch(&self, event: &Event) {

@@ -295,22 +295,61 @@ impl Server {
     }
 }
 
-/// A single-member etcd on free loopback ports, killed on drop.
+/// A real etcd cluster on free loopback ports (one data dir per member), killed on drop.
 pub struct Etcd {
-    pub client_port: u16,
-    _dir: tempfile::TempDir,
-    child: Child,
+    dir: tempfile::TempDir,
+    members: Vec<EtcdMember>,
+    initial_cluster: String,
+}
+
+struct EtcdMember {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
 }
 
 impl Etcd {
     pub fn start() -> Etcd {
+        Self::cluster(1)
+    }
+
+    pub fn cluster(size: usize) -> Etcd {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (client_port, peer_port) = (free_port(), free_port());
-        let client = format!("http://127.0.0.1:{client_port}");
-        let peer = format!("http://127.0.0.1:{peer_port}");
+        let members: Vec<EtcdMember> = (0..size)
+            .map(|i| EtcdMember {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                child: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut etcd = Etcd {
+            dir,
+            members,
+            initial_cluster,
+        };
+        for i in 0..size {
+            etcd.spawn(i);
+        }
+        for i in 0..size {
+            etcd.wait_healthy(i);
+        }
+        etcd
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let m = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
         let child = Command::new(std::env::var("KRUST_ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
-            .args(["--name", "e2e", "--data-dir"])
-            .arg(dir.path().join("etcd"))
+            .args(["--name", &m.name, "--data-dir"])
+            .arg(self.dir.path().join(&m.name))
             .args([
                 "--listen-client-urls",
                 &client,
@@ -323,37 +362,60 @@ impl Etcd {
                 "--initial-advertise-peer-urls",
                 &peer,
             ])
-            .args(["--initial-cluster", &format!("e2e={peer}")])
+            .args([
+                "--initial-cluster",
+                &self.initial_cluster,
+                "--initial-cluster-token",
+                "krust-e2e",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("etcd is not installed: apt-get install etcd-server (or set KRUST_ETCD_BIN)");
-        let etcd = Etcd {
-            client_port,
-            _dir: dir,
-            child,
-        };
-        wait_for("etcd to serve", Duration::from_secs(20), || {
-            let out = Command::new("curl")
-                .args(["-sf", &format!("{client}/health")])
-                .output()
-                .ok()?;
+        self.members[i].child = Some(child);
+    }
+
+    fn wait_healthy(&self, i: usize) {
+        let url = format!("http://127.0.0.1:{}/health", self.members[i].client_port);
+        wait_for("etcd to serve", Duration::from_secs(30), || {
+            let out = Command::new("curl").args(["-sf", &url]).output().ok()?;
             String::from_utf8_lossy(&out.stdout)
                 .contains("true")
                 .then_some(())
         });
-        etcd
     }
 
+    /// SIGKILLs one member.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts a killed member again on its data dir and waits until it serves.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        self.wait_healthy(i);
+    }
+
+    /// `--datastore-endpoint` naming every member.
     pub fn endpoint(&self) -> String {
-        format!("etcd://127.0.0.1:{}", self.client_port)
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect();
+        format!("etcd://{}", members.join(","))
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
     }
 }
 
