@@ -144,14 +144,17 @@ fn configmap(ns: &str, name: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn start_server() -> Result<(Server, Duration)> {
+/// Starts `krust apiserver` (no controllers, so only the load is measured) with extra
+/// flags.
+async fn start_server(extra: &[String]) -> Result<(Server, Duration)> {
     let dir = tempfile::tempdir()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let started = Instant::now();
     let child = Command::new(krust_binary())
-        .args(["server", "--disable-agent", "--bind-address", "127.0.0.1"])
+        .args(["apiserver", "--bind-address", "127.0.0.1"])
+        .args(extra)
         .args(["--advertise-address", "127.0.0.1"])
         .args(["--https-listen-port", &port.to_string()])
         .arg("--data-dir")
@@ -387,7 +390,7 @@ async fn watch_phase(client: &Client, tls: &Path, port: u16, pid: u32) -> Result
 #[tokio::main]
 async fn main() -> Result {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let (server, ready) = start_server().await?;
+    let (server, ready) = start_server(&[]).await?;
     let pid = server.child.id();
     println!("krust api benchmark (server and load generator on this machine)");
     println!("start to ready: {:.0} ms", ms(ready));
@@ -419,5 +422,77 @@ async fn main() -> Result {
     list_phase(&client).await?;
     println!("\n== watch fan-out (1,000 watchers, 50 events) ==");
     watch_phase(&client, &tls, server.port, pid).await?;
+    drop(server);
+    etcd_comparison().await?;
+    Ok(())
+}
+
+/// A single-member etcd on free ports (the Debian etcd 3.4 this machine has).
+struct Etcd {
+    child: Child,
+    _dir: tempfile::TempDir,
+    client: String,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_etcd() -> Result<Etcd> {
+    let dir = tempfile::tempdir()?;
+    let port = |_| -> Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
+    let (client, peer) = (format!("http://127.0.0.1:{}", port(0)?), format!("http://127.0.0.1:{}", port(1)?));
+    let child = Command::new(std::env::var("KRUST_ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
+        .args(["--name", "bench", "--data-dir"])
+        .arg(dir.path().join("etcd"))
+        .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("bench={peer}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let etcd = Etcd { child, _dir: dir, client };
+    // etcd serves once its port accepts connections and the member is elected.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let addr = etcd.client.trim_start_matches("http://").to_string();
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            return Ok(etcd);
+        }
+        if Instant::now() > deadline {
+            return Err("etcd did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Creates/s at 64 clients, GETs/s and LIST of 10k, embedded vs etcd, in one run.
+async fn etcd_comparison() -> Result {
+    println!("\n== embedded vs etcd (same machine, same run) ==");
+    let etcd = start_etcd().await?;
+    let endpoint = format!("etcd://{}", etcd.client.trim_start_matches("http://"));
+    for (label, extra) in [("embedded", vec![]), ("etcd", vec!["--datastore-endpoint".to_string(), endpoint])] {
+        let (server, _) = start_server(&extra).await?;
+        let tls = server.dir.path().join("data/server/tls");
+        let client = Client::connect(&tls, server.port, 8).await?;
+        create_namespace(&client, "cmp").await?;
+        let (rate, lat) = create_phase(&client, "cmp", 64, 10_048).await?;
+        let t = Instant::now();
+        let (code, _) = client.request(0, "GET", "/api/v1/namespaces/cmp/configmaps", None).await?;
+        let list = t.elapsed();
+        if code != 200 {
+            return Err(format!("LIST on {label}: {code}").into());
+        }
+        println!(
+            "{label:>8}: {rate:>7.0} creates/s at 64 clients (p50 {:.2} ms, p99 {:.2} ms); LIST 10k {:.1} ms",
+            ms(percentile(&lat, 0.5)),
+            ms(percentile(&lat, 0.99)),
+            ms(list)
+        );
+    }
     Ok(())
 }
