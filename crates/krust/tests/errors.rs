@@ -75,6 +75,25 @@ fn client_errors_are_statuses_and_write_nothing() {
         "{b}"
     );
 
+    let dup = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{"k":"1","k":"2"}}"#;
+    let b = assert_status(
+        s.curl(
+            "POST",
+            &format!("{CMS}?fieldValidation=Strict"),
+            json_ct,
+            Some(dup),
+        ),
+        400,
+        "BadRequest",
+    );
+    assert!(
+        b["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"duplicate field "data.k""#),
+        "{b}"
+    );
+
     // 404: a missing object, a missing namespace, an unknown resource.
     let b = assert_status(
         s.curl("GET", &format!("{CMS}/nope"), None, None),

@@ -6,6 +6,7 @@
 //! transactions guarded by the object's mod revision (optimistic concurrency).
 
 mod delete;
+mod duplicates;
 mod read;
 mod subresource;
 mod watch;
@@ -250,21 +251,36 @@ impl Call<'_> {
         let (decoded, unknown) = (self.kind_decoder(kind))(value).map_err(|e| {
             ApiError::bad_request(format!("error decoding request body into {kind}: {e}"))
         })?;
-        if !unknown.is_empty() {
+        let mut problems: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
+        let json_body = matches!(
+            self.content_type
+                .as_deref()
+                .map(|c| c.split(';').next().unwrap_or_default().trim()),
+            None | Some("application/json" | "")
+        );
+        if json_body
+            && self.field_validation()? != FieldValidation::Ignore
+            && self.info.verb != crate::request::Verb::Patch
+        {
+            problems.extend(
+                duplicates::duplicate_fields(&self.body)
+                    .into_iter()
+                    .map(|f| format!("duplicate field \"{f}\"")),
+            );
+        }
+        if !problems.is_empty() {
             match self.field_validation()? {
                 FieldValidation::Strict => {
-                    let list: Vec<String> = unknown
-                        .iter()
-                        .map(|f| format!("unknown field \"{f}\""))
-                        .collect();
+                    let list = problems;
                     return Err(ApiError::bad_request(format!(
                         "strict decoding error: {}",
                         list.join(", ")
                     )));
                 }
-                FieldValidation::Warn => self
-                    .warnings
-                    .extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
+                FieldValidation::Warn => self.warnings.extend(problems),
                 FieldValidation::Ignore => {}
             }
         }
