@@ -230,19 +230,14 @@ impl Call<'_> {
                 None | Some("") => {
                     obj.insert(field.into(), json!(want));
                 }
+                Some(got) if got != want && field == "apiVersion" => {
+                    return Err(ApiError::bad_request(format!(
+                        "the API version in the data ({got}) does not match the expected API version ({want})"
+                    )));
+                }
                 Some(got) if got != want => {
                     return Err(ApiError::bad_request(format!(
-                        "the API version in the data ({}) does not match the expected API version ({api_version})",
-                        if field == "apiVersion" {
-                            got.to_string()
-                        } else {
-                            format!(
-                                "{}, kind {got}",
-                                obj.get("apiVersion")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or_default()
-                            )
-                        }
+                        "the kind in the data ({got}) does not match the expected kind ({want})"
                     )));
                 }
                 Some(_) => {}
