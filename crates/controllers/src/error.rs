@@ -18,6 +18,9 @@ pub enum Error {
     /// An object's spec holds a value the controller cannot act on.
     #[error("invalid spec of {object}: {reason}")]
     InvalidSpec { object: String, reason: String },
+    /// A reconcile pass panicked (a bug); the key is retried with backoff.
+    #[error("reconcile panicked")]
+    Panicked,
     /// The lease could not be acquired or renewed.
     #[error("leader election on {lease}: {source}")]
     LeaderElection {

@@ -129,8 +129,12 @@ impl<K: Watched> Informer<K> {
     }
 }
 
+/// The list+watch of a kind, without managedFields: no controller reads them, and they
+/// are often the larger part of an object (kube-controller-manager drops them too).
 fn watcher<K: Watched>(api: Api<K>) -> impl futures::Stream<Item = watcher::Result<Event<K>>> {
-    watcher::watcher(api, watcher::Config::default())
+    watcher::watcher(api, watcher::Config::default()).modify(|obj| {
+        obj.meta_mut().managed_fields = None;
+    })
 }
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -11,9 +11,11 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use tokio::sync::Notify;
 
 use crate::Error;
@@ -35,6 +37,9 @@ struct State {
     dirty: HashSet<String>,
     processing: HashSet<String>,
     failures: HashMap<String, u32>,
+    /// When each key with a pending delayed add is due, so that one timer per key is
+    /// enough however often it is asked to come back (e.g. every pass of a long rollout).
+    delayed: HashMap<String, Instant>,
 }
 
 impl WorkQueue {
@@ -62,15 +67,30 @@ impl WorkQueue {
         self.ready.notify_one();
     }
 
-    /// Queues `key` after `delay`.
+    /// Queues `key` after `delay`, unless it is already due back sooner.
     pub fn add_after(self: &Arc<Self>, key: String, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
+        let due = Instant::now() + delay;
+        {
+            let mut s = self.state.lock().expect("queue lock");
+            match s.delayed.get(&key) {
+                Some(earlier) if *earlier <= due => return,
+                _ => s.delayed.insert(key.clone(), due),
+            };
+        }
         let queue = Arc::downgrade(self);
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep_until(due.into()).await;
             if let Some(queue) = queue.upgrade() {
+                let mut s = queue.state.lock().expect("queue lock");
+                // Only the timer that owns the entry clears it; a replaced (later) timer
+                // still adds the key, which costs one deduplicated add.
+                if s.delayed.get(&key) == Some(&due) {
+                    s.delayed.remove(&key);
+                }
+                drop(s);
                 queue.add(key);
             }
         });
@@ -148,7 +168,13 @@ impl WorkQueue {
             set.spawn(async move {
                 loop {
                     let key = queue.next().await;
-                    let result = reconcile(key.clone()).await;
+                    // A panicking pass must not leave its key marked as processing (it
+                    // would never be reconciled again) nor take the worker down.
+                    let result = AssertUnwindSafe(reconcile(key.clone())).catch_unwind().await;
+                    let result = result.unwrap_or_else(|_| {
+                        tracing::error!(controller = queue.name, %key, "reconcile panicked; retrying");
+                        Err(Error::Panicked)
+                    });
                     match result {
                         Ok(requeue) => {
                             queue.forget(&key);
@@ -208,6 +234,55 @@ mod tests {
         );
         q.done(&key);
         assert_eq!(q.next().await, "ns/a");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_asked_back_later_comes_back_once_at_the_soonest_time() {
+        let q = WorkQueue::new("test");
+        q.add_after("ns/a".into(), Duration::from_secs(60));
+        q.add_after("ns/a".into(), Duration::from_secs(600));
+        q.add_after("ns/a".into(), Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.next().await, "ns/a");
+        q.done("ns/a");
+        tokio::time::sleep(Duration::from_secs(1000)).await;
+        assert_eq!(
+            q.len(),
+            1,
+            "the 60 s timer still fires; the 600 s one was never set"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_pass_is_retried_and_the_worker_survives() {
+        let q = WorkQueue::new("test");
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let runner = {
+            let calls = calls.clone();
+            tokio::spawn(q.clone().run(1, move |key| {
+                let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let done_tx = done_tx.clone();
+                async move {
+                    assert!(n > 0, "first pass of {key} panics");
+                    let _ = done_tx.send(key);
+                    Ok(None)
+                }
+            }))
+        };
+        q.add("ns/a");
+        let key = tokio::time::timeout(Duration::from_secs(5), done_rx.recv())
+            .await
+            .unwrap();
+        assert_eq!(key.as_deref(), Some("ns/a"));
+        // The same single worker takes the next key.
+        q.add("ns/b");
+        let key = tokio::time::timeout(Duration::from_secs(5), done_rx.recv())
+            .await
+            .unwrap();
+        assert_eq!(key.as_deref(), Some("ns/b"));
+        runner.abort();
     }
 
     #[test]

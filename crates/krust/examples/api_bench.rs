@@ -443,18 +443,39 @@ impl Drop for Etcd {
 
 async fn start_etcd() -> Result<Etcd> {
     let dir = tempfile::tempdir()?;
-    let port = |_| -> Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
-    let (client, peer) = (format!("http://127.0.0.1:{}", port(0)?), format!("http://127.0.0.1:{}", port(1)?));
+    let port = |_| -> Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let (client, peer) = (
+        format!("http://127.0.0.1:{}", port(0)?),
+        format!("http://127.0.0.1:{}", port(1)?),
+    );
     let child = Command::new(std::env::var("KRUST_ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
         .args(["--name", "bench", "--data-dir"])
         .arg(dir.path().join("etcd"))
-        .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
         .args(["--initial-cluster", &format!("bench={peer}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
-    let etcd = Etcd { child, _dir: dir, client };
+    let etcd = Etcd {
+        child,
+        _dir: dir,
+        client,
+    };
     // etcd serves once its port accepts connections and the member is elected.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -475,14 +496,19 @@ async fn etcd_comparison() -> Result {
     println!("\n== embedded vs etcd (same machine, same run) ==");
     let etcd = start_etcd().await?;
     let endpoint = format!("etcd://{}", etcd.client.trim_start_matches("http://"));
-    for (label, extra) in [("embedded", vec![]), ("etcd", vec!["--datastore-endpoint".to_string(), endpoint])] {
+    for (label, extra) in [
+        ("embedded", vec![]),
+        ("etcd", vec!["--datastore-endpoint".to_string(), endpoint]),
+    ] {
         let (server, _) = start_server(&extra).await?;
         let tls = server.dir.path().join("data/server/tls");
         let client = Client::connect(&tls, server.port, 8).await?;
         create_namespace(&client, "cmp").await?;
         let (rate, lat) = create_phase(&client, "cmp", 64, 10_048).await?;
         let t = Instant::now();
-        let (code, _) = client.request(0, "GET", "/api/v1/namespaces/cmp/configmaps", None).await?;
+        let (code, _) = client
+            .request(0, "GET", "/api/v1/namespaces/cmp/configmaps", None)
+            .await?;
         let list = t.elapsed();
         if code != 200 {
             return Err(format!("LIST on {label}: {code}").into());

@@ -124,10 +124,22 @@ struct ReadyMarker {
 
 impl ReadyMarker {
     fn start(s: &Server) -> ReadyMarker {
+        Self::for_image(s, None)
+    }
+
+    /// Marks ready only the pods whose first container runs `image` (when given).
+    fn for_image(s: &Server, image: Option<&str>) -> ReadyMarker {
         let tls = s.data_dir().join("server").join("tls");
         let port = s.port;
+        let image = image.map(str::to_string);
         let watch = Watch::start(s, &["pods"], move |kind, pod| {
             if kind == "DELETED" || is_ready(pod) || !pod["metadata"]["deletionTimestamp"].is_null()
+            {
+                return;
+            }
+            if image
+                .as_ref()
+                .is_some_and(|i| pod["spec"]["containers"][0]["image"] != i.as_str())
             {
                 return;
             }
@@ -324,6 +336,10 @@ fn a_deployment_gets_one_replicaset_and_owned_pods_and_completes() {
     );
     let described = s.ok(&["describe", "deployment", "web"]);
     assert!(described.contains("NewReplicaSetAvailable"), "{described}");
+    assert!(
+        described.contains(&format!("Scaled up replica set {} from 0 to 3", name(rs))),
+        "kubectl describe lists the deployment's events: {described}"
+    );
 }
 
 /// What the rollout watches saw: violations of the bounds, and the extremes.
@@ -498,6 +514,23 @@ fn an_image_change_rolls_out_within_max_surge_and_max_unavailable_and_undo_resto
         pods.iter()
             .all(|p| p["metadata"]["ownerReferences"][0]["name"] == first_rs.as_str())
     );
+
+    // Undo to a named revision: revision 2's ReplicaSet comes back as revision 4.
+    let second_rs = name(new_rs).to_string();
+    s.ok(&["rollout", "undo", "deployment/web", "--to-revision=2"]);
+    rollout_status(&s, "web");
+    let back = s.get_json(&["rs", &second_rs]);
+    assert_eq!(back["spec"]["replicas"], 3);
+    assert_eq!(
+        back["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "4"
+    );
+    assert_eq!(s.get_json(&["rs", &first_rs])["spec"]["replicas"], 0);
+    assert_eq!(replicasets(&s, "web").len(), 2);
+    assert_eq!(
+        s.get_json(&["deployment", "web"])["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "4"
+    );
 }
 
 #[test]
@@ -563,7 +596,12 @@ fn a_replicaset_adopts_matching_orphans_and_releases_pods_that_stop_matching() {
     });
 
     // A pod that stops matching is released and replaced.
-    let released = name(&live_pods(&s, "web")[0]).to_string();
+    let first = live_pods(&s, "web")[0].clone();
+    let released = name(&first).to_string();
+    let released_created = first["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     s.ok(&[
         "label",
         "pod",
@@ -600,10 +638,27 @@ fn a_replicaset_adopts_matching_orphans_and_releases_pods_that_stop_matching() {
                 .all(|p| p["metadata"]["ownerReferences"][0]["name"] == name(&rs)))
         .then_some(())
     });
-    assert!(
-        live_pods(&s, "web").iter().any(|p| name(p) == released),
-        "the older, adopted pod stays"
-    );
+    // Newest first is decided on creationTimestamp, which has one-second precision: only
+    // when the adopted pod is visibly older must it be the one that stays.
+    let created = |p: &serde_json::Value| {
+        p["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let pods = live_pods(&s, "web");
+    let newest_other = pods
+        .iter()
+        .filter(|p| name(p) != released)
+        .map(created)
+        .max()
+        .unwrap_or_default();
+    if released_created < newest_other {
+        assert!(
+            pods.iter().any(|p| name(p) == released),
+            "the older, adopted pod stays"
+        );
+    }
 }
 
 /// A `krust controller-manager` process, killed when dropped.
@@ -843,20 +898,110 @@ fn a_rollout_without_progress_exceeds_its_deadline_and_rollout_status_fails() {
 fn ready_pods_become_available_only_after_min_ready_seconds() {
     let s = Server::start();
     let _ready = ReadyMarker::start(&s);
-    let mut manifest: Value = serde_json::from_str(&deployment("web", 2, "nginx:1.25", rolling(1, 0))).unwrap();
+    let mut manifest: Value =
+        serde_json::from_str(&deployment("web", 2, "nginx:1.25", rolling(1, 0))).unwrap();
     manifest["spec"]["minReadySeconds"] = json!(3);
     s.ok_stdin(&["apply", "-f", "-"], &manifest.to_string());
-    let rs = wait_for("replicaset", DEADLINE, || replicasets(&s, "web").into_iter().next());
-    assert_eq!(rs["spec"]["minReadySeconds"], 3, "copied from the Deployment");
+    let rs = wait_for("replicaset", DEADLINE, || {
+        replicasets(&s, "web").into_iter().next()
+    });
+    assert_eq!(
+        rs["spec"]["minReadySeconds"], 3,
+        "copied from the Deployment"
+    );
     let status = wait_for("both pods ready", DEADLINE, || {
         let st = s.get_json(&["rs", name(&rs)])["status"].clone();
         (st["readyReplicas"] == 2).then_some(st)
     });
     let ready_at = Instant::now();
-    assert_eq!(status["availableReplicas"].as_i64().unwrap_or(0), 0, "ready, not yet available: {status}");
+    assert_eq!(
+        status["availableReplicas"].as_i64().unwrap_or(0),
+        0,
+        "ready, not yet available: {status}"
+    );
     rollout_status(&s, "web");
     let waited = ready_at.elapsed();
-    assert_eq!(s.get_json(&["rs", name(&rs)])["status"]["availableReplicas"], 2);
-    // Ready times have one-second precision, so availability comes 2 to 3 s later.
-    assert!(waited >= Duration::from_secs(2), "available after {waited:?}");
+    assert_eq!(
+        s.get_json(&["rs", name(&rs)])["status"]["availableReplicas"],
+        2
+    );
+    // Ready times have one-second precision (up to 1 s early) and the test saw the pods
+    // ready up to a poll late: availability comes at least 1 s after that.
+    assert!(
+        waited >= Duration::from_secs(1),
+        "available after {waited:?}"
+    );
+}
+
+#[test]
+fn scaling_in_the_middle_of_a_rollout_shares_the_change_in_proportion() {
+    let s = Server::start();
+    // Pods of the new image never become ready, so the rollout stops half way.
+    let _ready = ReadyMarker::for_image(&s, Some("nginx:1.25"));
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment(
+            "web",
+            10,
+            "nginx:1.25",
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+        ),
+    );
+    rollout_status(&s, "web");
+    let old_rs = name(&replicasets(&s, "web")[0]).to_string();
+    s.ok(&["set", "image", "deployment/web", "c=nginx:1.26"]);
+    let sizes = |s: &Server| -> (i64, i64) {
+        let rss = replicasets(s, "web");
+        let size = |old: bool| {
+            rss.iter()
+                .filter(|rs| (name(rs) == old_rs) == old)
+                .map(|rs| rs["spec"]["replicas"].as_i64().unwrap_or(0))
+                .sum()
+        };
+        (size(true), size(false))
+    };
+    // 13 pods allowed (10 + 25 % rounded up), at most 2 of the 10 unavailable (25 %
+    // rounded down): old 8, new 5, stuck.
+    wait_for("the rollout to stop at old 8 / new 5", DEADLINE, || {
+        (sizes(&s) == (8, 5)).then_some(())
+    });
+    s.ok(&["scale", "deployment", "web", "--replicas=20"]);
+    // 25 allowed (20 + 25 % surge): 12 more, shared 8:5.
+    wait_for("old 15 / new 10", DEADLINE, || {
+        (sizes(&s) == (15, 10)).then_some(())
+    });
+    wait_for("25 pods", DEADLINE, || {
+        (live_pods(&s, "web").len() == 25).then_some(())
+    });
+}
+
+#[test]
+fn old_replicasets_beyond_revision_history_limit_are_deleted() {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    let mut manifest: Value =
+        serde_json::from_str(&deployment("web", 1, "nginx:1.0", rolling(1, 0))).unwrap();
+    manifest["spec"]["revisionHistoryLimit"] = json!(1);
+    s.ok_stdin(&["apply", "-f", "-"], &manifest.to_string());
+    rollout_status(&s, "web");
+    for image in ["nginx:1.1", "nginx:1.2", "nginx:1.3"] {
+        s.ok(&["set", "image", "deployment/web", &format!("c={image}")]);
+        rollout_status(&s, "web");
+    }
+    let revisions = || -> Vec<String> {
+        let mut r: Vec<String> = replicasets(&s, "web")
+            .iter()
+            .map(|rs| {
+                rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    wait_for("only the current and one old revision", DEADLINE, || {
+        (revisions() == ["3", "4"]).then_some(())
+    });
 }

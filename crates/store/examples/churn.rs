@@ -18,7 +18,12 @@ const KEYS: u64 = 5_000;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let arg = |i: usize, default: u64| std::env::args().nth(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let arg = |i: usize, default: u64| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(default)
+    };
     let (minutes, rate, window) = (arg(1, 10), arg(2, 2_000), arg(3, 60));
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("churn.redb");
@@ -38,8 +43,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             i += 1;
             // Key i % KEYS: put (create or update) twice as often as delete.
             let key = format!("/registry/configmaps/churn/k{}", i % KEYS);
-            let op = if i % 3 == 0 { Op::Delete } else { Op::Put(value.clone()) };
-            store.txn(Txn { key, compare: Compare::Always, op }).await?;
+            let op = if i.is_multiple_of(3) {
+                Op::Delete
+            } else {
+                Op::Put(value.clone())
+            };
+            store
+                .txn(Txn {
+                    key,
+                    compare: Compare::Always,
+                    op,
+                })
+                .await?;
         }
         if Instant::now() >= next_compaction {
             let rev = store.current_revision().await?;
@@ -52,7 +67,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if Instant::now() >= next_report {
             let size = std::fs::metadata(&path)?.len() as f64 / (1024.0 * 1024.0);
             let live = store
-                .range(krust_store::RangeRequest { prefix: "/registry/".into(), ..Default::default() })
+                .range(krust_store::RangeRequest {
+                    prefix: "/registry/".into(),
+                    ..Default::default()
+                })
                 .await?
                 .kvs
                 .len();

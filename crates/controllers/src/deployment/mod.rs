@@ -8,8 +8,9 @@
 //!    `pod-template-hash` — and sync revisions (`deployment.kubernetes.io/revision` is
 //!    one more than the highest old revision; a reused old ReplicaSet, as after
 //!    `kubectl rollout undo`, gets the next revision and keeps its history);
-//! 3. take one step: paused → only scale; `Recreate` → old to 0, wait for their pods to
-//!    go, then the new one to `replicas`; `RollingUpdate` → [`rollout`] arithmetic;
+//! 3. take one step: paused or resized → only scale (in proportion, mid-rollout);
+//!    `Recreate` → old to 0, wait for their pods to go, then the new one to `replicas`;
+//!    `RollingUpdate` → [`rollout`] arithmetic;
 //! 4. when complete, delete old ReplicaSets beyond `revisionHistoryLimit`;
 //! 5. write status and conditions ([`status`]).
 //!
@@ -130,8 +131,8 @@ impl DeploymentController {
             let new = pass.find_new();
             return pass.sync_status(new, false).await;
         }
-        if pass.paused() {
-            return pass.sync_paused().await;
+        if pass.paused() || pass.is_scaling_event() {
+            return pass.sync_scale().await;
         }
         if pass.strategy() == "Recreate" {
             pass.rollout_recreate().await
@@ -614,24 +615,79 @@ impl<'a> Pass<'a> {
         self.finish(new, created).await
     }
 
-    /// Paused: no rollout, but `kubectl scale` still applies to the active ReplicaSet.
-    async fn sync_paused(&mut self) -> Result<Option<Duration>, Error> {
+    /// The Deployment was resized: some ReplicaSet with pods was sized for another
+    /// `replicas` (its desired-replicas annotation says so).
+    fn is_scaling_event(&self) -> bool {
+        self.rss.iter().filter(|rs| spec_of(rs) > 0).any(|rs| {
+            rs.annotations()
+                .get(DESIRED_REPLICAS)
+                .and_then(|d| d.parse::<i32>().ok())
+                .is_some_and(|d| d != self.replicas)
+        })
+    }
+
+    /// Resizing (or paused): apply the new `replicas` without taking a rollout step.
+    async fn sync_scale(&mut self) -> Result<Option<Duration>, Error> {
         let (new, _) = self.new_replica_set(false).await?;
+        self.scale_to_replicas(new).await?;
+        if self.paused() {
+            self.cleanup(new).await?;
+        }
+        self.sync_status(new, false).await
+    }
+
+    /// Upstream's `scale`: a lone active ReplicaSet (or the newest one) takes `replicas`;
+    /// a saturated new ReplicaSet means the old ones go to 0; otherwise, in a rolling
+    /// update, the change is shared in proportion ([`rollout::proportional_sizes`]).
+    async fn scale_to_replicas(&mut self, new: Option<usize>) -> Result<(), Error> {
         let active: Vec<usize> = (0..self.rss.len())
             .filter(|i| spec_of(&self.rss[*i]) > 0)
             .collect();
-        let target = match active.as_slice() {
+        let lone = match active.as_slice() {
             [only] => Some(*only),
             [] => new.or(self.rss.len().checked_sub(1)),
-            // Several active ReplicaSets (paused mid-rollout): proportional scaling is not
-            // implemented yet; they keep their sizes.
             _ => None,
         };
-        if let Some(i) = target {
+        if let Some(i) = lone {
             self.scale(i, self.replicas).await?;
+            return Ok(());
         }
-        self.cleanup(new).await?;
-        self.sync_status(new, false).await
+        if let Some(n) = new {
+            let rs = &self.rss[n];
+            let saturated = spec_of(rs) == self.replicas
+                && rs.annotations().get(DESIRED_REPLICAS) == Some(&self.replicas.to_string())
+                && counts(rs).available == self.replicas;
+            if saturated {
+                for i in self.old_indices(new) {
+                    if spec_of(&self.rss[i]) > 0 {
+                        self.scale(i, 0).await?;
+                    }
+                }
+                return Ok(());
+            }
+        }
+        if self.strategy() == "Recreate" {
+            return Ok(());
+        }
+        let sized: Vec<(i32, Option<i32>)> = active
+            .iter()
+            .map(|i| {
+                let rs = &self.rss[*i];
+                (
+                    spec_of(rs),
+                    rs.annotations()
+                        .get(MAX_REPLICAS)
+                        .and_then(|m| m.parse().ok()),
+                )
+            })
+            .collect();
+        let status_replicas = self.d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        let sizes =
+            rollout::proportional_sizes(self.replicas, self.max_surge, &sized, status_replicas);
+        for (i, size) in active.into_iter().zip(sizes) {
+            self.scale(i, size).await?;
+        }
+        Ok(())
     }
 
     /// The rollout step is done: clean up history once complete, then report.
@@ -688,7 +744,9 @@ impl<'a> Pass<'a> {
         for name in doomed {
             tracing::info!(deployment = %self.key, replicaset = %name, "deleting old replicaset beyond revisionHistoryLimit");
             match self.rs_api().delete(&name, &DeleteParams::default()).await {
-                Ok(_) => self.rss.retain(|rs| rs.name_any() != name),
+                // Left in `self.rss` (indices into it stay valid): at size 0 with no
+                // pods it counts for nothing in the status.
+                Ok(_) => {}
                 Err(e) if is_status(&e, 404) => {}
                 Err(e) => return Err(Error::api("deleting replicaset", name, e)),
             }

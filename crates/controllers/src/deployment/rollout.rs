@@ -136,6 +136,71 @@ pub fn old_rs_replicas(
     targets
 }
 
+/// Upstream's proportional scaling: when a Deployment is resized while several
+/// ReplicaSets have pods (mid-rollout), the change is shared among them in proportion to
+/// their sizes, so the rollout's progress is kept instead of being undone.
+///
+/// `active` holds each ReplicaSet with pods, oldest first: its `spec.replicas` and its
+/// `deployment.kubernetes.io/max-replicas` annotation (the Deployment's `replicas +
+/// maxSurge` when the ReplicaSet was last sized). `status_replicas` stands in for a
+/// missing annotation. Returns the new sizes, in the same order.
+pub fn proportional_sizes(
+    replicas: i32,
+    max_surge: i32,
+    active: &[(i32, Option<i32>)],
+    status_replicas: i32,
+) -> Vec<i32> {
+    let total: i32 = active.iter().map(|a| a.0).sum();
+    let allowed = if replicas > 0 {
+        replicas + max_surge
+    } else {
+        0
+    };
+    let to_add = allowed - total;
+    // Growing: the largest first, newer before older on ties; shrinking: older first.
+    let mut order: Vec<usize> = (0..active.len()).collect();
+    order.sort_by(|&a, &b| {
+        let by_size = active[b].0.cmp(&active[a].0);
+        if to_add > 0 {
+            by_size.then(b.cmp(&a))
+        } else {
+            by_size.then(a.cmp(&b))
+        }
+    });
+    let mut sizes: Vec<i32> = active.iter().map(|a| a.0).collect();
+    let mut added = 0;
+    for &i in &order {
+        let (spec, annotated) = active[i];
+        if spec == 0 || to_add == 0 || to_add == added {
+            continue;
+        }
+        let fraction = if replicas == 0 {
+            -spec
+        } else {
+            let annotated = annotated.unwrap_or(status_replicas);
+            if annotated == 0 {
+                continue;
+            }
+            ((spec as f64 * allowed as f64) / annotated as f64).round() as i32 - spec
+        };
+        let remaining = to_add - added;
+        let p = if to_add > 0 {
+            fraction.min(remaining)
+        } else {
+            fraction.max(remaining)
+        };
+        sizes[i] += p;
+        added += p;
+    }
+    // Rounding leftovers go to the largest ReplicaSet.
+    if to_add != added
+        && let Some(&first) = order.first()
+    {
+        sizes[first] = (sizes[first] + to_add - added).max(0);
+    }
+    sizes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +347,24 @@ mod tests {
         simulate(10, &pct("25%"), &pct("25%"));
         simulate(5, &IntOrString::Int(0), &IntOrString::Int(1));
         simulate(1000, &pct("10%"), &IntOrString::Int(0));
+    }
+
+    #[test]
+    fn a_resize_mid_rollout_is_shared_in_proportion() {
+        // 10 replicas, surge 3: old 8 and new 5 (13 = 10 + 3). Scaled to 20 (surge 5):
+        // 25 allowed, 12 more, shared 8:5 and rounded, leftovers to the largest.
+        let sizes = proportional_sizes(20, 5, &[(8, Some(13)), (5, Some(13))], 13);
+        assert_eq!(sizes.iter().sum::<i32>(), 25);
+        assert_eq!(sizes, [15, 10]);
+        // Back down to 10: the shrink is shared the same way.
+        assert_eq!(
+            proportional_sizes(10, 3, &[(15, Some(25)), (10, Some(25))], 25),
+            [8, 5]
+        );
+        // To zero: everything goes.
+        assert_eq!(
+            proportional_sizes(0, 0, &[(8, Some(13)), (5, Some(13))], 13),
+            [0, 0]
+        );
     }
 }
