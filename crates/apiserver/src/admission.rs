@@ -165,7 +165,7 @@ impl Admission {
 /// NodePorts of ports the update leaves unset keep their old values (matched by port).
 fn keep_node_ports(new: &mut Value, old: &Value) {
     let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
-    for p in new["spec"]["ports"].as_array_mut().into_iter().flatten() {
+    for p in crate::kinds::validation::each_mut(new, "/spec/ports") {
         if p["nodePort"].is_null()
             && let Some(o) = old_ports
                 .iter()

@@ -178,6 +178,17 @@ fn pods_bind_once_and_delete_gracefully_when_scheduled() {
         .find(|c| c["type"] == "PodScheduled")
         .unwrap();
     assert_eq!(scheduled["status"], "True");
+    // Defaulting adds no nulls for absent lists, and a running pod's image can change.
+    assert!(bound["spec"].get("initContainers").is_none(), "{bound}");
+    assert!(
+        bound["spec"]["containers"][0].get("ports").is_none(),
+        "{bound}"
+    );
+    s.ok(&["set", "image", "pod/bound", "c=busybox:1.37"]);
+    assert_eq!(
+        s.get_json(&["pod", "bound"])["spec"]["containers"][0]["image"],
+        "busybox:1.37"
+    );
     // Field selectors on pod fields.
     post(&s, pods, pod("pending"));
     let names = s.ok(&[

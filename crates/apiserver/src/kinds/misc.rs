@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::Strategy;
 use super::table::{AGE, Column, selector, str_or_none};
-use super::validation::{NameRule, immutable, set_default};
+use super::validation::{NameRule, each_mut, immutable, set_default};
 
 pub struct Lease;
 pub static LEASE: Lease = Lease;
@@ -158,8 +158,8 @@ impl Strategy for Ingress {
         true
     }
     fn default(&self, obj: &mut Value) {
-        for rule in obj["spec"]["rules"].as_array_mut().into_iter().flatten() {
-            for path in rule["http"]["paths"].as_array_mut().into_iter().flatten() {
+        for rule in each_mut(obj, "/spec/rules") {
+            for path in each_mut(rule, "/http/paths") {
                 set_default(path, "/pathType", json!("ImplementationSpecific"));
             }
         }

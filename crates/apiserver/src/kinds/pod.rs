@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::Strategy;
 use super::table::{AGE, Column, containers, images, map, str_or_none};
-use super::validation::{NameRule, check_name, immutable, is_dns1123_label, set_default};
+use super::validation::{NameRule, check_name, each_mut, immutable, is_dns1123_label, set_default};
 
 /// Defaults of a pod spec, shared by pods and every pod template.
 pub fn default_pod_spec(spec: &mut Value) {
@@ -27,11 +27,11 @@ pub fn default_pod_spec(spec: &mut Value) {
         set_default(spec, "/serviceAccount", sa);
     }
     for list in ["initContainers", "containers"] {
-        for c in spec[list].as_array_mut().into_iter().flatten() {
+        for c in each_mut(spec, &format!("/{list}")) {
             default_container(c);
         }
     }
-    for v in spec["volumes"].as_array_mut().into_iter().flatten() {
+    for v in each_mut(spec, "/volumes") {
         for (source, mode) in [
             ("configMap", 0o644),
             ("secret", 0o644),
@@ -55,7 +55,7 @@ fn default_container(c: &mut Value) {
     set_default(c, "/terminationMessagePath", json!("/dev/termination-log"));
     set_default(c, "/terminationMessagePolicy", json!("File"));
     set_default(c, "/resources", json!({}));
-    for p in c["ports"].as_array_mut().into_iter().flatten() {
+    for p in each_mut(c, "/ports") {
         set_default(p, "/protocol", json!("TCP"));
     }
     for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
@@ -208,8 +208,10 @@ impl Strategy for Pod {
         let mut n = new["spec"].clone();
         let mut o = old["spec"].clone();
         for list in ["containers", "initContainers"] {
-            if let (Some(nc), Some(oc)) = (n[list].as_array_mut(), o[list].as_array())
-                && nc.len() == oc.len()
+            if let (Some(nc), Some(oc)) = (
+                n.get_mut(list).and_then(Value::as_array_mut),
+                o[list].as_array(),
+            ) && nc.len() == oc.len()
             {
                 for (a, b) in nc.iter_mut().zip(oc) {
                     a["image"] = b["image"].clone();

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::Strategy;
 use super::table::{AGE, Column, map};
-use super::validation::{NameRule, set_default};
+use super::validation::{NameRule, each_mut, set_default};
 
 pub struct Service;
 pub static SERVICE: Service = Service;
@@ -31,7 +31,7 @@ impl Strategy for Service {
         if ty == "NodePort" || ty == "LoadBalancer" {
             set_default(spec, "/externalTrafficPolicy", json!("Cluster"));
         }
-        for p in spec["ports"].as_array_mut().into_iter().flatten() {
+        for p in each_mut(spec, "/ports") {
             set_default(p, "/protocol", json!("TCP"));
             if let Some(port) = p.get("port").cloned() {
                 set_default(p, "/targetPort", port);

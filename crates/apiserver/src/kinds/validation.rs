@@ -149,6 +149,15 @@ pub fn immutable(new: &Value, old: &Value, pointer: &str, field: &str, errs: &mu
     }
 }
 
+/// The items of the array at `pointer`, mutably; nothing when it is absent. (Indexing a
+/// `Value` mutably would insert a `null` for a missing key, which then gets stored.)
+pub fn each_mut<'a>(v: &'a mut Value, pointer: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.pointer_mut(pointer)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+}
+
 /// Sets `pointer` to `value` when it is absent or null, creating parent objects.
 pub fn set_default(obj: &mut Value, pointer: &str, value: Value) {
     if obj.pointer(pointer).is_some_and(|v| !v.is_null()) {
