@@ -110,19 +110,25 @@ pub async fn serve(
                     return;
                 }
             };
-            let client_cert: Option<Arc<CertificateDer<'static>>> = tls
+            // The connection's certificate is authenticated once, not per request.
+            let client_cert = tls
                 .get_ref()
                 .1
                 .peer_certificates()
-                .and_then(|certs| certs.first())
-                .map(|c| Arc::new(c.clone().into_owned()));
+                .and_then(|certs| certs.first());
+            let connection_user = Arc::new(
+                api.authenticators
+                    .authenticate(&Credentials {
+                        client_cert,
+                        bearer: None,
+                    })
+                    .unwrap_or_else(|_| User::anonymous()),
+            );
             let service = hyper::service::service_fn(move |req| {
                 let api = api.clone();
-                let client_cert = client_cert.clone();
+                let connection_user = connection_user.clone();
                 async move {
-                    Ok::<_, std::convert::Infallible>(
-                        handle(&api, client_cert.as_deref(), req).await,
-                    )
+                    Ok::<_, std::convert::Infallible>(handle(&api, &connection_user, req).await)
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -136,11 +142,7 @@ pub async fn serve(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), graceful.shutdown()).await;
 }
 
-async fn handle(
-    api: &Api,
-    client_cert: Option<&CertificateDer<'static>>,
-    req: http::Request<Incoming>,
-) -> Response {
+async fn handle(api: &Api, connection_user: &User, req: http::Request<Incoming>) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
@@ -167,13 +169,20 @@ async fn handle(
             let verb = info.verb.as_str().to_string();
             let resource = info.resource.clone();
             let authorization = header(http::header::AUTHORIZATION);
-            let creds = Credentials {
-                client_cert,
-                bearer: authorization
-                    .as_deref()
-                    .and_then(|h| h.strip_prefix("Bearer ")),
+            // As upstream's union authenticator: a client certificate wins; a bearer token
+            // speaks for requests on connections without one.
+            let bearer = authorization
+                .as_deref()
+                .and_then(|h| h.strip_prefix("Bearer "));
+            let authenticated = match bearer {
+                Some(token) if connection_user.is_anonymous() => {
+                    api.authenticators.authenticate(&Credentials {
+                        client_cert: None,
+                        bearer: Some(token),
+                    })
+                }
+                _ => Ok(connection_user.clone()),
             };
-            let authenticated = api.authenticators.authenticate(&creds);
             let admitted = authenticated.and_then(|user| {
                 api.authorizer.authorize(
                     &user,
