@@ -297,3 +297,47 @@ fn generate_name_unknown_field_warnings_and_event_versions() {
         "{out}"
     );
 }
+
+#[test]
+fn a_deleted_namespace_waits_for_its_spec_finalizers() {
+    let s = Server::start_with(&["--disable-controllers"]);
+    s.ok(&["create", "namespace", "doomed"]);
+    let (code, out) = s.curl("DELETE", "/api/v1/namespaces/doomed", None, None);
+    assert_eq!(code, 200, "{out}");
+    let (_, ns) = s.curl("GET", "/api/v1/namespaces/doomed", None, None);
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+    // Other writes leave it Terminating; creating content in it is refused.
+    let (code, _) = patch(
+        &s,
+        "/api/v1/namespaces/doomed",
+        json!({"metadata": {"labels": {"x": "y"}}}),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(
+        s.curl("GET", "/api/v1/namespaces/doomed", None, None).0,
+        200
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}});
+    let (code, out) = s.curl(
+        "POST",
+        "/api/v1/namespaces/doomed/configmaps",
+        JSON,
+        Some(cm.to_string().as_bytes()),
+    );
+    assert_eq!(code, 403, "{out}");
+    // Removing the last spec finalizer through /finalize removes the namespace.
+    let (_, mut fin) = s.curl("GET", "/api/v1/namespaces/doomed", None, None);
+    fin["spec"]["finalizers"] = json!([]);
+    let (code, out) = s.curl(
+        "PUT",
+        "/api/v1/namespaces/doomed/finalize",
+        JSON,
+        Some(fin.to_string().as_bytes()),
+    );
+    assert_eq!(code, 200, "{out}");
+    assert_eq!(
+        s.curl("GET", "/api/v1/namespaces/doomed", None, None).0,
+        404
+    );
+}

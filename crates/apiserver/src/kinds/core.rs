@@ -156,6 +156,11 @@ fn endpoints_cell(o: &Value) -> Value {
 pub struct Namespace;
 pub static NAMESPACE: Namespace = Namespace;
 impl Strategy for Namespace {
+    fn holds_deletion(&self, obj: &Value) -> bool {
+        obj["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+    }
     fn name_rule(&self) -> NameRule {
         NameRule::Label
     }

@@ -33,6 +33,12 @@ pub trait Strategy: Sync {
         false
     }
 
+    /// Whether something besides `metadata.finalizers` still holds a deleted object
+    /// (namespaces wait for `spec.finalizers`).
+    fn holds_deletion(&self, _obj: &Value) -> bool {
+        false
+    }
+
     /// The rule object names must follow.
     fn name_rule(&self) -> validation::NameRule {
         validation::NameRule::Subdomain

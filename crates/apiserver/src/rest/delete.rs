@@ -150,12 +150,9 @@ async fn delete_object(
         finalizers.push(json!(f));
     }
     let grace = pod_grace(call, &old, opts);
-    let namespace_finalizing = call.kind.info.plural == "namespaces"
-        && old["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
+    let held = call.kind.strategy.holds_deletion(&old);
     let already = old["metadata"]["deletionTimestamp"].is_string();
-    if finalizers.is_empty() && grace.is_none() && !namespace_finalizing {
+    if finalizers.is_empty() && grace.is_none() && !held {
         return remove(call, name, rev).await.map(Deleted::Gone);
     }
     if already {
@@ -189,7 +186,7 @@ async fn delete_object(
     if let Some(g) = meta["generation"].as_i64() {
         meta["generation"] = json!(g + 1);
     }
-    if namespace_finalizing {
+    if held && call.kind.info.plural == "namespaces" {
         new["status"]["phase"] = json!("Terminating");
     }
     let (stored, _) = call.put(name, new, Compare::ModRevision(rev)).await?;

@@ -260,7 +260,11 @@ pub async fn update_object(
     let no_finalizers = new["metadata"]["finalizers"]
         .as_array()
         .is_none_or(Vec::is_empty);
-    if deleting && no_finalizers && !super::delete::waits_for_grace(call, &new) {
+    if deleting
+        && no_finalizers
+        && !call.kind.strategy.holds_deletion(&new)
+        && !super::delete::waits_for_grace(call, &new)
+    {
         // The last finalizer went away from an object being deleted: it is gone now.
         return super::delete::remove(call, &name, old_rev)
             .await
