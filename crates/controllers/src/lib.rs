@@ -9,8 +9,10 @@
 //! - [`leader`]: active/standby through a Lease.
 //! - [`events`]: Events that explain what a controller did.
 //!
-//! The controllers: [`replicaset`] (pods for a ReplicaSet) and [`deployment`]
-//! (ReplicaSets for a Deployment, rollouts). [`run`] puts them together.
+//! The controllers: [`replicaset`] (pods for a ReplicaSet), [`deployment`]
+//! (ReplicaSets for a Deployment, rollouts), [`namespace`] (empties a deleted namespace)
+//! and [`serviceaccount`] (the `default` ServiceAccount and `kube-root-ca.crt` in every
+//! namespace). [`run`] puts them together.
 
 pub mod deployment;
 mod error;
@@ -18,10 +20,12 @@ pub mod events;
 pub mod expectations;
 pub mod informer;
 pub mod leader;
+pub mod namespace;
 pub mod owner;
 pub mod pods;
 pub mod queue;
 pub mod replicaset;
+pub mod serviceaccount;
 
 use std::future::Future;
 
@@ -38,6 +42,9 @@ pub struct Config {
     pub leader_election: Option<LeaderElectionConfig>,
     /// Reconcile loops per controller (upstream's `--concurrent-*-syncs`, 5).
     pub workers: usize,
+    /// The cluster CA bundle (PEM) published in every namespace as the `kube-root-ca.crt`
+    /// ConfigMap (upstream's `--root-ca-file`); `None` publishes nothing.
+    pub root_ca: Option<String>,
 }
 
 /// Starts the controllers (after winning the lease, if leader election is on) and runs
@@ -66,7 +73,7 @@ pub async fn run(client: Client, config: Config, shutdown: impl Future<Output = 
         let stop = tokio::select! {
             _ = &mut shutdown => true,
             _ = lost => false,
-            _ = run_controllers(client.clone(), config.workers) => false,
+            _ = run_controllers(client.clone(), &config) => false,
         };
         if stop {
             if let Some(elector) = &elector {
@@ -80,7 +87,8 @@ pub async fn run(client: Client, config: Config, shutdown: impl Future<Output = 
 
 /// Creates the shared informers and the controllers on them, starts the informers,
 /// waits for their caches to fill, then runs the reconcile loops (until dropped).
-async fn run_controllers(client: Client, workers: usize) {
+async fn run_controllers(client: Client, config: &Config) {
+    let workers = config.workers;
     let mut tasks = JoinSet::new();
     let tasks = &mut tasks;
     let informers = informer::SharedInformers::new(client.clone());
@@ -88,13 +96,20 @@ async fn run_controllers(client: Client, workers: usize) {
         events::EventRecorder::new(client.clone(), "replicaset-controller");
     let (d_events, d_sender) = events::EventRecorder::new(client.clone(), "deployment-controller");
     let replicasets = replicaset::ReplicaSetController::new(client.clone(), &informers, rs_events);
-    let deployments = deployment::DeploymentController::new(client, &informers, d_events);
+    let deployments = deployment::DeploymentController::new(client.clone(), &informers, d_events);
+    let namespaces = namespace::NamespaceController::new(client.clone(), &informers);
+    let service_accounts =
+        serviceaccount::ServiceAccountController::new(client, &informers, config.root_ca.clone());
     tasks.spawn(rs_sender);
     tasks.spawn(d_sender);
     informers.start(tasks).await;
-    tracing::info!("caches synced; controllers started: replicaset, deployment");
+    tracing::info!(
+        "caches synced; controllers started: replicaset, deployment, namespace, serviceaccount"
+    );
     tasks.spawn(replicasets.run(workers));
     tasks.spawn(deployments.run(workers));
+    tasks.spawn(namespaces.run(workers));
+    tasks.spawn(service_accounts.run(workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {
             tracing::error!(error = %err, "controller task failed");

@@ -61,6 +61,7 @@ impl LeaderElectionArgs {
         Ok(krust_controllers::Config {
             leader_election,
             workers: 5,
+            root_ca: None,
         })
     }
 }
@@ -78,6 +79,37 @@ fn identity() -> String {
     format!("{host}_{:x}{:08x}", std::process::id(), nanos)
 }
 
+/// The CA bundle (PEM) the kubeconfig trusts for its current context's cluster, verbatim
+/// (inline `certificate-authority-data` or the `certificate-authority` file): what the
+/// controllers publish as `kube-root-ca.crt`, as upstream publishes `--root-ca-file`.
+fn root_ca(kubeconfig: &Kubeconfig) -> Result<Option<String>> {
+    use base64::Engine;
+    let Some(current) = &kubeconfig.current_context else {
+        return Ok(None);
+    };
+    let cluster = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| &c.name == current)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| kubeconfig.clusters.iter().find(|n| n.name == c.cluster))
+        .and_then(|n| n.cluster.as_ref());
+    let Some(cluster) = cluster else {
+        return Ok(None);
+    };
+    let pem = if let Some(data) = &cluster.certificate_authority_data {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .context("decoding certificate-authority-data")?;
+        String::from_utf8(bytes).context("certificate-authority-data is not PEM")?
+    } else if let Some(path) = &cluster.certificate_authority {
+        std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(pem))
+}
+
 /// `krust controller-manager`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: ControllerManagerArgs) -> Result<()> {
     let yaml = std::fs::read_to_string(&args.kubeconfig)
@@ -91,8 +123,9 @@ pub async fn run_with_kubeconfig(
     leader: &LeaderElectionArgs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let config = leader.config()?;
+    let mut config = leader.config()?;
     let kubeconfig = Kubeconfig::from_yaml(kubeconfig).context("parsing the kubeconfig")?;
+    config.root_ca = root_ca(&kubeconfig)?;
     let client_config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await

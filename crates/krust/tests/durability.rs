@@ -54,7 +54,7 @@ fn restart_keeps_objects_and_sigterm_exits_cleanly() {
 
 #[test]
 fn kill_dash_nine_under_load_loses_no_acknowledged_write() {
-    let mut s = Server::start();
+    let mut s = Server::apiserver(&[]);
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..8)
@@ -110,7 +110,7 @@ fn kill_dash_nine_under_load_loses_no_acknowledged_write() {
         .unwrap()
         .iter()
         .map(|i| {
-            assert_eq!(i["data"]["v"], i["metadata"]["name"], "value intact");
+            assert_eq!(i["data"]["v"], i["metadata"]["name"], "value intact: {i}");
             i["metadata"]["name"].as_str().unwrap().to_string()
         })
         .collect();

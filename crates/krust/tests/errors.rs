@@ -36,7 +36,7 @@ fn count_configmaps(s: &Server) -> usize {
 
 #[test]
 fn client_errors_are_statuses_and_write_nothing() {
-    let s = Server::start();
+    let s = Server::apiserver(&[]);
     let json_ct = Some("application/json");
 
     // 400: malformed body, and a body of another kind.
@@ -241,7 +241,7 @@ fn client_errors_are_statuses_and_write_nothing() {
 
 #[test]
 fn authentication_and_authorization_errors() {
-    let s = Server::start();
+    let s = Server::apiserver(&[]);
     // 401: a credential that does not authenticate.
     let (code, body) = s.curl_as(
         false,
@@ -275,7 +275,7 @@ fn authentication_and_authorization_errors() {
 
 #[test]
 fn too_many_requests_when_in_flight_budget_is_spent() {
-    let s = Server::start_with(&["--max-mutating-requests-inflight", "1"]);
+    let s = Server::apiserver(&["--max-mutating-requests-inflight", "1"]);
     // Hold the only mutating slot with a request whose body never finishes.
     let fifo = s.dir.path().join("body.fifo");
     assert!(
@@ -359,7 +359,7 @@ fn first_watch_event(s: &Server, path: &str) -> Value {
 
 #[test]
 fn watch_older_than_the_cache_replays_the_store_until_compacted() {
-    let mut s = Server::start_with(&["--etcd-compaction-interval", "1s"]);
+    let mut s = Server::apiserver(&["--etcd-compaction-interval", "1s"]);
     let post = |s: &Server, name: &str| {
         assert_eq!(
             s.curl("POST", CMS, Some("application/json"), Some(&cm(name)))
@@ -415,7 +415,7 @@ fn watch_older_than_the_cache_replays_the_store_until_compacted() {
 
 #[test]
 fn metrics_count_requests_by_verb_resource_and_code() {
-    let s = Server::start();
+    let s = Server::apiserver(&[]);
     assert_eq!(
         s.curl(
             "GET",

@@ -173,9 +173,10 @@ fn create_label_annotate_patch_replace_delete() {
         "configmap/cfg"
     );
     assert_eq!(
+        // Every namespace also holds kube-root-ca.crt, which has no tier label.
         s.ok(&["-n", "t1", "get", "cm", "-l", "tier!=db", "-o", "name"])
             .trim(),
-        ""
+        "configmap/kube-root-ca.crt"
     );
     s.ok(&["-n", "t1", "label", "configmap", "cfg", "tier-"]);
     assert!(

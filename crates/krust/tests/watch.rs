@@ -70,7 +70,7 @@ fn curl_stream(s: &Server, path: &str) -> Lines {
 
 #[test]
 fn kubectl_get_watch_streams_changes() {
-    let s = Server::start();
+    let s = Server::apiserver(&[]);
     let mut cmd = Command::new(KUBECTL);
     cmd.args([
         "get",
@@ -107,7 +107,7 @@ fn kubectl_get_watch_streams_changes() {
 
 #[test]
 fn watch_resumes_from_a_resource_version_and_follows_selectors() {
-    let s = Server::start();
+    let s = Server::apiserver(&[]);
     let cms = "/api/v1/namespaces/default/configmaps";
     let post = |name: &str, tier: &str| {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"tier": tier}}});
@@ -195,7 +195,7 @@ fn watch_resumes_from_a_resource_version_and_follows_selectors() {
 
 #[test]
 fn streaming_list_ends_initial_events_with_a_bookmark() {
-    let s = Server::start();
+    let s = Server::apiserver(&[]);
     let watch = curl_stream(
         &s,
         "/api/v1/namespaces?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan",
@@ -235,7 +235,7 @@ fn streaming_list_ends_initial_events_with_a_bookmark() {
 
 #[test]
 fn paged_lists_are_one_consistent_snapshot() {
-    let s = Server::start();
+    let s = Server::apiserver(&[]);
     let cms = "/api/v1/namespaces/default/configmaps";
     for i in 0..7 {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm{i}")}});
@@ -304,7 +304,7 @@ fn paged_lists_are_one_consistent_snapshot() {
 
 #[test]
 fn continue_tokens_expire_with_compaction() {
-    let s = Server::start_with(&["--etcd-compaction-interval", "1s"]);
+    let s = Server::apiserver(&["--etcd-compaction-interval", "1s"]);
     let cms = "/api/v1/namespaces/default/configmaps";
     let create = |name: &str| {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});

@@ -35,6 +35,12 @@ impl Server {
         Self::start_with(&[])
     }
 
+    /// `krust apiserver` alone: no controllers writing objects of their own, for tests
+    /// of the API itself that count or watch objects.
+    pub fn apiserver(extra_args: &[&str]) -> Server {
+        Self::start_command("apiserver", extra_args, None)
+    }
+
     /// Starts a server with extra `krust server` flags.
     pub fn start_with(extra_args: &[&str]) -> Server {
         Self::start_command("server", extra_args, None)
@@ -78,14 +84,19 @@ impl Server {
             .open(self.dir.path().join("server.log"))
             .expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_krust"))
+            .arg(self.command)
             .args([
-                "server",
                 "--bind-address",
                 "127.0.0.1",
                 "--advertise-address",
                 "127.0.0.1",
-                "--disable-agent",
             ])
+            // Only `krust server` has a node agent to turn off.
+            .args(if self.command == "server" {
+                &["--disable-agent"][..]
+            } else {
+                &[]
+            })
             .arg("--https-listen-port")
             .arg(self.port.to_string())
             .arg("--data-dir")
