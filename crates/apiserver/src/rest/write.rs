@@ -289,14 +289,14 @@ fn spec_changed(new: &Value, old: &Value) -> bool {
 
 /// The patch formats upstream accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PatchType {
+pub(super) enum PatchType {
     Json,
     Merge,
     Strategic,
     Apply,
 }
 
-fn patch_type(ct: Option<&str>) -> Result<PatchType, ApiError> {
+pub(super) fn patch_type(ct: Option<&str>) -> Result<PatchType, ApiError> {
     let media = ct
         .unwrap_or_default()
         .split(';')
@@ -357,7 +357,12 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
         served_old["metadata"]["resourceVersion"] = json!(old_rev.to_string());
         let patched = match ty {
             PatchType::Apply => server_side_apply(call, part, Some(&served_old), &patch)?,
-            _ => apply_patch(ty, &served_old, &patch, info)?,
+            _ => apply_patch(
+                ty,
+                &served_old,
+                &patch,
+                root_type(info.group, info.version, info.kind).unwrap_or(TypeRef::UNTYPED),
+            )?,
         };
         let precondition = patched["metadata"]["resourceVersion"]
             .as_str()
@@ -440,11 +445,13 @@ fn server_side_apply(
     })
 }
 
-fn apply_patch(
+/// Applies a JSON, merge or strategic merge patch to `old`, whose type (for strategic
+/// merge keys) is `root`.
+pub(super) fn apply_patch(
     ty: PatchType,
     old: &Value,
     patch: &Value,
-    info: &krust_api::registry::ResourceInfo,
+    root: TypeRef,
 ) -> Result<Value, ApiError> {
     match ty {
         PatchType::Json => {
@@ -468,10 +475,7 @@ fn apply_patch(
             json_patch::merge(&mut doc, patch);
             Ok(doc)
         }
-        PatchType::Strategic | PatchType::Apply => {
-            let root = root_type(info.group, info.version, info.kind).unwrap_or(TypeRef::UNTYPED);
-            apply_strategic_merge_patch(old, patch, root)
-                .map_err(|e| ApiError::bad_request(e.to_string()))
-        }
+        PatchType::Strategic | PatchType::Apply => apply_strategic_merge_patch(old, patch, root)
+            .map_err(|e| ApiError::bad_request(e.to_string())),
     }
 }
