@@ -305,10 +305,9 @@ impl Call<'_> {
         if let Some(meta) = obj["metadata"].as_object_mut() {
             meta.remove("resourceVersion");
         }
-        let stored = self.kind.strategy.to_storage(obj.clone());
-        let bytes = Bytes::from(
-            serde_json::to_vec(&stored).map_err(|e| ApiError::internal(e.to_string()))?,
-        );
+        // `obj` is already in storage form: every caller converts on decode.
+        let bytes =
+            Bytes::from(serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?);
         if self.dry_run() {
             return Ok((obj, 0));
         }
