@@ -156,6 +156,9 @@ fn endpoints_cell(o: &Value) -> Value {
 pub struct Namespace;
 pub static NAMESPACE: Namespace = Namespace;
 impl Strategy for Namespace {
+    fn prepare_for_delete(&self, obj: &mut Value) {
+        obj["status"]["phase"] = json!("Terminating");
+    }
     fn holds_deletion(&self, obj: &Value) -> bool {
         obj["spec"]["finalizers"]
             .as_array()

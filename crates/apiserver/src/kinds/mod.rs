@@ -39,6 +39,9 @@ pub trait Strategy: Sync {
         false
     }
 
+    /// Adjusts an object being marked for deletion (a namespace turns Terminating).
+    fn prepare_for_delete(&self, _obj: &mut Value) {}
+
     /// The rule object names must follow.
     fn name_rule(&self) -> validation::NameRule {
         validation::NameRule::Subdomain

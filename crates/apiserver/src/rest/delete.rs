@@ -186,9 +186,7 @@ async fn delete_object(
     if let Some(g) = meta["generation"].as_i64() {
         meta["generation"] = json!(g + 1);
     }
-    if held && call.kind.info.plural == "namespaces" {
-        new["status"]["phase"] = json!("Terminating");
-    }
+    call.kind.strategy.prepare_for_delete(&mut new);
     let (stored, _) = call.put(name, new, Compare::ModRevision(rev)).await?;
     Ok(Deleted::Pending(stored))
 }
