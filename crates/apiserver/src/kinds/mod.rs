@@ -39,6 +39,18 @@ pub trait Strategy: Sync {
         false
     }
 
+    /// Whether a completed DELETE answers with the deleted object rather than a Success
+    /// Status (upstream's `ReturnDeletedObject`, set for pods).
+    fn returns_deleted_object(&self) -> bool {
+        false
+    }
+
+    /// The grace period a delete must wait out first (`Some(seconds > 0)`), given the
+    /// one the client asked for; `None` deletes at once (or when finalizers allow).
+    fn deletion_grace(&self, _obj: &Value, _requested: Option<i64>) -> Option<i64> {
+        None
+    }
+
     /// Adjusts an object being marked for deletion (a namespace turns Terminating).
     fn prepare_for_delete(&self, _obj: &mut Value) {}
 

@@ -193,6 +193,23 @@ pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Vec<Cause>) {
 pub struct Pod;
 pub static POD: Pod = Pod;
 impl Strategy for Pod {
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+    /// A pod bound to a node and still running terminates gracefully there first: its
+    /// kubelet stops it and then deletes it with grace 0.
+    fn deletion_grace(&self, pod: &Value, requested: Option<i64>) -> Option<i64> {
+        let grace = requested.unwrap_or_else(|| {
+            pod["spec"]["terminationGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(30)
+        });
+        let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+        let scheduled = pod["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty());
+        (grace > 0 && scheduled && phase != "Succeeded" && phase != "Failed").then_some(grace)
+    }
     fn default(&self, obj: &mut Value) {
         default_pod_spec(&mut obj["spec"]);
     }

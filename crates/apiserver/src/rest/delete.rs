@@ -99,7 +99,9 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
     let outcome = delete_object(&call, &name, old, rev, &opts).await?;
     Ok(match outcome {
         Deleted::Pending(obj) => call.reply(StatusCode::OK, &call.kind.strategy.to_served(obj)),
-        Deleted::Gone(obj) if call.kind.info.plural == "pods" => call.reply(StatusCode::OK, &obj),
+        Deleted::Gone(obj) if call.kind.strategy.returns_deleted_object() => {
+            call.reply(StatusCode::OK, &obj)
+        }
         Deleted::Gone(obj) => response::json(
             StatusCode::OK,
             &json!({
@@ -118,13 +120,13 @@ pub enum Deleted {
     Pending(Value),
 }
 
-/// Whether a pod marked for deletion still waits for its kubelet to finish it.
-pub fn waits_for_grace(call: &Call<'_>, obj: &Value) -> bool {
-    call.kind.info.plural == "pods"
-        && obj["metadata"]["deletionGracePeriodSeconds"]
-            .as_i64()
-            .unwrap_or(0)
-            > 0
+/// Whether an object marked for deletion still waits out a grace period (a pod, for its
+/// kubelet to stop it and delete it for good).
+pub fn waits_for_grace(obj: &Value) -> bool {
+    obj["metadata"]["deletionGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(0)
+        > 0
 }
 
 async fn delete_object(
@@ -149,7 +151,7 @@ async fn delete_object(
     {
         finalizers.push(json!(f));
     }
-    let grace = pod_grace(call, &old, opts);
+    let grace = call.kind.strategy.deletion_grace(&old, opts.grace_period);
     let held = call.kind.strategy.holds_deletion(&old);
     let already = old["metadata"]["deletionTimestamp"].is_string();
     if finalizers.is_empty() && grace.is_none() && !held {
@@ -162,9 +164,6 @@ async fn delete_object(
             .unwrap_or(0);
         match grace {
             Some(g) if g < current => {}
-            None if call.kind.info.plural == "pods" && finalizers.is_empty() => {
-                return remove(call, name, rev).await.map(Deleted::Gone);
-            }
             _ if finalizers
                 == old["metadata"]["finalizers"]
                     .as_array()
@@ -189,24 +188,6 @@ async fn delete_object(
     call.kind.strategy.prepare_for_delete(&mut new);
     let (stored, _) = call.put(name, new, Compare::ModRevision(rev)).await?;
     Ok(Deleted::Pending(stored))
-}
-
-/// The grace period of a pod delete: `Some(seconds > 0)` when the pod must terminate
-/// gracefully on its node first.
-fn pod_grace(call: &Call<'_>, pod: &Value, opts: &DeleteOptions) -> Option<i64> {
-    if call.kind.info.plural != "pods" {
-        return None;
-    }
-    let grace = opts.grace_period.unwrap_or_else(|| {
-        pod["spec"]["terminationGracePeriodSeconds"]
-            .as_i64()
-            .unwrap_or(30)
-    });
-    let phase = pod["status"]["phase"].as_str().unwrap_or_default();
-    let scheduled = pod["spec"]["nodeName"]
-        .as_str()
-        .is_some_and(|n| !n.is_empty());
-    (grace > 0 && scheduled && phase != "Succeeded" && phase != "Failed").then_some(grace)
 }
 
 /// Removes the object from the store if it is still at `rev`.

@@ -263,7 +263,7 @@ pub async fn update_object(
     if deleting
         && no_finalizers
         && !call.kind.strategy.holds_deletion(&new)
-        && !super::delete::waits_for_grace(call, &new)
+        && !super::delete::waits_for_grace(&new)
     {
         // The last finalizer went away from an object being deleted: it is gone now.
         return super::delete::remove(call, &name, old_rev)
