@@ -10,14 +10,18 @@
 //! - [`events`]: Events that explain what a controller did.
 //!
 //! The controllers: [`replicaset`] (pods for a ReplicaSet), [`deployment`]
-//! (ReplicaSets for a Deployment, rollouts), [`namespace`] (empties a deleted namespace)
-//! and [`serviceaccount`] (the `default` ServiceAccount and `kube-root-ca.crt` in every
-//! namespace). [`run`] puts them together.
+//! (ReplicaSets for a Deployment, rollouts), [`endpoints`] (EndpointSlices and
+//! Endpoints for Services), [`gc`] (the garbage collector: owners
+//! cascade), [`namespace`] (empties a deleted namespace) and [`serviceaccount`] (the
+//! `default` ServiceAccount and `kube-root-ca.crt` in every namespace). [`run`] puts
+//! them together.
 
 pub mod deployment;
+pub mod endpoints;
 mod error;
 pub mod events;
 pub mod expectations;
+pub mod gc;
 pub mod informer;
 pub mod leader;
 pub mod namespace;
@@ -35,12 +39,16 @@ use tokio::task::JoinSet;
 pub use error::Error;
 pub use leader::{LeaderElectionConfig, LeaderElector};
 
+/// Garbage-collector workers per queue (upstream's `--concurrent-gc-syncs`).
+const GC_WORKERS: usize = 20;
+
 /// How the controller-manager runs.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// `None` runs without leader election (a single instance).
     pub leader_election: Option<LeaderElectionConfig>,
-    /// Reconcile loops per controller (upstream's `--concurrent-*-syncs`, 5).
+    /// Reconcile loops per controller (upstream's `--concurrent-*-syncs`: 5 for most
+    /// controllers, 10 for namespaces; one value for all here).
     pub workers: usize,
     /// The cluster CA bundle (PEM) published in every namespace as the `kube-root-ca.crt`
     /// ConfigMap (upstream's `--root-ca-file`); `None` publishes nothing.
@@ -97,19 +105,28 @@ async fn run_controllers(client: Client, config: &Config) {
     let (d_events, d_sender) = events::EventRecorder::new(client.clone(), "deployment-controller");
     let replicasets = replicaset::ReplicaSetController::new(client.clone(), &informers, rs_events);
     let deployments = deployment::DeploymentController::new(client.clone(), &informers, d_events);
+    let slices = endpoints::slice::EndpointSliceController::new(client.clone(), &informers);
+    let legacy_endpoints = endpoints::legacy::EndpointsController::new(client.clone(), &informers);
     let namespaces = namespace::NamespaceController::new(client.clone(), &informers);
-    let service_accounts =
-        serviceaccount::ServiceAccountController::new(client, &informers, config.root_ca.clone());
+    let service_accounts = serviceaccount::ServiceAccountController::new(
+        client.clone(),
+        &informers,
+        config.root_ca.clone(),
+    );
+    // The collector keeps its own metadata-only watches of every kind.
+    tasks.spawn(gc::GarbageCollector::run(client, GC_WORKERS));
     tasks.spawn(rs_sender);
     tasks.spawn(d_sender);
     informers.start(tasks).await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, namespace, serviceaccount"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, serviceaccount, garbagecollector"
     );
-    tasks.spawn(replicasets.run(workers));
-    tasks.spawn(deployments.run(workers));
-    tasks.spawn(namespaces.run(workers));
-    tasks.spawn(service_accounts.run(workers));
+    tasks.spawn(queue::run(replicasets, workers));
+    tasks.spawn(queue::run(deployments, workers));
+    tasks.spawn(queue::run(slices, workers));
+    tasks.spawn(queue::run(legacy_endpoints, workers));
+    tasks.spawn(queue::run(namespaces, workers));
+    tasks.spawn(queue::run(service_accounts, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {
             tracing::error!(error = %err, "controller task failed");

@@ -29,7 +29,7 @@ use kube::{Client, ResourceExt};
 use crate::Error;
 use crate::error::is_status;
 use crate::informer::{EventHandler, SharedInformers};
-use crate::queue::WorkQueue;
+use crate::queue::{Reconciler, WorkQueue};
 
 /// The finalizer this controller owns in `spec.finalizers`.
 pub const FINALIZER: &str = "kubernetes";
@@ -56,17 +56,11 @@ impl NamespaceController {
         informer.add_handler(Arc::new(NamespaceEvents(controller.clone())));
         controller
     }
+}
 
-    /// Runs `workers` reconcile loops (upstream's `--concurrent-namespace-syncs`, 10).
-    pub async fn run(self: Arc<Self>, workers: usize) {
-        let this = self.clone();
-        self.queue
-            .clone()
-            .run(workers, move |name| {
-                let this = this.clone();
-                async move { this.reconcile(&name).await }
-            })
-            .await
+impl Reconciler for NamespaceController {
+    fn queue(&self) -> &Arc<WorkQueue> {
+        &self.queue
     }
 
     async fn reconcile(&self, name: &str) -> Result<Option<Duration>, Error> {
@@ -118,7 +112,9 @@ impl NamespaceController {
             Err(e) => Err(Error::api("finalizing namespace", name, e)),
         }
     }
+}
 
+impl NamespaceController {
     /// Deletes everything in the namespace that can be deleted and reports what is left.
     async fn delete_content(&self, namespace: &str) -> Progress {
         let mut progress = Progress::default();

@@ -36,13 +36,14 @@ pub fn adopt_patch<O: Resource<DynamicType = ()>>(obj: &ObjectMeta, owner: &O) -
     json!({"metadata": {"ownerReferences": refs, "resourceVersion": obj.resource_version}})
 }
 
-/// A merge patch that removes `owner_uid` from the object's ownerReferences.
-pub fn release_patch(obj: &ObjectMeta, owner_uid: &str) -> Value {
+/// A merge patch that removes the references to `owner_uids` from the object's
+/// ownerReferences (compare-and-swap on the resourceVersion, as [`adopt_patch`]).
+pub fn release_patch(obj: &ObjectMeta, owner_uids: &[&str]) -> Value {
     let refs: Vec<&OwnerReference> = obj
         .owner_references
         .iter()
         .flatten()
-        .filter(|r| r.uid != owner_uid)
+        .filter(|r| !owner_uids.contains(&r.uid.as_str()))
         .collect();
     json!({"metadata": {"ownerReferences": refs, "resourceVersion": obj.resource_version}})
 }

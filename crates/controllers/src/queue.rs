@@ -23,6 +23,24 @@ use crate::Error;
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
 
+/// A controller driven by a work queue: one level-triggered pass per key.
+pub trait Reconciler: Send + Sync + 'static {
+    fn queue(&self) -> &Arc<WorkQueue>;
+    /// One pass over `key`; see [`WorkQueue::run`] for what the result means.
+    fn reconcile(&self, key: &str) -> impl Future<Output = Result<Option<Duration>, Error>> + Send;
+}
+
+/// Runs `workers` reconcile loops of a controller. Never returns.
+pub async fn run<R: Reconciler>(controller: Arc<R>, workers: usize) {
+    let queue = controller.queue().clone();
+    queue
+        .run(workers, move |key| {
+            let controller = controller.clone();
+            async move { controller.reconcile(&key).await }
+        })
+        .await
+}
+
 /// A deduplicating, rate-limited queue of object keys.
 pub struct WorkQueue {
     name: &'static str,

@@ -30,7 +30,7 @@ use crate::expectations::Expectations;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
 use crate::pods::{deletion_order, is_active, is_available, is_ready, until_available};
-use crate::queue::WorkQueue;
+use crate::queue::{Reconciler, WorkQueue};
 
 /// Most pods created or deleted in one pass (upstream's `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
@@ -62,18 +62,6 @@ impl ReplicaSetController {
         controller
     }
 
-    /// Runs `workers` reconcile loops (upstream's `--concurrent-replicaset-syncs`, 5).
-    pub async fn run(self: Arc<Self>, workers: usize) {
-        let this = self.clone();
-        self.queue
-            .clone()
-            .run(workers, move |key| {
-                let this = this.clone();
-                async move { this.reconcile(&key).await }
-            })
-            .await
-    }
-
     fn replicaset(&self, namespace: &str, name: &str) -> Option<Arc<ReplicaSet>> {
         self.replicasets
             .get(&ObjectRef::new(name).within(namespace))
@@ -93,6 +81,12 @@ impl ReplicaSetController {
             rs.namespace() == ns
                 && selector_of(rs).is_ok_and(|s| !s.selects_all() && s.matches(pod.labels()))
         })
+    }
+}
+
+impl Reconciler for ReplicaSetController {
+    fn queue(&self) -> &Arc<WorkQueue> {
+        &self.queue
     }
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
@@ -140,7 +134,9 @@ impl ReplicaSetController {
             .filter_map(|p| until_available(p, min_ready, now))
             .min())
     }
+}
 
+impl ReplicaSetController {
     /// The active pods this ReplicaSet controls after adopting and releasing.
     async fn claim_pods(
         &self,
@@ -161,7 +157,7 @@ impl ReplicaSetController {
                     if matches {
                         claimed.push(pod);
                     } else {
-                        let patch = release_patch(&pod.metadata, &uid);
+                        let patch = release_patch(&pod.metadata, &[&uid]);
                         match api
                             .patch(
                                 &pod.name_any(),

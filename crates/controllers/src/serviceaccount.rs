@@ -22,7 +22,7 @@ use kube::{Client, ResourceExt};
 use crate::Error;
 use crate::error::is_status;
 use crate::informer::{EventHandler, SharedInformers};
-use crate::queue::WorkQueue;
+use crate::queue::{Reconciler, WorkQueue};
 
 /// The ServiceAccount every namespace gets.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
@@ -65,17 +65,11 @@ impl ServiceAccountController {
         cm_informer.add_handler(Arc::new(Managed(controller.clone(), ROOT_CA_CONFIG_MAP)));
         controller
     }
+}
 
-    /// Runs `workers` reconcile loops (upstream's `--concurrent-serviceaccount-token-syncs`, 5).
-    pub async fn run(self: Arc<Self>, workers: usize) {
-        let this = self.clone();
-        self.queue
-            .clone()
-            .run(workers, move |namespace| {
-                let this = this.clone();
-                async move { this.reconcile(&namespace).await }
-            })
-            .await
+impl Reconciler for ServiceAccountController {
+    fn queue(&self) -> &Arc<WorkQueue> {
+        &self.queue
     }
 
     async fn reconcile(&self, namespace: &str) -> Result<Option<Duration>, Error> {
@@ -113,7 +107,9 @@ impl ServiceAccountController {
         }
         Ok(None)
     }
+}
 
+impl ServiceAccountController {
     async fn publish_root_ca(&self, namespace: &str, ca: &str) -> Result<(), Error> {
         let key = format!("{namespace}/{ROOT_CA_CONFIG_MAP}");
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);

@@ -11,13 +11,12 @@ mod common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::BufReader;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{KUBECTL, Server, wait_for};
+use common::{ControllerManager, KUBECTL, Server, wait_for};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -658,44 +657,6 @@ fn a_replicaset_adopts_matching_orphans_and_releases_pods_that_stop_matching() {
             pods.iter().any(|p| name(p) == released),
             "the older, adopted pod stays"
         );
-    }
-}
-
-/// A `krust controller-manager` process, killed when dropped.
-struct ControllerManager {
-    child: Child,
-    log: PathBuf,
-}
-
-impl ControllerManager {
-    fn start(s: &Server, n: usize) -> ControllerManager {
-        let log = s.dir.path().join(format!("cm{n}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_krust"))
-            .args(["controller-manager", "--kubeconfig"])
-            .arg(s.kubeconfig())
-            .args([
-                "--leader-elect-lease-duration=3s",
-                "--leader-elect-renew-deadline=2s",
-                "--leader-elect-retry-period=250ms",
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("starting krust controller-manager");
-        ControllerManager { child, log }
-    }
-
-    fn leads(&self) -> bool {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .contains("acquired leader lease")
-    }
-}
-
-impl Drop for ControllerManager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -98,6 +98,7 @@ pub async fn create_object(
         meta.remove("generation");
     }
     call.kind.strategy.default(&mut obj);
+    drop_empty_metadata(&mut obj);
     call.kind.strategy.prepare_for_create(&mut obj);
     if ownership == Ownership::Record {
         call.record_update(Part::Main, None, &mut obj);
@@ -114,6 +115,27 @@ pub async fn create_object(
             Err(e)
         }
     }
+}
+
+/// Empty metadata lists and maps are stored as absent, as upstream's `omitempty` does:
+/// a client that patches its last owner reference or finalizer away (`[]`) reads the
+/// object back without the field.
+fn drop_empty_metadata(obj: &mut Value) {
+    let Some(meta) = obj["metadata"].as_object_mut() else {
+        return;
+    };
+    meta.retain(|k, v| {
+        let empty = match v {
+            Value::Array(a) => a.is_empty(),
+            Value::Object(o) => o.is_empty(),
+            _ => false,
+        };
+        !(empty
+            && matches!(
+                k.as_str(),
+                "ownerReferences" | "finalizers" | "labels" | "annotations" | "managedFields"
+            ))
+    });
 }
 
 /// `generateName` plus five random characters from upstream's alphabet.
@@ -235,6 +257,7 @@ pub async fn update_object(
     }
     if part == Part::Main {
         call.kind.strategy.default(&mut new);
+        drop_empty_metadata(&mut new);
     }
     if call.kind.strategy.tracks_generation() && spec_changed(&new, &old) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;

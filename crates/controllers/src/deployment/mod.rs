@@ -40,7 +40,7 @@ use crate::error::is_status;
 use crate::events::{EventRecorder, EventType};
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
-use crate::queue::WorkQueue;
+use crate::queue::{Reconciler, WorkQueue};
 
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
@@ -82,18 +82,6 @@ impl DeploymentController {
         controller
     }
 
-    /// Runs `workers` reconcile loops (upstream's `--concurrent-deployment-syncs`, 5).
-    pub async fn run(self: Arc<Self>, workers: usize) {
-        let this = self.clone();
-        self.queue
-            .clone()
-            .run(workers, move |key| {
-                let this = this.clone();
-                async move { this.reconcile(&key).await }
-            })
-            .await
-    }
-
     fn owner_of(&self, rs: &ReplicaSet) -> Option<Arc<Deployment>> {
         let r = controller_of(&rs.metadata).filter(|r| r.kind == "Deployment")?;
         let d = self
@@ -108,6 +96,12 @@ impl DeploymentController {
             d.namespace() == ns
                 && selector_of(d).is_ok_and(|s| !s.selects_all() && s.matches(rs.labels()))
         })
+    }
+}
+
+impl Reconciler for DeploymentController {
+    fn queue(&self) -> &Arc<WorkQueue> {
+        &self.queue
     }
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
@@ -140,7 +134,9 @@ impl DeploymentController {
             pass.rollout_rolling().await
         }
     }
+}
 
+impl DeploymentController {
     /// The ReplicaSets this Deployment controls, after adopting and releasing.
     async fn claim_replica_sets(
         &self,
@@ -161,7 +157,7 @@ impl DeploymentController {
                     if matches {
                         claimed.push((*rs).clone());
                     } else if rs.metadata.deletion_timestamp.is_none() {
-                        let patch = release_patch(&rs.metadata, &uid);
+                        let patch = release_patch(&rs.metadata, &[&uid]);
                         match api
                             .patch(
                                 &rs.name_any(),

@@ -306,6 +306,44 @@ impl Server {
     }
 }
 
+/// A `krust controller-manager` process, killed when dropped.
+pub struct ControllerManager {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ControllerManager {
+    pub fn start(s: &Server, n: usize) -> ControllerManager {
+        let log = s.dir.path().join(format!("cm{n}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_krust"))
+            .args(["controller-manager", "--kubeconfig"])
+            .arg(s.kubeconfig())
+            .args([
+                "--leader-elect-lease-duration=3s",
+                "--leader-elect-renew-deadline=2s",
+                "--leader-elect-retry-period=250ms",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("starting krust controller-manager");
+        ControllerManager { child, log }
+    }
+
+    pub fn leads(&self) -> bool {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .contains("acquired leader lease")
+    }
+}
+
+impl Drop for ControllerManager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A real etcd cluster on free loopback ports (one data dir per member), killed on drop.
 pub struct Etcd {
     dir: tempfile::TempDir,

@@ -1,0 +1,189 @@
+//! Service endpoints: which pods back a Service, on which ports, and whether each is
+//! ready, serving or terminating. Two controllers publish the answer:
+//! - [`slice`]: EndpointSlices (discovery.k8s.io/v1), what kube-proxy-like consumers read;
+//! - [`legacy`]: the core/v1 Endpoints object of the same name, for older clients.
+//!
+//! Both are keyed by Service (`namespace/name`) and woken by changes to the Service, to
+//! pods its selector matches (before or after the change), and to what they wrote.
+//! Services without a selector are left alone: their endpoints are someone else's.
+
+pub mod legacy;
+pub mod slice;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+
+use crate::informer::{EventHandler, SharedInformers};
+use crate::owner::key_of;
+use crate::queue::WorkQueue;
+
+/// The label that says a Service is headless, on its EndpointSlices and Endpoints.
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
+/// The selector of a Service whose endpoints the controllers manage.
+pub fn selector(svc: &Service) -> Option<&BTreeMap<String, String>> {
+    svc.spec
+        .as_ref()?
+        .selector
+        .as_ref()
+        .filter(|s| !s.is_empty())
+}
+
+fn selects(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {
+    let labels = pod.labels();
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The pods of the Service's namespace that its selector matches.
+pub fn selected_pods(svc: &Service, pods: &Store<Pod>) -> Vec<Arc<Pod>> {
+    let Some(selector) = selector(svc) else {
+        return Vec::new();
+    };
+    let ns = svc.namespace();
+    pods.state()
+        .into_iter()
+        .filter(|p| p.namespace() == ns && selects(selector, p))
+        .collect()
+}
+
+/// Whether a pod belongs in a Service's endpoints at all: it has an IP and has not
+/// finished (phase Succeeded or Failed); terminating pods only when
+/// `include_terminating`.
+pub fn should_be_in_endpoints(pod: &Pod, include_terminating: bool) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    let has_ip = status.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
+        || status.pod_ips.as_ref().is_some_and(|ips| !ips.is_empty());
+    !terminal && has_ip && (include_terminating || pod.metadata.deletion_timestamp.is_none())
+}
+
+/// The pod's IP of the given family (`IPv4` or `IPv6`).
+pub fn pod_ip(pod: &Pod, family: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let ips = status
+        .pod_ips
+        .iter()
+        .flatten()
+        .map(|ip| ip.ip.clone())
+        .chain(status.pod_ip.clone());
+    ips.into_iter()
+        .find(|ip| ip.contains(':') == (family == "IPv6"))
+}
+
+/// The container port a Service port reaches on this pod: the number itself, or the
+/// container port with that name (`None` if the pod has none).
+pub fn target_port(pod: &Pod, port: &ServicePort) -> Option<i32> {
+    let protocol = port.protocol.as_deref().unwrap_or("TCP");
+    match &port.target_port {
+        None => Some(port.port),
+        Some(IntOrString::Int(n)) => Some(*n),
+        Some(IntOrString::String(name)) => pod
+            .spec
+            .as_ref()?
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|p| {
+                p.name.as_deref() == Some(name.as_str())
+                    && p.protocol.as_deref().unwrap_or("TCP") == protocol
+            })
+            .map(|p| p.container_port),
+    }
+}
+
+/// The hostname a pod has in a Service's DNS records: only when its `subdomain` names
+/// the Service.
+pub fn hostname(pod: &Pod, svc: &Service) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    (spec.subdomain.as_deref() == Some(svc.name_any().as_str()))
+        .then(|| spec.hostname.clone())
+        .flatten()
+        .filter(|h| !h.is_empty())
+}
+
+pub fn is_headless(svc: &Service) -> bool {
+    svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None")
+}
+
+/// The labels published on a Service's endpoints: the Service's own, plus `extra`, and
+/// the headless label exactly when the Service is headless.
+pub fn published_labels(svc: &Service, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut labels = svc.labels().clone();
+    labels.remove(HEADLESS_LABEL);
+    for (k, v) in extra {
+        labels.insert(k.to_string(), v.to_string());
+    }
+    if is_headless(svc) {
+        labels.insert(HEADLESS_LABEL.into(), String::new());
+    }
+    labels
+}
+
+/// Wakes `queue` for a Service when it or a pod it selects changes; returns the Service
+/// and pod caches.
+pub fn watch_services_and_pods(
+    informers: &SharedInformers,
+    queue: &Arc<WorkQueue>,
+) -> (Store<Service>, Store<Pod>) {
+    let services = informers.get::<Service>();
+    let pods = informers.get::<Pod>();
+    services.add_handler(Arc::new(ServiceEvents(queue.clone())));
+    pods.add_handler(Arc::new(PodEvents {
+        services: services.store(),
+        queue: queue.clone(),
+    }));
+    (services.store(), pods.store())
+}
+
+/// Queues a Service when it changes.
+struct ServiceEvents(Arc<WorkQueue>);
+
+impl EventHandler<Service> for ServiceEvents {
+    fn on_apply(&self, _old: Option<&Service>, new: &Service) {
+        self.0.add(key_of(&new.metadata));
+    }
+    fn on_delete(&self, obj: &Service) {
+        self.0.add(key_of(&obj.metadata));
+    }
+}
+
+/// Queues the Services that select a pod, before or after the change.
+struct PodEvents {
+    services: Store<Service>,
+    queue: Arc<WorkQueue>,
+}
+
+impl PodEvents {
+    fn enqueue_selecting(&self, pods: &[&Pod]) {
+        for svc in self.services.state() {
+            let Some(sel) = selector(&svc) else { continue };
+            if pods
+                .iter()
+                .any(|p| p.namespace() == svc.namespace() && selects(sel, p))
+            {
+                self.queue.add(key_of(&svc.metadata));
+            }
+        }
+    }
+}
+
+impl EventHandler<Pod> for PodEvents {
+    fn on_apply(&self, old: Option<&Pod>, new: &Pod) {
+        // A pod that changed only where endpoints do not look (e.g. a container
+        // restart count) still costs a pass; passes that change nothing write nothing.
+        match old {
+            Some(old) => self.enqueue_selecting(&[old, new]),
+            None => self.enqueue_selecting(&[new]),
+        }
+    }
+    fn on_delete(&self, obj: &Pod) {
+        self.enqueue_selecting(&[obj]);
+    }
+}

@@ -1,0 +1,507 @@
+//! `GarbageCollector`: deletes objects whose owners are gone, and carries out the
+//! foreground and orphan propagation policies, as upstream's garbage collector does.
+//!
+//! It watches the metadata of every kind the apiserver serves that can be listed,
+//! watched and deleted (events excepted) and keeps the owner → dependent [`graph`].
+//! Graph changes queue two kinds of work, by UID:
+//! - *attempt to delete*: an object whose owners may be gone. Its owner references are
+//!   sorted into solid (the owner exists), dangling (gone, or the name now belongs to
+//!   another UID) and waiting (the owner is being deleted in the foreground). With a solid
+//!   owner left, dangling and waiting references are removed; otherwise the object is
+//!   deleted — in the foreground if an owner waits for it and it has dependents itself,
+//!   else with the policy its own finalizers ask for. An object deleting its dependents
+//!   loses its `foregroundDeletion` finalizer once no dependent with
+//!   `blockOwnerDeletion` is left.
+//! - *attempt to orphan*: an object with the `orphan` finalizer: its dependents' references
+//!   to it are removed, then the finalizer.
+//!
+//! "Gone" is never concluded from a cache: an owner missing from the graph is looked up
+//! live, and every decision starts from a live read of the object itself. Work starts
+//! only once every watch has listed, so orphaning never misses a dependent that the
+//! graph had not seen yet.
+
+pub mod graph;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::serde_json::json;
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams,
+    Preconditions, PropagationPolicy,
+};
+use kube::discovery::{Discovery, Scope, verbs};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::oneshot;
+
+use crate::Error;
+use crate::error::is_status;
+use crate::owner::release_patch;
+use crate::queue::WorkQueue;
+use graph::{Deletion, FOREGROUND, Graph, Identity, ORPHAN, Work};
+
+/// Resources the collector leaves alone, as upstream does: events come and go in bulk
+/// and never own anything.
+const IGNORED: &[(&str, &str)] = &[("", "events"), ("events.k8s.io", "events")];
+
+/// How many confirmed-gone UIDs to remember before starting afresh (a UID is never
+/// reused, so a remembered verdict never goes stale; the bound only caps memory).
+const ABSENT_MEMORY: usize = 50_000;
+
+/// How long to wait before asking for discovery again after it failed.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
+
+/// The kinds the apiserver serves: how to reach each, by `apiVersion` and kind.
+struct Resources {
+    by_kind: HashMap<(String, String), (ApiResource, bool)>,
+    watched: Vec<ApiResource>,
+}
+
+impl Resources {
+    async fn discover(client: &Client) -> Result<Self, kube::Error> {
+        let discovery = Discovery::new(client.clone()).run().await?;
+        let mut by_kind = HashMap::new();
+        let mut watched = Vec::new();
+        for group in discovery.groups() {
+            for version in group.versions() {
+                for (ar, caps) in group.versioned_resources(version) {
+                    by_kind.insert(
+                        (ar.api_version.clone(), ar.kind.clone()),
+                        (ar, caps.scope == Scope::Namespaced),
+                    );
+                }
+            }
+            for (ar, caps) in group.recommended_resources() {
+                let ignored = IGNORED.contains(&(ar.group.as_str(), ar.plural.as_str()));
+                if !ignored
+                    && caps.supports_operation(verbs::LIST)
+                    && caps.supports_operation(verbs::WATCH)
+                    && caps.supports_operation(verbs::DELETE)
+                {
+                    watched.push(ar);
+                }
+            }
+        }
+        Ok(Resources { by_kind, watched })
+    }
+}
+
+/// Where an owner reference points, as far as the collector can tell.
+#[derive(Debug, PartialEq, Eq)]
+enum OwnerState {
+    Absent,
+    Present(Deletion),
+}
+
+pub struct GarbageCollector {
+    client: Client,
+    resources: Resources,
+    graph: Mutex<Graph>,
+    deletes: Arc<WorkQueue>,
+    orphans: Arc<WorkQueue>,
+    absent: Mutex<HashSet<String>>,
+}
+
+impl GarbageCollector {
+    /// Discovers the served kinds (retrying until the apiserver answers), watches them,
+    /// and once every watch has listed runs `workers` loops on each work queue
+    /// (upstream's `--concurrent-gc-syncs`, 20). Never returns.
+    pub async fn run(client: Client, workers: usize) {
+        let resources = loop {
+            match Resources::discover(&client).await {
+                Ok(r) => break r,
+                Err(err) => {
+                    tracing::warn!(error = %err, "garbage collector: discovery failed; retrying");
+                    tokio::time::sleep(DISCOVERY_RETRY).await;
+                }
+            }
+        };
+        let gc = Arc::new(GarbageCollector {
+            client,
+            resources,
+            graph: Mutex::new(Graph::default()),
+            deletes: WorkQueue::new("garbagecollector-delete"),
+            orphans: WorkQueue::new("garbagecollector-orphan"),
+            absent: Mutex::new(HashSet::new()),
+        });
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut synced = Vec::new();
+        for ar in &gc.resources.watched {
+            let (tx, rx) = oneshot::channel();
+            tasks.spawn(gc.clone().watch(ar.clone(), tx));
+            synced.push(rx);
+        }
+        futures::future::join_all(synced).await;
+        tracing::info!(
+            kinds = gc.resources.watched.len(),
+            objects = gc.graph.lock().expect("graph").len(),
+            "garbage collector synced"
+        );
+        let this = gc.clone();
+        tasks.spawn(gc.deletes.clone().run(workers, move |uid| {
+            let this = this.clone();
+            async move { this.attempt_to_delete(&uid).await }
+        }));
+        let this = gc.clone();
+        tasks.spawn(gc.orphans.clone().run(workers, move |uid| {
+            let this = this.clone();
+            async move { this.attempt_to_orphan(&uid).await }
+        }));
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Feeds one kind's metadata watch into the graph. A re-list forgets the objects
+    /// that vanished while the watch was down.
+    async fn watch(self: Arc<Self>, ar: ApiResource, synced: oneshot::Sender<()>) {
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), &ar);
+        let mut stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut synced = Some(synced);
+        let mut relisted: HashSet<String> = HashSet::new();
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(err) => {
+                    tracing::warn!(kind = %ar.kind, error = %err, "garbage collector: watch failed; retrying");
+                    continue;
+                }
+            };
+            match event {
+                Event::Apply(obj) => self.observe(&ar, &obj.metadata),
+                Event::Delete(obj) => self.forget(obj.metadata.uid.as_deref().unwrap_or_default()),
+                Event::Init => relisted.clear(),
+                Event::InitApply(obj) => {
+                    relisted.extend(obj.metadata.uid.clone());
+                    self.observe(&ar, &obj.metadata);
+                }
+                Event::InitDone => {
+                    let known = self
+                        .graph
+                        .lock()
+                        .expect("graph")
+                        .observed_of(&ar.api_version, &ar.kind);
+                    for uid in known.iter().filter(|u| !relisted.contains(*u)) {
+                        self.forget(uid);
+                    }
+                    relisted.clear();
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn observe(&self, ar: &ApiResource, meta: &ObjectMeta) {
+        let Some(uid) = meta.uid.clone() else { return };
+        let identity = Identity {
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid,
+        };
+        let work = self.graph.lock().expect("graph").observe(identity, meta);
+        self.enqueue(work);
+    }
+
+    fn forget(&self, uid: &str) {
+        let work = self.graph.lock().expect("graph").forget(uid);
+        self.enqueue(work);
+    }
+
+    fn enqueue(&self, work: Vec<Work>) {
+        for w in work {
+            match w {
+                Work::AttemptToDelete(uid) => self.deletes.add(uid),
+                Work::AttemptToOrphan(uid) => self.orphans.add(uid),
+            }
+        }
+    }
+
+    /// The API of an object's kind, in its namespace if the kind is namespaced.
+    fn api(&self, identity: &Identity) -> Result<Api<DynamicObject>, Error> {
+        let key = (identity.api_version.clone(), identity.kind.clone());
+        let Some((ar, namespaced)) = self.resources.by_kind.get(&key) else {
+            return Err(Error::InvalidSpec {
+                object: identity.to_string(),
+                reason: "the apiserver serves no such kind".into(),
+            });
+        };
+        Ok(match (&identity.namespace, namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, ar),
+            _ => Api::all_with(self.client.clone(), ar),
+        })
+    }
+
+    /// The object's current metadata, or `None` if it is gone (deleted, or its name now
+    /// belongs to another UID).
+    async fn live(&self, identity: &Identity) -> Result<Option<ObjectMeta>, Error> {
+        if self.absent.lock().expect("absent").contains(&identity.uid) {
+            return Ok(None);
+        }
+        let found = self
+            .api(identity)?
+            .get_metadata_opt(&identity.name)
+            .await
+            .map_err(|e| Error::api("getting", identity.to_string(), e))?;
+        match found {
+            Some(obj) if obj.metadata.uid.as_deref() == Some(identity.uid.as_str()) => {
+                Ok(Some(obj.metadata))
+            }
+            _ => {
+                let mut absent = self.absent.lock().expect("absent");
+                if absent.len() >= ABSENT_MEMORY {
+                    absent.clear();
+                }
+                absent.insert(identity.uid.clone());
+                Ok(None)
+            }
+        }
+    }
+
+    /// An owner reference of an object in `namespace`: the graph answers for owners it
+    /// has seen (their deletion will queue this object again); others are looked up.
+    async fn owner_state(
+        &self,
+        namespace: Option<&str>,
+        owner: &OwnerReference,
+    ) -> Result<OwnerState, Error> {
+        let seen = self
+            .graph
+            .lock()
+            .expect("graph")
+            .node(&owner.uid)
+            .filter(|n| n.observed)
+            .map(|n| n.deletion);
+        if let Some(deletion) = seen {
+            return Ok(OwnerState::Present(deletion));
+        }
+        let identity = Identity {
+            api_version: owner.api_version.clone(),
+            kind: owner.kind.clone(),
+            namespace: namespace.map(str::to_string),
+            name: owner.name.clone(),
+            uid: owner.uid.clone(),
+        };
+        Ok(match self.live(&identity).await? {
+            Some(meta) => OwnerState::Present(Deletion::of(&meta)),
+            None => OwnerState::Absent,
+        })
+    }
+
+    async fn attempt_to_delete(&self, uid: &str) -> Result<Option<Duration>, Error> {
+        let node = self
+            .graph
+            .lock()
+            .expect("graph")
+            .node(uid)
+            .map(|n| (n.identity.clone(), n.observed));
+        let Some((identity, observed)) = node else {
+            return Ok(None);
+        };
+        let Some(latest) = self.live(&identity).await? else {
+            // Gone: for a virtual node, its dependents now have a dangling reference.
+            tracing::debug!(object = %identity, observed, "garbage collector: object is gone");
+            self.forget(uid);
+            return Ok(None);
+        };
+        if !observed {
+            // It exists; its watch will report it.
+            return Ok(None);
+        }
+        match Deletion::of(&latest) {
+            Deletion::DeletingDependents => {
+                return self.finish_foreground(&identity, &latest).await;
+            }
+            _ if latest.deletion_timestamp.is_some() => return Ok(None),
+            _ => {}
+        }
+        let owners = latest.owner_references.clone().unwrap_or_default();
+        if owners.is_empty() {
+            return Ok(None);
+        }
+        let (mut solid, mut dangling, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
+        for owner in &owners {
+            match self
+                .owner_state(identity.namespace.as_deref(), owner)
+                .await?
+            {
+                OwnerState::Absent => dangling.push(owner.uid.as_str()),
+                OwnerState::Present(Deletion::DeletingDependents) => {
+                    waiting.push(owner.uid.as_str())
+                }
+                OwnerState::Present(_) => solid.push(owner.uid.as_str()),
+            }
+        }
+        if !solid.is_empty() {
+            if dangling.is_empty() && waiting.is_empty() {
+                return Ok(None);
+            }
+            // Keep the object for its live owners; a foreground deletion must not wait
+            // for it, and dangling references must not linger.
+            let released: Vec<&str> = dangling.iter().chain(&waiting).copied().collect();
+            tracing::info!(object = %identity, ?released, "garbage collector: removing owner references");
+            let patch = release_patch(&latest, &released);
+            self.merge_patch(&identity, &patch, "removing owner references of")
+                .await?;
+            return Ok(None);
+        }
+        let has_dependents = self
+            .graph
+            .lock()
+            .expect("graph")
+            .node(uid)
+            .is_some_and(|n| !n.dependents.is_empty());
+        let has = |f: &str| latest.finalizers.iter().flatten().any(|x| x == f);
+        let policy = if !waiting.is_empty() && has_dependents {
+            PropagationPolicy::Foreground
+        } else if has(ORPHAN) {
+            PropagationPolicy::Orphan
+        } else if has(FOREGROUND) {
+            PropagationPolicy::Foreground
+        } else {
+            PropagationPolicy::Background
+        };
+        tracing::info!(object = %identity, ?policy, "garbage collector: deleting object whose owners are gone");
+        self.delete(&identity, policy).await
+    }
+
+    /// An object deleting its dependents: done once none blocks it, else make sure each
+    /// blocking dependent is on its way out.
+    async fn finish_foreground(
+        &self,
+        identity: &Identity,
+        latest: &ObjectMeta,
+    ) -> Result<Option<Duration>, Error> {
+        let (blocking, waiting_on) = {
+            let graph = self.graph.lock().expect("graph");
+            let blocking = graph.blocking_dependents(&identity.uid);
+            // Dependents deleting their own dependents are on their way already.
+            let waiting_on: Vec<String> = blocking
+                .iter()
+                .filter(|d| {
+                    graph
+                        .node(d)
+                        .is_some_and(|n| n.deletion != Deletion::DeletingDependents)
+                })
+                .cloned()
+                .collect();
+            (blocking, waiting_on)
+        };
+        if blocking.is_empty() {
+            return self.remove_finalizer(identity, latest, FOREGROUND).await;
+        }
+        for dep in waiting_on {
+            self.deletes.add(dep);
+        }
+        Ok(None)
+    }
+
+    /// A merge patch; an object that is gone needs none.
+    async fn merge_patch(
+        &self,
+        identity: &Identity,
+        patch: &k8s_openapi::serde_json::Value,
+        action: &'static str,
+    ) -> Result<(), Error> {
+        match self
+            .api(identity)?
+            .patch(
+                &identity.name,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(Error::api(action, identity.to_string(), e)),
+        }
+    }
+
+    async fn delete(
+        &self,
+        identity: &Identity,
+        policy: PropagationPolicy,
+    ) -> Result<Option<Duration>, Error> {
+        let params = DeleteParams {
+            propagation_policy: Some(policy),
+            preconditions: Some(Preconditions {
+                uid: Some(identity.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api(identity)?.delete(&identity.name, &params).await {
+            Ok(_) => Ok(None),
+            // Gone already, or the name belongs to a new object now.
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(None),
+            Err(e) => Err(Error::api("deleting", identity.to_string(), e)),
+        }
+    }
+
+    /// Removes `finalizer` (compare-and-swap on the resourceVersion read); the apiserver
+    /// deletes the object when its last finalizer goes.
+    async fn remove_finalizer(
+        &self,
+        identity: &Identity,
+        latest: &ObjectMeta,
+        finalizer: &str,
+    ) -> Result<Option<Duration>, Error> {
+        let rest: Vec<&String> = latest
+            .finalizers
+            .iter()
+            .flatten()
+            .filter(|f| *f != finalizer)
+            .collect();
+        let patch =
+            json!({"metadata": {"finalizers": rest, "resourceVersion": latest.resource_version}});
+        tracing::info!(object = %identity, finalizer, "garbage collector: removing finalizer");
+        self.merge_patch(identity, &patch, "removing finalizer of")
+            .await?;
+        Ok(None)
+    }
+
+    async fn attempt_to_orphan(&self, uid: &str) -> Result<Option<Duration>, Error> {
+        let node = {
+            let graph = self.graph.lock().expect("graph");
+            graph.node(uid).map(|n| {
+                let dependents: Vec<Identity> = n
+                    .dependents
+                    .iter()
+                    .filter_map(|d| graph.node(d).map(|d| d.identity.clone()))
+                    .collect();
+                (n.identity.clone(), dependents)
+            })
+        };
+        let Some((identity, dependents)) = node else {
+            return Ok(None);
+        };
+        let Some(latest) = self.live(&identity).await? else {
+            self.forget(uid);
+            return Ok(None);
+        };
+        if Deletion::of(&latest) != Deletion::Orphaning {
+            return Ok(None);
+        }
+        for dep in &dependents {
+            let Some(meta) = self.live(dep).await? else {
+                continue;
+            };
+            if !meta.owner_references.iter().flatten().any(|r| r.uid == uid) {
+                continue;
+            }
+            let patch = release_patch(&meta, &[uid]);
+            self.merge_patch(dep, &patch, "orphaning").await?;
+        }
+        tracing::info!(object = %identity, dependents = dependents.len(), "garbage collector: dependents orphaned");
+        self.remove_finalizer(&identity, &latest, ORPHAN).await
+    }
+}
