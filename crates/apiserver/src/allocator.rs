@@ -9,6 +9,7 @@ use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
 use bytes::Bytes;
+use krust_api::cidr::Ipv4Cidr;
 use krust_api::status::Cause;
 use krust_store::{Compare, Op, Store, StoreError, Txn, TxnResult};
 use serde_json::{Value, json};
@@ -17,26 +18,19 @@ use serde_json::{Value, json};
 pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 
 pub struct ServiceAllocator {
+    range: Ipv4Cidr,
     base: u32,
     size: u32,
     ips: Mutex<HashSet<u32>>,
     ports: Mutex<HashSet<u16>>,
 }
 
-/// An IPv4 CIDR such as `10.43.0.0/16`.
-pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
-    let (ip, bits) = s.split_once('/')?;
-    let ip: Ipv4Addr = ip.parse().ok()?;
-    let bits: u8 = bits.parse().ok().filter(|b| *b <= 30)?;
-    let mask = u32::MAX.checked_shl(32 - bits as u32).unwrap_or(0);
-    Some((Ipv4Addr::from(u32::from(ip) & mask), bits))
-}
-
 impl ServiceAllocator {
-    pub fn new(network: Ipv4Addr, bits: u8) -> Self {
+    pub fn new(range: Ipv4Cidr) -> Self {
         ServiceAllocator {
-            base: u32::from(network),
-            size: 1u32 << (32 - bits as u32),
+            range,
+            base: u32::from(range.network()),
+            size: range.size() as u32,
             ips: Mutex::new(HashSet::new()),
             ports: Mutex::new(HashSet::new()),
         }
@@ -84,7 +78,7 @@ impl ServiceAllocator {
                 Some(requested) => {
                     let parsed = requested.parse::<Ipv4Addr>().ok();
                     let ip = parsed.filter(|ip| self.contains(*ip)).ok_or_else(|| {
-                        vec![Cause::invalid("spec.clusterIPs", &json!([requested]), format!("failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}/{}", Ipv4Addr::from(self.base), 32 - self.size.trailing_zeros()))]
+                        vec![Cause::invalid("spec.clusterIPs", &json!([requested]), format!("failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}", self.range))]
                     })?;
                     if !self.lock_ips().insert(u32::from(ip)) {
                         return Err(vec![Cause::invalid(
@@ -351,8 +345,7 @@ mod tests {
 
     #[test]
     fn allocates_unique_ips_and_ports() {
-        let (net, bits) = parse_cidr("10.43.0.0/16").unwrap();
-        let a = ServiceAllocator::new(net, bits);
+        let a = ServiceAllocator::new("10.43.0.0/16".parse().unwrap());
         assert_eq!(a.first_ip().to_string(), "10.43.0.1");
         let mut s1 = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
         let mut s2 = json!({"spec": {"type": "ClusterIP", "clusterIP": "10.43.0.10", "ports": [{"port": 53}]}});

@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::admission::Admission;
-use crate::allocator::{ServiceAllocator, parse_cidr};
+use crate::allocator::ServiceAllocator;
 use crate::auth::{AllowAuthenticated, Authenticators, Authorizer, ClientCertificates};
 use crate::watch_cache::WatchCache;
 
@@ -91,9 +91,11 @@ pub async fn start(
     store: Arc<dyn Store>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Running> {
-    let (net, bits) = parse_cidr(&config.service_cidr)
+    let range = config
+        .service_cidr
+        .parse()
         .with_context(|| format!("invalid service CIDR {}", config.service_cidr))?;
-    let services = Arc::new(ServiceAllocator::new(net, bits));
+    let services = Arc::new(ServiceAllocator::new(range));
     let mut sans = vec![
         "127.0.0.1".to_string(),
         "localhost".to_string(),

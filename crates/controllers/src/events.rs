@@ -68,7 +68,8 @@ impl EventRecorder {
             metadata: ObjectMeta {
                 // `<object>.<unix nanos in hex>`, as client-go names events.
                 name: Some(format!("{}.{:x}", obj.name_any(), now.as_nanosecond())),
-                namespace: obj.namespace(),
+                // Events about cluster-scoped objects (Nodes) live in `default`.
+                namespace: Some(obj.namespace().unwrap_or_else(|| "default".into())),
                 ..Default::default()
             },
             involved_object: involved,

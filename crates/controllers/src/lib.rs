@@ -12,9 +12,9 @@
 //! The controllers: [`replicaset`] (pods for a ReplicaSet), [`deployment`]
 //! (ReplicaSets for a Deployment, rollouts), [`endpoints`] (EndpointSlices and
 //! Endpoints for Services), [`gc`] (the garbage collector: owners
-//! cascade), [`namespace`] (empties a deleted namespace) and [`serviceaccount`] (the
-//! `default` ServiceAccount and `kube-root-ca.crt` in every namespace). [`run`] puts
-//! them together.
+//! cascade), [`namespace`] (empties a deleted namespace), [`serviceaccount`] (the
+//! `default` ServiceAccount and `kube-root-ca.crt` in every namespace) and [`nodeipam`]
+//! (a pod range per Node). [`run`] puts them together.
 
 pub mod deployment;
 pub mod endpoints;
@@ -25,6 +25,7 @@ pub mod gc;
 pub mod informer;
 pub mod leader;
 pub mod namespace;
+pub mod nodeipam;
 pub mod owner;
 pub mod pods;
 pub mod queue;
@@ -50,6 +51,9 @@ pub struct Config {
     /// Reconcile loops per controller (upstream's `--concurrent-*-syncs`: 5 for most
     /// controllers, 10 for namespaces; one value for all here).
     pub workers: usize,
+    /// Node IPAM: the cluster CIDR and the prefix length of each node's range
+    /// (upstream's `--cluster-cidr` and `--node-cidr-mask-size`); `None` allocates none.
+    pub node_ipam: Option<(krust_api::cidr::Ipv4Cidr, u8)>,
     /// The cluster CA bundle (PEM) published in every namespace as the `kube-root-ca.crt`
     /// ConfigMap (upstream's `--root-ca-file`); `None` publishes nothing.
     pub root_ca: Option<String>,
@@ -108,6 +112,11 @@ async fn run_controllers(client: Client, config: &Config) {
     let slices = endpoints::slice::EndpointSliceController::new(client.clone(), &informers);
     let legacy_endpoints = endpoints::legacy::EndpointsController::new(client.clone(), &informers);
     let namespaces = namespace::NamespaceController::new(client.clone(), &informers);
+    let node_ipam = config.node_ipam.map(|(cluster, mask)| {
+        let (events, sender) = events::EventRecorder::new(client.clone(), "node-controller");
+        tasks.spawn(sender);
+        nodeipam::NodeIpamController::new(client.clone(), &informers, cluster, mask, events)
+    });
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -119,13 +128,16 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(d_sender);
     informers.start(tasks).await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, serviceaccount, garbagecollector"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, serviceaccount, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(deployments, workers));
     tasks.spawn(queue::run(slices, workers));
     tasks.spawn(queue::run(legacy_endpoints, workers));
     tasks.spawn(queue::run(namespaces, workers));
+    if let Some(node_ipam) = node_ipam {
+        tasks.spawn(queue::run(node_ipam, workers));
+    }
     tasks.spawn(queue::run(service_accounts, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

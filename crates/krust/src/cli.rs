@@ -8,7 +8,7 @@ use krust_apiserver::pki::{Pki, admin_kubeconfig};
 
 use crate::apiserver::{self, ApiserverArgs, tls_dir};
 
-use crate::controller_manager::{self, ControllerManagerArgs, LeaderElectionArgs};
+use crate::controller_manager::{self, ControllerArgs, ControllerManagerArgs};
 
 #[derive(Parser)]
 #[command(
@@ -43,9 +43,6 @@ enum Command {
 struct ServerArgs {
     #[command(flatten)]
     api: ApiserverArgs,
-    /// Pod IP range (a /24 per node).
-    #[arg(long, default_value = "10.42.0.0/16")]
-    cluster_cidr: String,
     /// Run without the node agent (the only mode until the kubelet lands).
     #[arg(long)]
     disable_agent: bool,
@@ -53,7 +50,7 @@ struct ServerArgs {
     #[arg(long)]
     disable_controllers: bool,
     #[command(flatten)]
-    leader: LeaderElectionArgs,
+    controllers: ControllerArgs,
 }
 
 /// `5m`, `30s`, `1h`, `250ms` or plain seconds.
@@ -96,21 +93,19 @@ async fn server(args: ServerArgs) -> Result<()> {
     if !args.disable_agent {
         tracing::warn!("the node agent is not built yet: running as --disable-agent");
     }
-    krust_apiserver::allocator::parse_cidr(&args.cluster_cidr)
-        .with_context(|| format!("invalid --cluster-cidr {}", args.cluster_cidr))?;
     let apiserver = apiserver::start(&args.api).await?;
     let kubeconfig = apiserver.kubeconfig.clone();
     // The controllers reach the apiserver like any client, through its HTTPS port.
     let (controllers_stop, controllers_stopped) = tokio::sync::oneshot::channel::<()>();
     let controllers = (!args.disable_controllers).then(|| {
-        let leader = args.leader.clone();
+        let controller_args = args.controllers.clone();
         let kubeconfig = kubeconfig.clone();
         tokio::spawn(async move {
             let stop = async {
                 let _ = controllers_stopped.await;
             };
             if let Err(err) =
-                controller_manager::run_with_kubeconfig(&kubeconfig, &leader, stop).await
+                controller_manager::run_with_kubeconfig(&kubeconfig, &controller_args, stop).await
             {
                 tracing::error!(error = %format!("{err:#}"), "controllers failed");
             }

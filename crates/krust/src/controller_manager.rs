@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use krust_api::cidr::Ipv4Cidr;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::cli::parse_duration;
@@ -18,12 +19,45 @@ pub struct ControllerManagerArgs {
     #[arg(long)]
     kubeconfig: PathBuf,
     #[command(flatten)]
-    pub leader: LeaderElectionArgs,
+    pub controllers: ControllerArgs,
+}
+
+/// What the controllers do, for `krust controller-manager` and `krust server` alike.
+#[derive(Args, Clone, Debug)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    leader: LeaderElectionArgs,
+    /// Give every Node a pod range (spec.podCIDR) from --cluster-cidr.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    allocate_node_cidrs: bool,
+    /// Pod IP range of the cluster, cut into one range per node.
+    #[arg(long, default_value = "10.42.0.0/16")]
+    pub cluster_cidr: Ipv4Cidr,
+    /// Prefix length of each node's pod range.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+}
+
+impl ControllerArgs {
+    fn config(&self) -> Result<krust_controllers::Config> {
+        let mut config = self.leader.config()?;
+        if self.allocate_node_cidrs {
+            anyhow::ensure!(
+                self.cluster_cidr.subnet_count(self.node_cidr_mask_size) > 0
+                    && self.node_cidr_mask_size <= 30,
+                "--node-cidr-mask-size {} does not fit in --cluster-cidr {}",
+                self.node_cidr_mask_size,
+                self.cluster_cidr
+            );
+            config.node_ipam = Some((self.cluster_cidr, self.node_cidr_mask_size));
+        }
+        Ok(config)
+    }
 }
 
 /// Leader election flags, named and defaulted as kube-controller-manager's.
 #[derive(Args, Clone, Debug)]
-pub struct LeaderElectionArgs {
+struct LeaderElectionArgs {
     /// Take the kube-system/kube-controller-manager Lease before running controllers,
     /// so that of several instances exactly one is active.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -61,6 +95,7 @@ impl LeaderElectionArgs {
         Ok(krust_controllers::Config {
             leader_election,
             workers: 5,
+            node_ipam: None,
             root_ca: None,
         })
     }
@@ -114,16 +149,16 @@ fn root_ca(kubeconfig: &Kubeconfig) -> Result<Option<String>> {
 pub async fn run(args: ControllerManagerArgs) -> Result<()> {
     let yaml = std::fs::read_to_string(&args.kubeconfig)
         .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
-    run_with_kubeconfig(&yaml, &args.leader, crate::cli::shutdown_signal()).await
+    run_with_kubeconfig(&yaml, &args.controllers, crate::cli::shutdown_signal()).await
 }
 
 /// Runs the controllers against the apiserver of `kubeconfig` (YAML) until `shutdown`.
 pub async fn run_with_kubeconfig(
     kubeconfig: &str,
-    leader: &LeaderElectionArgs,
+    args: &ControllerArgs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let mut config = leader.config()?;
+    let mut config = args.config()?;
     let kubeconfig = Kubeconfig::from_yaml(kubeconfig).context("parsing the kubeconfig")?;
     config.root_ca = root_ca(&kubeconfig)?;
     let client_config =

@@ -966,3 +966,48 @@ fn old_replicasets_beyond_revision_history_limit_are_deleted() {
         (revisions() == ["3", "4"]).then_some(())
     });
 }
+
+fn node(name: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}).to_string()
+}
+
+fn pod_cidr(s: &Server, node: &str) -> Option<String> {
+    let n = s.get_json(&["node", node]);
+    let cidr = n["spec"]["podCIDR"].as_str()?.to_string();
+    assert_eq!(n["spec"]["podCIDRs"], json!([cidr]));
+    Some(cidr)
+}
+
+#[test]
+fn every_node_gets_its_own_pod_range_until_the_cluster_cidr_runs_out() {
+    let s = Server::start_with(&["--cluster-cidr=10.99.0.0/23"]);
+    // A node registered with a range keeps it, and it is not handed out again.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n0"},
+            "spec": {"podCIDR": "10.99.0.0/24", "podCIDRs": ["10.99.0.0/24"]}})
+        .to_string(),
+    );
+    s.ok_stdin(&["create", "-f", "-"], &node("n1"));
+    let first = wait_for("n1's range", DEADLINE, || pod_cidr(&s, "n1"));
+    assert_eq!(first, "10.99.1.0/24");
+    // The /23 holds two /24s: the next node waits, with an event saying why.
+    s.ok_stdin(&["create", "-f", "-"], &node("n2"));
+    wait_for("CIDRNotAvailable", DEADLINE, || {
+        let events = s.ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=CIDRNotAvailable",
+            "-o",
+            "name",
+        ]);
+        (!events.trim().is_empty()).then_some(())
+    });
+    assert_eq!(pod_cidr(&s, "n2"), None);
+    // A deleted node's range goes to the waiting one.
+    s.ok(&["delete", "node", "n1"]);
+    let reused = wait_for("n2's range", DEADLINE, || pod_cidr(&s, "n2"));
+    assert_eq!(reused, "10.99.1.0/24");
+    assert_eq!(pod_cidr(&s, "n0").as_deref(), Some("10.99.0.0/24"));
+}
