@@ -29,6 +29,8 @@ enum Command {
     Apiserver(ApiserverArgs),
     /// Run the controllers alone against an apiserver.
     ControllerManager(ControllerManagerArgs),
+    /// Simulate nodes whose pods run without containers (for scale work and demos).
+    Sim(crate::sim::SimArgs),
     /// Print the admin kubeconfig of a server's data dir.
     Kubeconfig {
         #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
@@ -73,6 +75,7 @@ impl Cli {
             Command::Server(args) => server(args).await,
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
+            Command::Sim(args) => crate::sim::run(args).await,
             Command::Kubeconfig { data_dir, server } => {
                 anyhow::ensure!(
                     tls_dir(&data_dir).join("ca.crt").exists(),

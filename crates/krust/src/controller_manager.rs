@@ -145,6 +145,18 @@ fn root_ca(kubeconfig: &Kubeconfig) -> Result<Option<String>> {
     Ok(Some(pem))
 }
 
+/// A client for the apiserver of `kubeconfig` (YAML), and the cluster CA it trusts.
+pub async fn client(kubeconfig: &str) -> Result<(kube::Client, Option<String>)> {
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).context("parsing the kubeconfig")?;
+    let ca = root_ca(&kubeconfig)?;
+    let client_config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .context("loading the kubeconfig")?;
+    let client = kube::Client::try_from(client_config).context("building the API client")?;
+    Ok((client, ca))
+}
+
 /// `krust controller-manager`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: ControllerManagerArgs) -> Result<()> {
     let yaml = std::fs::read_to_string(&args.kubeconfig)
@@ -159,13 +171,8 @@ pub async fn run_with_kubeconfig(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let mut config = args.config()?;
-    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).context("parsing the kubeconfig")?;
-    config.root_ca = root_ca(&kubeconfig)?;
-    let client_config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .context("loading the kubeconfig")?;
-    let client = kube::Client::try_from(client_config).context("building the API client")?;
+    let (client, root_ca) = client(kubeconfig).await?;
+    config.root_ca = root_ca;
     tracing::info!(
         leader_elect = config.leader_election.is_some(),
         "controller-manager starting"

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{ControllerManager, KUBECTL, Server, wait_for};
+use common::{Component, KUBECTL, Server, wait_for};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -668,11 +668,11 @@ fn of_two_controller_managers_one_is_active_and_the_other_takes_over_when_it_die
         &deployment("web", 2, "nginx:1.25", rolling(1, 0)),
     );
     let mut cms = vec![
-        ControllerManager::start(&s, 1),
-        ControllerManager::start(&s, 2),
+        Component::controller_manager(&s, 1),
+        Component::controller_manager(&s, 2),
     ];
     let leader = wait_for("a leader", DEADLINE, || {
-        cms.iter().position(ControllerManager::leads)
+        cms.iter().position(Component::leads)
     });
     wait_for("pods from the leader", DEADLINE, || {
         (live_pods(&s, "web").len() == 2).then_some(())

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ControllerManager, Server, wait_for};
+use common::{Component, Server, wait_for};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -173,7 +173,7 @@ fn dependents_of_owners_that_vanished_while_no_collector_ran_are_deleted_when_on
         "stale",
         &[("owner", "11111111-1111-1111-1111-111111111111")],
     );
-    let _cm = ControllerManager::start(&s, 1);
+    let _cm = Component::controller_manager(&s, 1);
     wait_for("dependents of missing owners deleted", DEADLINE, || {
         (!exists(&s, "/api/v1/namespaces/default/configmaps/orphan")
             && !exists(&s, "/api/v1/namespaces/default/configmaps/stale"))

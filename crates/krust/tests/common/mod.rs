@@ -306,38 +306,53 @@ impl Server {
     }
 }
 
-/// A `krust controller-manager` process, killed when dropped.
-pub struct ControllerManager {
+/// A krust component (`krust controller-manager`, `krust sim`, ...) run against a
+/// server with its admin kubeconfig; killed when dropped.
+pub struct Component {
     child: Child,
     log: PathBuf,
 }
 
-impl ControllerManager {
-    pub fn start(s: &Server, n: usize) -> ControllerManager {
-        let log = s.dir.path().join(format!("cm{n}.log"));
+impl Component {
+    /// `krust <command> --kubeconfig <admin> <args>`, logging to `<log_name>.log`.
+    pub fn start(s: &Server, command: &str, log_name: &str, args: &[&str]) -> Component {
+        let log = s.dir.path().join(format!("{log_name}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_krust"))
-            .args(["controller-manager", "--kubeconfig"])
+            .args([command, "--kubeconfig"])
             .arg(s.kubeconfig())
-            .args([
-                "--leader-elect-lease-duration=3s",
-                "--leader-elect-renew-deadline=2s",
-                "--leader-elect-retry-period=250ms",
-            ])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))
             .spawn()
-            .expect("starting krust controller-manager");
-        ControllerManager { child, log }
+            .unwrap_or_else(|e| panic!("starting krust {command}: {e}"));
+        Component { child, log }
     }
 
+    /// A controller-manager with short leader-election timings.
+    pub fn controller_manager(s: &Server, n: usize) -> Component {
+        Self::start(
+            s,
+            "controller-manager",
+            &format!("cm{n}"),
+            &[
+                "--leader-elect-lease-duration=3s",
+                "--leader-elect-renew-deadline=2s",
+                "--leader-elect-retry-period=250ms",
+            ],
+        )
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A leader-elected component holds its lease.
     pub fn leads(&self) -> bool {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .contains("acquired leader lease")
+        self.log().contains("acquired leader lease")
     }
 }
 
-impl Drop for ControllerManager {
+impl Drop for Component {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -1,0 +1,360 @@
+//! The simulated nodes: their Node objects (labels, taints, capacity, conditions, node
+//! info), their Leases in `kube-node-lease`, and the heartbeats that keep both fresh.
+//! Each node's pod range comes from its Node's `spec.podCIDR` (node IPAM sets it); the
+//! fleet watches its own Nodes to learn it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use krust_api::cidr::Ipv4Cidr;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use std::net::Ipv4Addr;
+
+use crate::{Config, Error, SIMULATED_LABEL};
+
+/// Upstream's kubelet lease duration.
+const LEASE_DURATION_SECONDS: i32 = 40;
+
+/// The simulated nodes of this process.
+pub struct Fleet {
+    client: Client,
+    config: Arc<Config>,
+    /// Node name → its state.
+    nodes: HashMap<String, Mutex<SimNode>>,
+}
+
+#[derive(Debug, Default)]
+struct SimNode {
+    index: usize,
+    uid: String,
+    pod_cidr: Option<Ipv4Cidr>,
+    /// Pod IPs handed out so far (the next one is derived from it).
+    ips_given: u32,
+}
+
+impl Fleet {
+    /// Creates (or takes over) every node and its Lease.
+    pub async fn register(client: Client, config: Arc<Config>) -> Result<Arc<Fleet>, Error> {
+        let api: Api<Node> = Api::all(client.clone());
+        let registered: Vec<(String, SimNode)> = futures::stream::iter(0..config.nodes)
+            .map(|i| {
+                let api = api.clone();
+                let config = config.clone();
+                let client = client.clone();
+                async move {
+                    let node = node_object(&config, i);
+                    let name = node.name_any();
+                    let register = |source| Error::Register {
+                        node: name.clone(),
+                        source,
+                    };
+                    let current = match api.create(&PostParams::default(), &node).await {
+                        Ok(created) => created,
+                        Err(kube::Error::Api(s)) if s.code == 409 => {
+                            api.get(&name).await.map_err(register)?
+                        }
+                        Err(e) => return Err(register(e)),
+                    };
+                    let status = json_status(&node);
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await
+                        .map_err(register)?;
+                    let uid = current.uid().unwrap_or_default();
+                    renew_lease(&client, &name, &uid).await.map_err(register)?;
+                    let pod_cidr = current
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.pod_cidr.as_deref())
+                        .and_then(|c| c.parse().ok());
+                    Ok((
+                        name,
+                        SimNode {
+                            index: i,
+                            uid,
+                            pod_cidr,
+                            ips_given: 0,
+                        },
+                    ))
+                }
+            })
+            .buffer_unordered(config.concurrency.max(1))
+            .try_collect()
+            .await?;
+        let nodes = registered
+            .into_iter()
+            .map(|(name, node)| (name, Mutex::new(node)))
+            .collect();
+        Ok(Arc::new(Fleet {
+            client,
+            config,
+            nodes,
+        }))
+    }
+
+    pub fn contains(&self, node: &str) -> bool {
+        self.nodes.contains_key(node)
+    }
+
+    /// The next pod IP of a node (addresses 2.. of its podCIDR, wrapping), and the
+    /// node's own address; `None` until the node has a podCIDR.
+    pub fn next_pod_ip(&self, node: &str) -> Option<(Ipv4Addr, Ipv4Addr)> {
+        let mut n = self.nodes.get(node)?.lock().expect("node");
+        let cidr = n.pod_cidr?;
+        let usable = (cidr.size() as u32).saturating_sub(3).max(1);
+        let offset = 2 + n.ips_given % usable;
+        n.ips_given += 1;
+        let ip = Ipv4Addr::from(u32::from(cidr.network()) + offset);
+        Some((ip, node_ip(n.index)))
+    }
+
+    /// Keeps Leases and Ready conditions fresh, and learns pod ranges. Never returns.
+    pub async fn heartbeats(self: Arc<Self>) {
+        let leases = self.clone().renew_leases();
+        let status = self.clone().refresh_status();
+        let ranges = self.clone().learn_pod_cidrs();
+        futures::join!(leases, status, ranges);
+    }
+
+    async fn renew_leases(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.config.lease_interval);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            self.each_node(
+                |client, name, uid| async move { renew_lease(&client, &name, &uid).await },
+            )
+            .await;
+        }
+    }
+
+    async fn refresh_status(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.config.status_interval);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let config = self.config.clone();
+            self.each_node(move |client, name, _| {
+                let config = config.clone();
+                async move {
+                    let index = name
+                        .strip_prefix(&config.name_prefix)
+                        .and_then(|i| i.parse().ok())
+                        .unwrap_or(0);
+                    let status = json_status(&node_object(&config, index));
+                    Api::<Node>::all(client)
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .await;
+        }
+    }
+
+    /// One write per node, `concurrency` at a time; failures are logged and retried on
+    /// the next round.
+    async fn each_node<F, Fut>(&self, write: F)
+    where
+        F: Fn(Client, String, String) -> Fut,
+        Fut: Future<Output = Result<(), kube::Error>>,
+    {
+        let targets: Vec<(String, String)> = self
+            .nodes
+            .iter()
+            .map(|(name, n)| (name.clone(), n.lock().expect("node").uid.clone()))
+            .collect();
+        futures::stream::iter(targets)
+            .map(|(name, uid)| {
+                let done = write(self.client.clone(), name.clone(), uid);
+                async move {
+                    if let Err(err) = done.await {
+                        tracing::warn!(node = name, error = %err, "simulated node heartbeat failed");
+                    }
+                }
+            })
+            .buffer_unordered(self.config.concurrency.max(1))
+            .collect::<()>()
+            .await;
+    }
+
+    async fn learn_pod_cidrs(self: Arc<Self>) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let config = watcher::Config::default().labels(&format!("{SIMULATED_LABEL}=true"));
+        let mut events = watcher::watcher(api, config).boxed();
+        while let Some(event) = events.next().await {
+            let node = match event {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
+                Ok(_) => continue,
+                Err(err) => {
+                    tracing::warn!(error = %err, "watching simulated nodes");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let Some(sim) = self.nodes.get(&node.name_any()) else {
+                continue;
+            };
+            let cidr = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.pod_cidr.as_deref())
+                .and_then(|c| c.parse().ok());
+            let mut sim = sim.lock().expect("node");
+            sim.pod_cidr = cidr;
+            sim.uid = node.uid().unwrap_or_default();
+        }
+    }
+}
+
+/// The fake address of node `index` (10.200.0.0/16 onwards), for hostIP and addresses.
+fn node_ip(index: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 200, 0, 0)) + 1 + index as u32)
+}
+
+/// The Node object of simulated node `index`, status included.
+pub fn node_object(config: &Config, index: usize) -> Node {
+    let name = format!("{}{index}", config.name_prefix);
+    let mut labels: BTreeMap<String, String> = BTreeMap::from([
+        ("kubernetes.io/hostname".into(), name.clone()),
+        ("kubernetes.io/os".into(), "linux".into()),
+        ("kubernetes.io/arch".into(), "amd64".into()),
+        (SIMULATED_LABEL.into(), "true".into()),
+    ]);
+    if config.zones > 0 {
+        labels.insert(
+            "topology.kubernetes.io/zone".into(),
+            format!("zone-{}", index % config.zones),
+        );
+    }
+    labels.extend(config.labels.clone());
+    let now = Time(Timestamp::now());
+    let condition = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(now.clone()),
+        last_transition_time: Some(now.clone()),
+    };
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(config.taints.clone()).filter(|t| !t.is_empty()),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            capacity: Some(config.capacity.clone()),
+            allocatable: Some(config.capacity.clone()),
+            conditions: Some(vec![
+                condition(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                condition(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                condition(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
+                condition(
+                    "Ready",
+                    "True",
+                    "KubeletReady",
+                    "kubelet is posting ready status",
+                ),
+            ]),
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: node_ip(index).to_string(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name.clone(),
+                },
+            ]),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
+            }),
+            node_info: Some(NodeSystemInfo {
+                architecture: "amd64".into(),
+                boot_id: format!("sim-{index}"),
+                container_runtime_version: "krust-sim://0.1.0".into(),
+                kernel_version: "simulated".into(),
+                kube_proxy_version: String::new(),
+                kubelet_version: "v1.33.0-krust-sim".into(),
+                machine_id: format!("sim-{index}"),
+                operating_system: "linux".into(),
+                os_image: "krust simulated node".into(),
+                system_uuid: format!("sim-{index}"),
+                ..NodeSystemInfo::default()
+            }),
+            phase: None,
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+fn json_status(node: &Node) -> k8s_openapi::serde_json::Value {
+    k8s_openapi::serde_json::json!({ "status": node.status })
+}
+
+/// Creates or renews the node's Lease (holder the node, owned by the Node object).
+async fn renew_lease(client: &Client, node: &str, uid: &str) -> Result<(), kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let now = MicroTime(Timestamp::now());
+    let renew = k8s_openapi::serde_json::json!({"spec": {"renewTime": now}});
+    match api
+        .patch(node, &PatchParams::default(), &Patch::Merge(&renew))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(node.to_string()),
+                    namespace: Some("kube-node-lease".into()),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: node.to_string(),
+                        uid: uid.to_string(),
+                        ..OwnerReference::default()
+                    }]),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(node.to_string()),
+                    lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+                    renew_time: Some(now),
+                    ..LeaseSpec::default()
+                }),
+            };
+            api.create(&PostParams::default(), &lease).await.map(|_| ())
+        }
+        Err(e) => Err(e),
+    }
+}
