@@ -1,5 +1,6 @@
 //! First-start objects every cluster has: the namespaces default, kube-system, kube-public
-//! and kube-node-lease, and the `kubernetes` Service at the first service IP. (Its
+//! and kube-node-lease, the system PriorityClasses, and the `kubernetes` Service at the
+//! first service IP. (Its
 //! endpoints are the endpoint reconciler's.) Created through the REST layer, so they get
 //! the same defaulting and validation as anything a user creates.
 
@@ -21,6 +22,19 @@ pub async fn run(api: &Api, service_ip: Ipv4Addr, port: u16) -> Result<()> {
             )
             .await
             .map_err(|e| anyhow::anyhow!("creating namespace {ns}: {e}"))?;
+    }
+    for (name, value, description) in crate::admission::SYSTEM_PRIORITY_CLASSES {
+        let class = json!({"metadata": {"name": name}, "value": value, "description": description});
+        let resource = Resource {
+            group: "scheduling.k8s.io",
+            version: "v1",
+            plural: "priorityclasses",
+            namespace: None,
+        };
+        client
+            .ensure(resource, &class)
+            .await
+            .map_err(|e| anyhow::anyhow!("creating priority class {name}: {e}"))?;
     }
     let service = json!({
         "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},

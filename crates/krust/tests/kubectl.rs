@@ -553,3 +553,80 @@ fn generators_that_send_protobuf_bodies() {
     let rb = s.get_json(&["-n", "gen", "rolebinding", "robot-reads"]);
     assert_eq!(rb["subjects"][0]["name"], "robot");
 }
+
+#[test]
+fn a_pod_gets_its_priority_from_its_priority_class() {
+    let s = Server::apiserver(&[]);
+    let classes = s.ok(&["get", "priorityclasses", "-o", "name"]);
+    assert!(classes.contains("system-node-critical"), "{classes}");
+    assert!(classes.contains("system-cluster-critical"), "{classes}");
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "high"}, "value": 1000, "preemptionPolicy": "Never"})
+        .to_string(),
+    );
+    let pod = |name: &str, spec_extra: serde_json::Value| {
+        let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+        for (k, v) in spec_extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+            .to_string()
+    };
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &pod("hi", json!({"priorityClassName": "high"})),
+    );
+    let hi = s.get_json(&["pod", "hi"]);
+    assert_eq!(hi["spec"]["priority"], 1000);
+    assert_eq!(hi["spec"]["preemptionPolicy"], "Never");
+    s.ok_stdin(&["create", "-f", "-"], &pod("plain", json!({})));
+    let plain = s.get_json(&["pod", "plain"]);
+    assert_eq!(plain["spec"]["priority"], 0);
+    assert_eq!(plain["spec"]["preemptionPolicy"], "PreemptLowerPriority");
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &pod(
+            "critical",
+            json!({"priorityClassName": "system-node-critical"}),
+        ),
+    );
+    assert_eq!(
+        s.get_json(&["pod", "critical"])["spec"]["priority"],
+        2_000_001_000
+    );
+
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &pod("x", json!({"priorityClassName": "nope"})),
+    );
+    assert!(
+        err.contains("pods \"x\" is forbidden: no PriorityClass with name nope was found"),
+        "{err}"
+    );
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &pod("y", json!({"priorityClassName": "high", "priority": 5})),
+    );
+    assert!(
+        err.contains("the integer value of priority (5) must not be provided in pod spec; priority admission controller computed 1000 from the given PriorityClass name"),
+        "{err}"
+    );
+    // A global default applies to pods that name no class.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "normal"}, "value": 10, "globalDefault": true})
+        .to_string(),
+    );
+    s.ok_stdin(&["create", "-f", "-"], &pod("defaulted", json!({})));
+    let d = s.get_json(&["pod", "defaulted"]);
+    assert_eq!(
+        (
+            d["spec"]["priority"].as_i64(),
+            d["spec"]["priorityClassName"].as_str()
+        ),
+        (Some(10), Some("normal"))
+    );
+}

@@ -220,6 +220,17 @@ impl Server {
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
+    /// Runs kubectl with `stdin`, expecting failure; returns stderr.
+    pub fn fails_stdin(&self, args: &[&str], stdin: &str) -> String {
+        let out = self.kubectl_with(KUBECTL, args, Some(stdin));
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} unexpectedly succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
     /// `kubectl get -o json` of one object.
     pub fn get_json(&self, args: &[&str]) -> Value {
         let mut a = vec!["get"];
