@@ -10,6 +10,7 @@
 //!   so two instances are never active at once.
 //! - Every write is a compare-and-swap on the lease's resourceVersion.
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
+
 use kube::api::{Api, PostParams};
 
 use crate::Error;
@@ -34,11 +36,11 @@ pub struct LeaderElectionConfig {
 }
 
 impl LeaderElectionConfig {
-    /// kube-system/kube-controller-manager with upstream timings.
-    pub fn controller_manager(identity: String) -> Self {
+    /// The Lease `kube-system/<name>` (e.g. `kube-scheduler`) with upstream timings.
+    pub fn kube_system(name: &str, identity: String) -> Self {
         LeaderElectionConfig {
             namespace: "kube-system".into(),
-            name: "kube-controller-manager".into(),
+            name: name.into(),
             identity,
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
@@ -63,7 +65,7 @@ impl LeaderElector {
         }
     }
 
-    fn lease_name(&self) -> String {
+    pub fn lease_name(&self) -> String {
         format!("{}/{}", self.config.namespace, self.config.name)
     }
 
@@ -203,5 +205,46 @@ impl LeaderElector {
             Err(e) if is_status(&e, 409) => Ok(false),
             Err(e) => Err(err(e)),
         }
+    }
+}
+
+/// Runs `work` while this instance leads (always, without an elector) until
+/// `shutdown`. Losing the lease drops `work` (stopping everything it runs); the instance
+/// then stands by as a candidate again and starts a fresh `work` when it wins. A clean
+/// shutdown releases the lease so a standby takes over at once.
+pub async fn run_while_leading<F, Fut>(
+    elector: Option<LeaderElector>,
+    shutdown: impl Future<Output = ()>,
+    work: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    tokio::pin!(shutdown);
+    loop {
+        if let Some(elector) = &elector {
+            tokio::select! {
+                _ = elector.acquire() => {}
+                _ = &mut shutdown => return,
+            }
+        }
+        let lost = async {
+            match &elector {
+                Some(elector) => elector.hold().await,
+                None => std::future::pending().await,
+            }
+        };
+        let stop = tokio::select! {
+            _ = &mut shutdown => true,
+            _ = lost => false,
+            _ = work() => false,
+        };
+        if stop {
+            if let Some(elector) = &elector {
+                elector.release().await;
+            }
+            return;
+        }
+        tracing::warn!(lease = ?elector.as_ref().map(LeaderElector::lease_name), "leadership lost: stopped; standing by");
     }
 }

@@ -63,38 +63,14 @@ pub struct Config {
 /// until `shutdown` completes. Losing the lease stops every controller at once; the
 /// instance then stands by as a candidate again, with fresh caches when it wins.
 pub async fn run(client: Client, config: Config, shutdown: impl Future<Output = ()>) {
-    tokio::pin!(shutdown);
     let elector = config
         .leader_election
         .clone()
         .map(|le| LeaderElector::new(client.clone(), le));
-    loop {
-        if let Some(elector) = &elector {
-            tokio::select! {
-                _ = elector.acquire() => {}
-                _ = &mut shutdown => return,
-            }
-        }
-        let lost = async {
-            match &elector {
-                Some(elector) => elector.hold().await,
-                None => std::future::pending().await,
-            }
-        };
-        // Dropping the controllers' future drops their JoinSet, which aborts every task.
-        let stop = tokio::select! {
-            _ = &mut shutdown => true,
-            _ = lost => false,
-            _ = run_controllers(client.clone(), &config) => false,
-        };
-        if stop {
-            if let Some(elector) = &elector {
-                elector.release().await;
-            }
-            return;
-        }
-        tracing::warn!("leadership lost: controllers stopped; standing by");
-    }
+    leader::run_while_leading(elector, shutdown, || {
+        run_controllers(client.clone(), &config)
+    })
+    .await
 }
 
 /// Creates the shared informers and the controllers on them, starts the informers,

@@ -23,12 +23,14 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the control plane (apiserver on an embedded store, and the controllers).
+    /// Run the control plane (apiserver on an embedded store, controllers, scheduler).
     Server(ServerArgs),
     /// Run the apiserver alone (several can share one etcd).
     Apiserver(ApiserverArgs),
     /// Run the controllers alone against an apiserver.
     ControllerManager(ControllerManagerArgs),
+    /// Run the scheduler alone against an apiserver.
+    Scheduler(crate::scheduler::SchedulerArgs),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
     Sim(crate::sim::SimArgs),
     /// Print the admin kubeconfig of a server's data dir.
@@ -51,6 +53,9 @@ struct ServerArgs {
     /// Do not run the controllers in this process (run `krust controller-manager`).
     #[arg(long)]
     disable_controllers: bool,
+    /// Do not run the scheduler in this process (run `krust scheduler`).
+    #[arg(long)]
+    disable_scheduler: bool,
     #[command(flatten)]
     controllers: ControllerArgs,
 }
@@ -75,6 +80,7 @@ impl Cli {
             Command::Server(args) => server(args).await,
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
+            Command::Scheduler(args) => crate::scheduler::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
             Command::Kubeconfig { data_dir, server } => {
                 anyhow::ensure!(
@@ -98,22 +104,22 @@ async fn server(args: ServerArgs) -> Result<()> {
     }
     let apiserver = apiserver::start(&args.api).await?;
     let kubeconfig = apiserver.kubeconfig.clone();
-    // The controllers reach the apiserver like any client, through its HTTPS port.
-    let (controllers_stop, controllers_stopped) = tokio::sync::oneshot::channel::<()>();
-    let controllers = (!args.disable_controllers).then(|| {
-        let controller_args = args.controllers.clone();
-        let kubeconfig = kubeconfig.clone();
-        tokio::spawn(async move {
-            let stop = async {
-                let _ = controllers_stopped.await;
-            };
-            if let Err(err) =
-                controller_manager::run_with_kubeconfig(&kubeconfig, &controller_args, stop).await
-            {
-                tracing::error!(error = %format!("{err:#}"), "controllers failed");
-            }
-        })
-    });
+    // The controllers and the scheduler reach the apiserver like any client, through
+    // its HTTPS port.
+    let mut components = Vec::new();
+    if !args.disable_controllers {
+        let (controller_args, kubeconfig) = (args.controllers.clone(), kubeconfig.clone());
+        components.push(InProcess::spawn("controllers", move |stop| async move {
+            controller_manager::run_with_kubeconfig(&kubeconfig, &controller_args, stop).await
+        }));
+    }
+    if !args.disable_scheduler {
+        let (leader, kubeconfig) = (args.controllers.leader.clone(), kubeconfig.clone());
+        let config = crate::scheduler::configuration(None)?;
+        components.push(InProcess::spawn("scheduler", move |stop| async move {
+            crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, stop).await
+        }));
+    }
     tracing::info!(
         addr = %apiserver.running.addr,
         kubeconfig = %args.api.write_kubeconfig.display(),
@@ -122,13 +128,47 @@ async fn server(args: ServerArgs) -> Result<()> {
     );
     shutdown_signal().await;
     tracing::info!("shutting down");
-    // Controllers first, so they can give up their lease while the apiserver is up.
-    let _ = controllers_stop.send(());
-    if let Some(controllers) = controllers {
-        let _ = controllers.await;
+    // Components first, so they can give up their leases while the apiserver is up.
+    for component in components {
+        component.stop().await;
     }
     apiserver.stop().await;
     Ok(())
+}
+
+/// A component running in the server's process, stopped on request.
+struct InProcess {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InProcess {
+    /// Runs `run(stop)`, where `stop` completes when the server shuts down.
+    fn spawn<F, Fut>(name: &'static str, run: F) -> InProcess
+    where
+        F: FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run(Box::pin(async {
+            let _ = stopped.await;
+        })));
+        let task = tokio::spawn(async move {
+            match task.await {
+                Ok(Err(err)) => {
+                    tracing::error!(component = name, error = %format!("{err:#}"), "failed")
+                }
+                Err(err) => tracing::error!(component = name, error = %err, "panicked"),
+                Ok(Ok(())) => {}
+            }
+        });
+        InProcess { stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
 }
 
 pub(crate) fn write_kubeconfig(path: &Path, contents: &str) -> Result<()> {

@@ -26,7 +26,7 @@ pub struct ControllerManagerArgs {
 #[derive(Args, Clone, Debug)]
 pub struct ControllerArgs {
     #[command(flatten)]
-    leader: LeaderElectionArgs,
+    pub leader: LeaderElectionArgs,
     /// Give every Node a pod range (spec.podCIDR) from --cluster-cidr.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     allocate_node_cidrs: bool,
@@ -57,9 +57,9 @@ impl ControllerArgs {
 
 /// Leader election flags, named and defaulted as kube-controller-manager's.
 #[derive(Args, Clone, Debug)]
-struct LeaderElectionArgs {
-    /// Take the kube-system/kube-controller-manager Lease before running controllers,
-    /// so that of several instances exactly one is active.
+pub struct LeaderElectionArgs {
+    /// Take the component's Lease in kube-system (kube-controller-manager,
+    /// kube-scheduler) before acting, so that of several instances exactly one is active.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
     /// How long a standby waits after the last renewal it saw before taking over.
@@ -74,26 +74,30 @@ struct LeaderElectionArgs {
 }
 
 impl LeaderElectionArgs {
+    /// The election for the Lease `kube-system/<lease>`, or `None` with
+    /// `--leader-elect=false`.
+    pub fn election(&self, lease: &str) -> Result<Option<krust_controllers::LeaderElectionConfig>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        anyhow::ensure!(
+            self.leader_elect_lease_duration > self.leader_elect_renew_deadline,
+            "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline"
+        );
+        anyhow::ensure!(
+            self.leader_elect_renew_deadline > self.leader_elect_retry_period,
+            "--leader-elect-renew-deadline must be greater than --leader-elect-retry-period"
+        );
+        let mut le = krust_controllers::LeaderElectionConfig::kube_system(lease, identity());
+        le.lease_duration = self.leader_elect_lease_duration;
+        le.renew_deadline = self.leader_elect_renew_deadline;
+        le.retry_period = self.leader_elect_retry_period;
+        Ok(Some(le))
+    }
+
     fn config(&self) -> Result<krust_controllers::Config> {
-        let leader_election = if self.leader_elect {
-            anyhow::ensure!(
-                self.leader_elect_lease_duration > self.leader_elect_renew_deadline,
-                "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline"
-            );
-            anyhow::ensure!(
-                self.leader_elect_renew_deadline > self.leader_elect_retry_period,
-                "--leader-elect-renew-deadline must be greater than --leader-elect-retry-period"
-            );
-            let mut le = krust_controllers::LeaderElectionConfig::controller_manager(identity());
-            le.lease_duration = self.leader_elect_lease_duration;
-            le.renew_deadline = self.leader_elect_renew_deadline;
-            le.retry_period = self.leader_elect_retry_period;
-            Some(le)
-        } else {
-            None
-        };
         Ok(krust_controllers::Config {
-            leader_election,
+            leader_election: self.election("kube-controller-manager")?,
             workers: 5,
             node_ipam: None,
             root_ca: None,
@@ -103,7 +107,7 @@ impl LeaderElectionArgs {
 
 /// `<hostname>_<unique suffix>`, as upstream: unique per process, so two instances on
 /// one host never both believe they hold the lease.
-fn identity() -> String {
+pub fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "localhost".into());

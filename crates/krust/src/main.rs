@@ -5,6 +5,7 @@
 mod apiserver;
 mod cli;
 mod controller_manager;
+mod scheduler;
 mod sim;
 
 use anyhow::Result;

@@ -1,7 +1,9 @@
-//! krust's scheduler core: the scheduling framework, the default plugins and
-//! the `KubeSchedulerConfiguration` they are configured from.
+//! krust's scheduler: the scheduling framework, the default plugins and the
+//! `KubeSchedulerConfiguration` they are configured from, and the component that
+//! runs them against an apiserver ([`run()`]: [`queue`], [`cache`], binding,
+//! [`events`]).
 //!
-//! This crate is pure logic: it never talks to the apiserver. The caller keeps
+//! The framework is pure logic: it never talks to the apiserver. The caller keeps
 //! a cache of nodes and pods ([`framework::NodeInfo`], updated with
 //! `add_pod` / `remove_pod` as pods are assumed, bound and deleted), builds a
 //! [`framework::Snapshot`] per cycle, and asks a [`framework::Framework`] where
@@ -25,11 +27,17 @@
 //! Semantics follow kube-scheduler v1.33; see each plugin's module docs for
 //! where krust deliberately differs.
 
+pub mod cache;
 pub mod config;
+pub mod events;
 pub mod framework;
 pub mod plugins;
+pub mod queue;
 pub mod resource;
+mod run;
 pub mod selector;
+
+pub use run::{Error, run};
 
 #[cfg(test)]
 mod testing;

@@ -1,0 +1,77 @@
+//! `krust scheduler`: the scheduler alone, against any apiserver reachable through a
+//! kubeconfig, with Lease-based leader election (kube-system/kube-scheduler) so several
+//! instances can run active/standby. `krust server` runs the same in-process.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use krust_scheduler::config::SchedulerConfiguration;
+
+use crate::controller_manager::LeaderElectionArgs;
+
+/// The scheduler's Lease in kube-system.
+pub const LEASE: &str = "kube-scheduler";
+
+#[derive(Args)]
+pub struct SchedulerArgs {
+    /// Kubeconfig of the apiserver to watch and write.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file: profiles,
+    /// plugins and their weights, percentageOfNodesToScore.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    leader: LeaderElectionArgs,
+}
+
+/// Reads a KubeSchedulerConfiguration file, or the default profile without one.
+pub fn configuration(path: Option<&std::path::Path>) -> Result<SchedulerConfiguration> {
+    match path {
+        None => Ok(SchedulerConfiguration::default()),
+        Some(path) => {
+            let yaml = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            SchedulerConfiguration::from_yaml(&yaml)
+                .with_context(|| format!("parsing {}", path.display()))
+        }
+    }
+}
+
+/// `krust scheduler`: runs until SIGTERM or Ctrl-C.
+pub async fn run(args: SchedulerArgs) -> Result<()> {
+    let config = configuration(args.config.as_deref())?;
+    let yaml = std::fs::read_to_string(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    run_with_kubeconfig(&yaml, config, &args.leader, crate::cli::shutdown_signal()).await
+}
+
+/// Runs the scheduler against the apiserver of `kubeconfig` (YAML) until `shutdown`.
+pub async fn run_with_kubeconfig(
+    kubeconfig: &str,
+    config: SchedulerConfiguration,
+    leader: &LeaderElectionArgs,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    // Fail on a bad configuration now, not after winning the lease.
+    config
+        .build_frameworks()
+        .context("scheduler configuration")?;
+    let election = leader.election(LEASE)?;
+    let (client, _) = crate::controller_manager::client(kubeconfig).await?;
+    let instance = crate::controller_manager::identity();
+    let elector = election.map(|le| krust_controllers::LeaderElector::new(client.clone(), le));
+    tracing::info!(leader_elect = elector.is_some(), "scheduler starting");
+    krust_controllers::leader::run_while_leading(elector, shutdown, || {
+        let (client, config, instance) = (client.clone(), config.clone(), instance.clone());
+        async move {
+            if let Err(err) = krust_scheduler::run(client, config, instance).await {
+                tracing::error!(error = %err, "scheduler failed");
+            }
+        }
+    })
+    .await;
+    tracing::info!("scheduler stopped");
+    Ok(())
+}

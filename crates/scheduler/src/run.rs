@@ -1,0 +1,521 @@
+//! The scheduler as a component: it watches Nodes, Pods and Namespaces, keeps the
+//! [`Cache`], feeds unscheduled pods of its profiles through the [`SchedulingQueue`],
+//! runs one [`Framework`] cycle per pod, and writes the result back through the
+//! apiserver:
+//! - a fit: the pod is assumed on the node at once (the next cycle sees the room taken)
+//!   and `pods/binding` is written in the background; then a `Scheduled` event;
+//! - no fit: a `FailedScheduling` event with the FitError message and the
+//!   `PodScheduled=False` condition (reason `Unschedulable`); if preemption found
+//!   victims, each gets a `DisruptionTarget` condition and is deleted, and the pod's
+//!   `status.nominatedNodeName` names the node; the pod waits as unschedulable until a
+//!   cluster event (a node added or changed, a pod deleted or finished) moves it back;
+//! - a failed binding: the assumption is forgotten and the pod retried after backoff.
+//!
+//! Pods whose `spec.schedulerName` names no profile are left alone.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::serde_json::{Value, json};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use tokio::sync::{Semaphore, oneshot};
+
+use crate::cache::{Cache, occupies};
+use crate::config::{ConfigError, SchedulerConfiguration};
+use crate::events::Recorder;
+use crate::framework::{Framework, PostFilterResult, ScheduleError};
+use crate::queue::{QueuedPod, SchedulingQueue, pod_key};
+
+/// Bindings in flight at once.
+const MAX_BINDINGS_IN_FLIGHT: usize = 64;
+/// How often bound but unconfirmed assumptions are checked for expiry.
+const EXPIRY_PERIOD: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("scheduler configuration: {0}")]
+    Config(#[from] ConfigError),
+}
+
+struct Scheduler {
+    client: Client,
+    frameworks: Vec<Framework>,
+    queue: Arc<SchedulingQueue>,
+    cache: Mutex<Cache>,
+    events: Recorder,
+    bindings: Arc<Semaphore>,
+}
+
+/// Runs the scheduler until the future is dropped. `instance` names this process in
+/// its events.
+pub async fn run(
+    client: Client,
+    config: SchedulerConfiguration,
+    instance: String,
+) -> Result<(), Error> {
+    let frameworks = config.build_frameworks()?;
+    let (events, sender) = Recorder::new(client.clone(), instance);
+    let scheduler = Arc::new(Scheduler {
+        client,
+        frameworks,
+        queue: SchedulingQueue::new(),
+        cache: Mutex::new(Cache::default()),
+        events,
+        bindings: Arc::new(Semaphore::new(MAX_BINDINGS_IN_FLIGHT)),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(sender);
+    let (nodes_synced, nodes_ready) = oneshot::channel();
+    let (pods_synced, pods_ready) = oneshot::channel();
+    let (ns_synced, ns_ready) = oneshot::channel();
+    tasks.spawn(scheduler.clone().watch_nodes(nodes_synced));
+    tasks.spawn(scheduler.clone().watch_pods(pods_synced));
+    tasks.spawn(scheduler.clone().watch_namespaces(ns_synced));
+    let _ = futures::join!(nodes_ready, pods_ready, ns_ready);
+    tracing::info!(
+        nodes = scheduler.cache.lock().expect("cache").node_count(),
+        queued = scheduler.queue.len(),
+        profiles = ?scheduler.frameworks.iter().map(Framework::profile_name).collect::<Vec<_>>(),
+        "scheduler caches synced; scheduling"
+    );
+    let expiry = scheduler.clone();
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(EXPIRY_PERIOD);
+        loop {
+            tick.tick().await;
+            expiry
+                .cache
+                .lock()
+                .expect("cache")
+                .expire(tokio::time::Instant::now());
+        }
+    });
+    tasks.spawn(scheduler.schedule_loop());
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// A watch of one kind, handing each event to `handle`; the first complete list fires
+/// `synced`. Relists report what they saw (`Init` … `InitDone`) so the handler can drop
+/// what vanished meanwhile.
+async fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    synced: oneshot::Sender<()>,
+    mut handle: impl FnMut(Event<K>),
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let mut synced = Some(synced);
+    let mut events = watcher::watcher(api, config).boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => {
+                let done = matches!(event, Event::InitDone);
+                handle(event);
+                if done && let Some(tx) = synced.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "scheduler watch failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+impl Scheduler {
+    fn framework_for(&self, pod: &Pod) -> Option<&Framework> {
+        let name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(crate::config::DEFAULT_SCHEDULER_NAME);
+        self.frameworks.iter().find(|f| f.profile_name() == name)
+    }
+
+    async fn watch_nodes(self: Arc<Self>, synced: oneshot::Sender<()>) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let mut relisted: HashSet<String> = HashSet::new();
+        watch(
+            api,
+            watcher::Config::default(),
+            synced,
+            |event| match event {
+                Event::Apply(node) | Event::InitApply(node) => {
+                    relisted.insert(node.name_any());
+                    self.cache
+                        .lock()
+                        .expect("cache")
+                        .upsert_node(Arc::new(node));
+                    self.queue.move_all_to_active_or_backoff();
+                }
+                Event::Delete(node) => self
+                    .cache
+                    .lock()
+                    .expect("cache")
+                    .remove_node(&node.name_any()),
+                Event::Init => relisted.clear(),
+                Event::InitDone => {
+                    let mut cache = self.cache.lock().expect("cache");
+                    let gone: Vec<String> = cache
+                        .snapshot()
+                        .nodes()
+                        .iter()
+                        .map(|n| n.name().to_string())
+                        .filter(|n| !relisted.contains(n))
+                        .collect();
+                    for name in gone {
+                        cache.remove_node(&name);
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    async fn watch_pods(self: Arc<Self>, synced: oneshot::Sender<()>) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let mut relisted: Vec<Arc<Pod>> = Vec::new();
+        let mut known: std::collections::HashMap<String, Arc<Pod>> = Default::default();
+        watch(
+            api,
+            watcher::Config::default(),
+            synced,
+            |event| match event {
+                Event::Apply(pod) => {
+                    let pod = Arc::new(pod);
+                    known.insert(pod.uid().unwrap_or_default(), pod.clone());
+                    self.on_pod(pod);
+                }
+                Event::InitApply(pod) => relisted.push(Arc::new(pod)),
+                Event::Delete(pod) => {
+                    known.remove(&pod.uid().unwrap_or_default());
+                    self.on_pod_deleted(&pod);
+                }
+                Event::Init => relisted.clear(),
+                Event::InitDone => {
+                    let seen: HashSet<String> = relisted
+                        .iter()
+                        .map(|p| p.uid().unwrap_or_default())
+                        .collect();
+                    let vanished: Vec<Arc<Pod>> = known
+                        .values()
+                        .filter(|p| !seen.contains(&p.uid().unwrap_or_default()))
+                        .cloned()
+                        .collect();
+                    for pod in vanished {
+                        self.on_pod_deleted(&pod);
+                    }
+                    known = relisted
+                        .drain(..)
+                        .map(|p| (p.uid().unwrap_or_default(), p))
+                        .collect();
+                    for pod in known.values() {
+                        self.on_pod(pod.clone());
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    async fn watch_namespaces(self: Arc<Self>, synced: oneshot::Sender<()>) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        watch(
+            api,
+            watcher::Config::default(),
+            synced,
+            |event| match event {
+                Event::Apply(ns) | Event::InitApply(ns) => {
+                    let labels = ns.labels().clone();
+                    self.cache
+                        .lock()
+                        .expect("cache")
+                        .snapshot_mut()
+                        .set_namespace_labels(&ns.name_any(), labels);
+                }
+                Event::Delete(ns) => self
+                    .cache
+                    .lock()
+                    .expect("cache")
+                    .snapshot_mut()
+                    .remove_namespace(&ns.name_any()),
+                Event::Init | Event::InitDone => {}
+            },
+        )
+        .await
+    }
+
+    /// A pod added or changed: bound pods go to the cache, pods waiting for this
+    /// scheduler to the queue.
+    fn on_pod(&self, pod: Arc<Pod>) {
+        let key = pod_key(&pod);
+        let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        if bound {
+            self.queue.delete(&key);
+            let freed = !occupies(&pod);
+            self.cache.lock().expect("cache").upsert_pod(pod);
+            if freed {
+                self.queue.move_all_to_active_or_backoff();
+            }
+        } else if pod.metadata.deletion_timestamp.is_none()
+            && occupies(&pod)
+            && self.framework_for(&pod).is_some()
+        {
+            self.queue.add(pod);
+        } else {
+            self.queue.delete(&key);
+        }
+    }
+
+    fn on_pod_deleted(&self, pod: &Pod) {
+        self.queue.delete(&pod_key(pod));
+        if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
+            self.cache.lock().expect("cache").remove_pod(pod);
+            self.queue.move_all_to_active_or_backoff();
+        }
+    }
+
+    async fn schedule_loop(self: Arc<Self>) {
+        loop {
+            let queued = self.queue.pop().await;
+            let Some(framework) = self.framework_for(&queued.pod) else {
+                self.queue.delete(&queued.key);
+                continue;
+            };
+            let outcome = {
+                let cache = self.cache.lock().expect("cache");
+                framework.schedule_pod(cache.snapshot(), queued.pod.clone())
+            };
+            match outcome {
+                Ok(result) => {
+                    self.cache
+                        .lock()
+                        .expect("cache")
+                        .assume(result.pod_info.clone(), &result.suggested_host);
+                    // Waiting for a permit here is the back-pressure that keeps the
+                    // scheduler from running ahead of what the apiserver takes.
+                    let permit = self
+                        .bindings
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .expect("semaphore");
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        this.bind(queued, result.suggested_host).await;
+                        drop(permit);
+                    });
+                }
+                Err(ScheduleError::Unschedulable {
+                    fit_error,
+                    preemption,
+                }) => self.unschedulable(&queued, fit_error.to_string(), preemption),
+                Err(ScheduleError::NoNodesAvailable) => {
+                    self.unschedulable(&queued, ScheduleError::NoNodesAvailable.to_string(), None)
+                }
+                Err(err @ ScheduleError::Internal(_)) => {
+                    tracing::warn!(pod = %queued.key, error = %err, "scheduling cycle failed");
+                    self.events.pod(
+                        &queued.pod,
+                        true,
+                        "FailedScheduling",
+                        "Scheduling",
+                        err.to_string(),
+                    );
+                    self.queue.retry(&queued);
+                }
+            }
+        }
+    }
+
+    async fn bind(&self, queued: QueuedPod, node: String) {
+        let pod = &queued.pod;
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(pod.name_any()),
+                namespace: pod.namespace(),
+                uid: pod.uid(),
+                ..ObjectMeta::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.clone()),
+                ..ObjectReference::default()
+            },
+        };
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let result = api
+            .create_subresource::<_, Value>(
+                "binding",
+                &pod.name_any(),
+                &PostParams::default(),
+                &binding,
+            )
+            .await;
+        match result {
+            Ok(_) => {
+                self.cache.lock().expect("cache").finish_binding(pod);
+                self.queue.done(&queued);
+                self.events.pod(
+                    pod,
+                    false,
+                    "Scheduled",
+                    "Binding",
+                    format!("Successfully assigned {} to {node}", queued.key),
+                );
+            }
+            Err(err) => {
+                self.cache.lock().expect("cache").forget(pod);
+                self.queue.move_all_to_active_or_backoff();
+                match &err {
+                    // Gone, or bound by someone else: nothing left to do.
+                    kube::Error::Api(s) if s.code == 404 || s.code == 409 => {
+                        self.queue.done(&queued);
+                    }
+                    _ => {
+                        self.events.pod(
+                            pod,
+                            true,
+                            "FailedScheduling",
+                            "Binding",
+                            format!("Binding rejected: {err}"),
+                        );
+                        self.queue.retry(&queued);
+                    }
+                }
+            }
+        }
+    }
+
+    /// No node fits: say why (event and PodScheduled condition), start preemption if
+    /// it found victims, and park the pod until a cluster event.
+    fn unschedulable(
+        &self,
+        queued: &QueuedPod,
+        message: String,
+        preemption: Option<PostFilterResult>,
+    ) {
+        self.events.pod(
+            &queued.pod,
+            true,
+            "FailedScheduling",
+            "Scheduling",
+            message.clone(),
+        );
+        self.queue.unschedulable(queued);
+        let this = (self.client.clone(), self.events.clone());
+        let pod = queued.pod.clone();
+        tokio::spawn(async move {
+            let (client, events) = this;
+            let nominated = preemption.as_ref().map(|p| p.nominated_node_name.clone());
+            if let Err(err) = update_status(&client, &pod, &message, nominated.as_deref()).await {
+                tracing::debug!(pod = ?pod.metadata.name, error = %err, "updating PodScheduled failed");
+            }
+            if let Some(p) = preemption {
+                preempt(&client, &events, &pod, p).await;
+            }
+        });
+    }
+}
+
+/// Sets `PodScheduled=False` (reason Unschedulable) and the nominated node, unless the
+/// pod already says so.
+async fn update_status(
+    client: &Client,
+    pod: &Pod,
+    message: &str,
+    nominated: Option<&str>,
+) -> Result<(), kube::Error> {
+    let status = pod.status.as_ref();
+    let current = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+    let same_condition = current.is_some_and(|c| {
+        c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+            && c.message.as_deref() == Some(message)
+    });
+    let current_nominated = status.and_then(|s| s.nominated_node_name.as_deref());
+    if same_condition && current_nominated == nominated {
+        return Ok(());
+    }
+    let mut patch = json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": message, "lastProbeTime": Value::Null,
+        "lastTransitionTime": Timestamp::now().to_string(),
+    }]}});
+    if nominated != current_nominated {
+        patch["status"]["nominatedNodeName"] = json!(nominated);
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    api.patch_status(
+        &pod.name_any(),
+        &PatchParams::default(),
+        &Patch::Strategic(&patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Evicts the victims that make room for `pod` on the nominated node: each gets the
+/// `DisruptionTarget` condition, a `Preempted` event, and is deleted.
+async fn preempt(client: &Client, events: &Recorder, pod: &Pod, result: PostFilterResult) {
+    let node = &result.nominated_node_name;
+    for victim in &result.victims {
+        let api: Api<Pod> =
+            Api::namespaced(client.clone(), &victim.namespace().unwrap_or_default());
+        let condition = json!({"status": {"conditions": [{
+            "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+            "message": format!("{}: preempting to accommodate a higher priority pod", REPORTING),
+            "lastTransitionTime": Timestamp::now().to_string(),
+        }]}});
+        if let Err(err) = api
+            .patch_status(
+                &victim.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(&condition),
+            )
+            .await
+        {
+            tracing::debug!(victim = %victim.name_any(), error = %err, "marking preemption victim");
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: victim.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&victim.name_any(), &params).await {
+            Ok(_) => events.pod(
+                victim,
+                false,
+                "Preempted",
+                "Preempting",
+                format!(
+                    "Preempted by pod {} on node {node}",
+                    pod.uid().unwrap_or_default()
+                ),
+            ),
+            Err(err) => {
+                tracing::warn!(victim = %victim.name_any(), error = %err, "deleting preemption victim");
+            }
+        }
+    }
+}
+
+/// Who preempts, in the victims' DisruptionTarget message (upstream's scheduler name).
+const REPORTING: &str = crate::events::REPORTING_CONTROLLER;
