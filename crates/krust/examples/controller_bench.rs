@@ -13,8 +13,6 @@
 //! after scaling to `pods-for-rss` pods.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,78 +20,18 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use serde_json::json;
 
-type Result<T = (), E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
+mod support;
 
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `target/<profile>/krust`, beside `target/<profile>/examples/controller_bench`.
-fn krust_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("krust"))
-        .expect("target dir")
-}
-
-fn proc_stat(pid: u32) -> (f64, f64) {
-    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0);
-    // utime and stime, fields 14 and 15 of /proc/<pid>/stat, in clock ticks (100/s).
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let cpu = (ticks(11) + ticks(12)) as f64 / 100.0;
-    (cpu, rss_kib as f64 / 1024.0)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use support::{Cluster, Result, proc_stat, wait};
 
 /// Live pods seen on a watch, and which of them were patched ready.
 #[derive(Default)]
 struct Pods {
     live: HashSet<String>,
     marked: HashSet<String>,
-}
-
-async fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Result {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    Ok(())
 }
 
 #[tokio::main]
@@ -103,46 +41,10 @@ async fn main() -> Result {
     let replicas: i32 = args.next().map_or(Ok(1000), |a| a.parse())?;
     let rss_pods: i32 = args.next().map_or(Ok(10_000), |a| a.parse())?;
 
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig.yaml");
-    let port = free_port();
-    let _server = Process(
-        Command::new(krust_binary())
-            .args(["server", "--disable-agent", "--disable-controllers"])
-            .args([
-                "--bind-address",
-                "127.0.0.1",
-                "--advertise-address",
-                "127.0.0.1",
-            ])
-            .arg("--https-listen-port")
-            .arg(port.to_string())
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .arg("--write-kubeconfig")
-            .arg(&kubeconfig)
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
-    wait("the server", Duration::from_secs(20), || {
-        kubeconfig.exists()
-    })
-    .await?;
-    let cm = Process(
-        Command::new(krust_binary())
-            .args(["controller-manager", "--leader-elect=false", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
-    let cm_pid = cm.0.id();
-    let yaml = std::fs::read_to_string(&kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(
-        Kubeconfig::from_yaml(&yaml)?,
-        &KubeConfigOptions::default(),
-    )
-    .await?;
-    let client = kube::Client::try_from(config)?;
+    let cluster = Cluster::start(&["--disable-controllers", "--disable-scheduler"]).await?;
+    let cm = cluster.component("controller-manager", &["--leader-elect=false"])?;
+    let cm_pid = cm.pid();
+    let client = cluster.client().await?;
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), "default");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
 

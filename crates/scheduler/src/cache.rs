@@ -26,9 +26,20 @@ pub const ASSUME_TTL: Duration = Duration::from_secs(30);
 struct Placed {
     node: String,
     pod: Arc<PodInfo>,
-    /// Assumed by this scheduler and not yet seen bound on the watch; with the
-    /// deadline once its binding has been written.
-    assumed: Option<Option<Instant>>,
+    state: State,
+}
+
+/// Why a pod counts on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Seen bound on the watch.
+    Bound,
+    /// Picked by this scheduler, not yet seen bound; with the deadline once its
+    /// binding has been written.
+    Assumed { deadline: Option<Instant> },
+    /// Waiting for its preemption victims to go: the room they free is held for it,
+    /// so that lower-priority pods do not take it first (upstream's nominated pods).
+    Nominated,
 }
 
 #[derive(Debug, Default)]
@@ -105,7 +116,7 @@ impl Cache {
             Placed {
                 node,
                 pod: info,
-                assumed: None,
+                state: State::Bound,
             },
         );
     }
@@ -119,6 +130,10 @@ impl Cache {
 
     /// The scheduler picked `node` for the pod: it counts there from now on.
     pub fn assume(&mut self, pod: Arc<PodInfo>, node: &str) {
+        self.place(pod, node, State::Assumed { deadline: None });
+    }
+
+    fn place(&mut self, pod: Arc<PodInfo>, node: &str, state: State) {
         let uid = uid(&pod.pod);
         if let Some(old) = self.pods.remove(&uid) {
             self.snapshot.remove_pod(&old.node, &old.pod.pod);
@@ -129,7 +144,7 @@ impl Cache {
             Placed {
                 node: node.to_string(),
                 pod,
-                assumed: Some(None),
+                state,
             },
         );
     }
@@ -138,7 +153,7 @@ impl Cache {
     /// [`ASSUME_TTL`].
     pub fn finish_binding(&mut self, pod: &Pod) {
         if let Some(Placed {
-            assumed: Some(deadline),
+            state: State::Assumed { deadline },
             ..
         }) = self.pods.get_mut(&uid(pod))
         {
@@ -146,10 +161,11 @@ impl Cache {
         }
     }
 
-    /// The binding failed: the assumption goes.
+    /// The binding failed, or the pod is about to be scheduled again: an assumption
+    /// or nomination goes (a pod seen bound stays).
     pub fn forget(&mut self, pod: &Pod) {
         let uid = uid(pod);
-        if self.pods.get(&uid).is_some_and(|p| p.assumed.is_some()) {
+        if self.pods.get(&uid).is_some_and(|p| p.state != State::Bound) {
             self.remove_pod(pod);
         }
     }
@@ -159,7 +175,7 @@ impl Cache {
         let expired: Vec<Arc<Pod>> = self
             .pods
             .values()
-            .filter(|p| matches!(p.assumed, Some(Some(deadline)) if deadline <= now))
+            .filter(|p| matches!(p.state, State::Assumed { deadline: Some(d) } if d <= now))
             .map(|p| p.pod.pod.clone())
             .collect();
         for pod in expired {
@@ -172,7 +188,12 @@ impl Cache {
     pub fn is_assumed(&self, pod: &Pod) -> bool {
         self.pods
             .get(&uid(pod))
-            .is_some_and(|p| p.assumed.is_some())
+            .is_some_and(|p| matches!(p.state, State::Assumed { .. }))
+    }
+
+    /// Holds room on `node` for a pod whose preemption victims are on their way out.
+    pub fn nominate(&mut self, pod: Arc<PodInfo>, node: &str) {
+        self.place(pod, node, State::Nominated);
     }
 }
 
@@ -246,6 +267,18 @@ mod tests {
         // Confirmed pods are not forgotten by a late binding failure.
         c.forget(&p);
         assert_eq!(pods_on(&c, "n1"), 1);
+    }
+
+    #[test]
+    fn a_nomination_holds_room_until_its_pod_is_scheduled_again() {
+        let mut c = Cache::default();
+        c.upsert_node(node("n1"));
+        let p = pod("preemptor", None, "Pending");
+        c.nominate(Arc::new(PodInfo::new(p.clone())), "n1");
+        assert_eq!(pods_on(&c, "n1"), 1);
+        assert!(!c.is_assumed(&p));
+        c.forget(&p);
+        assert_eq!(pods_on(&c, "n1"), 0);
     }
 
     #[test]

@@ -23,14 +23,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde_json::{Value, json};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Semaphore, oneshot};
 
 use crate::cache::{Cache, occupies};
 use crate::config::{ConfigError, SchedulerConfiguration};
-use crate::events::Recorder;
-use crate::framework::{Framework, PostFilterResult, ScheduleError};
+use crate::events::{REPORTING_CONTROLLER, Recorder};
+use crate::framework::{Framework, PodInfo, PostFilterResult, ScheduleError};
 use crate::queue::{QueuedPod, SchedulingQueue, pod_key};
 
 /// Bindings in flight at once.
@@ -115,7 +116,10 @@ async fn watch<K>(
     K::DynamicType: Default,
 {
     let mut synced = Some(synced);
-    let mut events = watcher::watcher(api, config).boxed();
+    // managedFields are often the larger part of an object and nothing here reads them.
+    let mut events = watcher::watcher(api, config)
+        .modify(|obj| obj.meta_mut().managed_fields = None)
+        .boxed();
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
@@ -283,6 +287,9 @@ impl Scheduler {
         if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
             self.cache.lock().expect("cache").remove_pod(pod);
             self.queue.move_all_to_active_or_backoff();
+        } else {
+            // A pending pod may have held room as a nominated preemptor.
+            self.cache.lock().expect("cache").forget(pod);
         }
     }
 
@@ -294,7 +301,9 @@ impl Scheduler {
                 continue;
             };
             let outcome = {
-                let cache = self.cache.lock().expect("cache");
+                let mut cache = self.cache.lock().expect("cache");
+                // The room held for the pod by an earlier preemption is its own to take.
+                cache.forget(&queued.pod);
                 framework.schedule_pod(cache.snapshot(), queued.pod.clone())
             };
             match outcome {
@@ -403,7 +412,7 @@ impl Scheduler {
     /// No node fits: say why (event and PodScheduled condition), start preemption if
     /// it found victims, and park the pod until a cluster event.
     fn unschedulable(
-        &self,
+        self: &Arc<Self>,
         queued: &QueuedPod,
         message: String,
         preemption: Option<PostFilterResult>,
@@ -415,19 +424,78 @@ impl Scheduler {
             "Scheduling",
             message.clone(),
         );
+        if let Some(p) = &preemption {
+            self.cache.lock().expect("cache").nominate(
+                Arc::new(PodInfo::new(queued.pod.clone())),
+                &p.nominated_node_name,
+            );
+        }
         self.queue.unschedulable(queued);
-        let this = (self.client.clone(), self.events.clone());
+        let this = self.clone();
         let pod = queued.pod.clone();
         tokio::spawn(async move {
-            let (client, events) = this;
             let nominated = preemption.as_ref().map(|p| p.nominated_node_name.clone());
-            if let Err(err) = update_status(&client, &pod, &message, nominated.as_deref()).await {
+            if let Err(err) =
+                update_status(&this.client, &pod, &message, nominated.as_deref()).await
+            {
                 tracing::debug!(pod = ?pod.metadata.name, error = %err, "updating PodScheduled failed");
             }
             if let Some(p) = preemption {
-                preempt(&client, &events, &pod, p).await;
+                this.preempt(&pod, p).await;
             }
         });
+    }
+
+    /// Evicts the victims that make room for `pod` on the nominated node: each gets the
+    /// `DisruptionTarget` condition, a `Preempted` event, and is deleted. A victim that
+    /// is itself only nominated there (not bound) loses its nomination instead.
+    async fn preempt(&self, pod: &Pod, result: PostFilterResult) {
+        let node = &result.nominated_node_name;
+        for victim in &result.victims {
+            if victim.spec.as_ref().is_none_or(|s| s.node_name.is_none()) {
+                self.cache.lock().expect("cache").forget(victim);
+                continue;
+            }
+            let api: Api<Pod> =
+                Api::namespaced(self.client.clone(), &victim.namespace().unwrap_or_default());
+            let condition = json!({"status": {"conditions": [{
+                "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                "message": format!("{REPORTING_CONTROLLER}: preempting to accommodate a higher priority pod"),
+                "lastTransitionTime": Timestamp::now().to_string(),
+            }]}});
+            if let Err(err) = api
+                .patch_status(
+                    &victim.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Strategic(&condition),
+                )
+                .await
+            {
+                tracing::debug!(victim = %victim.name_any(), error = %err, "marking preemption victim");
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: victim.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&victim.name_any(), &params).await {
+                Ok(_) => self.events.pod(
+                    victim,
+                    false,
+                    "Preempted",
+                    "Preempting",
+                    format!(
+                        "Preempted by pod {} on node {node}",
+                        pod.uid().unwrap_or_default()
+                    ),
+                ),
+                Err(err) => {
+                    tracing::warn!(victim = %victim.name_any(), error = %err, "deleting preemption victim");
+                }
+            }
+        }
     }
 }
 
@@ -469,53 +537,3 @@ async fn update_status(
     .await
     .map(|_| ())
 }
-
-/// Evicts the victims that make room for `pod` on the nominated node: each gets the
-/// `DisruptionTarget` condition, a `Preempted` event, and is deleted.
-async fn preempt(client: &Client, events: &Recorder, pod: &Pod, result: PostFilterResult) {
-    let node = &result.nominated_node_name;
-    for victim in &result.victims {
-        let api: Api<Pod> =
-            Api::namespaced(client.clone(), &victim.namespace().unwrap_or_default());
-        let condition = json!({"status": {"conditions": [{
-            "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
-            "message": format!("{}: preempting to accommodate a higher priority pod", REPORTING),
-            "lastTransitionTime": Timestamp::now().to_string(),
-        }]}});
-        if let Err(err) = api
-            .patch_status(
-                &victim.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&condition),
-            )
-            .await
-        {
-            tracing::debug!(victim = %victim.name_any(), error = %err, "marking preemption victim");
-        }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: victim.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&victim.name_any(), &params).await {
-            Ok(_) => events.pod(
-                victim,
-                false,
-                "Preempted",
-                "Preempting",
-                format!(
-                    "Preempted by pod {} on node {node}",
-                    pod.uid().unwrap_or_default()
-                ),
-            ),
-            Err(err) => {
-                tracing::warn!(victim = %victim.name_any(), error = %err, "deleting preemption victim");
-            }
-        }
-    }
-}
-
-/// Who preempts, in the victims' DisruptionTarget message (upstream's scheduler name).
-const REPORTING: &str = crate::events::REPORTING_CONTROLLER;

@@ -1,0 +1,147 @@
+//! What the benchmarks share: a release `krust` on a temp dir, components as child
+//! processes, their CPU time and RSS, and polling.
+
+#![allow(dead_code)] // each benchmark uses a different part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub type Result<T = (), E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
+
+/// A child process, killed when dropped.
+pub struct Process(pub Child);
+
+impl Process {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `target/<profile>/krust`, beside `target/<profile>/examples/<bench>`.
+pub fn krust_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("krust"))
+        .expect("target dir")
+}
+
+/// CPU seconds (user + system) and RSS in MB of a process.
+pub fn proc_stat(pid: u32) -> (f64, f64) {
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0);
+    // utime and stime, fields 14 and 15 of /proc/<pid>/stat, in clock ticks (100/s).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let cpu = (ticks(11) + ticks(12)) as f64 / 100.0;
+    (cpu, rss_kib as f64 / 1024.0)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Polls `f` every 5 ms until it holds.
+pub async fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Result {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// A `krust server` with the given flags on a temp dir, and a client for it.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub server: Process,
+}
+
+impl Cluster {
+    pub async fn start(flags: &[&str]) -> Result<Cluster> {
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        let server = Process(
+            Command::new(krust_binary())
+                .args(["server", "--disable-agent"])
+                .args(flags)
+                .args([
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--advertise-address",
+                    "127.0.0.1",
+                ])
+                .arg("--https-listen-port")
+                .arg(free_port().to_string())
+                .arg("--data-dir")
+                .arg(dir.path().join("data"))
+                .arg("--write-kubeconfig")
+                .arg(&kubeconfig)
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+        wait("the server", Duration::from_secs(20), || {
+            kubeconfig.exists()
+        })
+        .await?;
+        Ok(Cluster {
+            dir,
+            kubeconfig,
+            server,
+        })
+    }
+
+    /// `krust <command> --kubeconfig <admin> <args>` as a child process.
+    pub fn component(&self, command: &str, args: &[&str]) -> Result<Process> {
+        Ok(Process(
+            Command::new(krust_binary())
+                .arg(command)
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .args(args)
+                .stderr(Stdio::null())
+                .spawn()?,
+        ))
+    }
+
+    pub async fn client(&self) -> Result<kube::Client> {
+        let yaml = std::fs::read_to_string(&self.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(
+            Kubeconfig::from_yaml(&yaml)?,
+            &KubeConfigOptions::default(),
+        )
+        .await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+}
