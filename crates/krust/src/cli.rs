@@ -56,6 +56,9 @@ struct ServerArgs {
     /// Do not run the scheduler in this process (run `krust scheduler`).
     #[arg(long)]
     disable_scheduler: bool,
+    /// Also run this many simulated nodes (`krust sim` defaults), for demos.
+    #[arg(long, default_value_t = 0)]
+    sim_nodes: usize,
     #[command(flatten)]
     controllers: ControllerArgs,
 }
@@ -118,6 +121,19 @@ async fn server(args: ServerArgs) -> Result<()> {
         let config = crate::scheduler::configuration(None)?;
         components.push(InProcess::spawn("scheduler", move |stop| async move {
             crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, stop).await
+        }));
+    }
+    if args.sim_nodes > 0 {
+        let (nodes, kubeconfig) = (args.sim_nodes, kubeconfig.clone());
+        components.push(InProcess::spawn("sim", move |stop| async move {
+            let config = krust_sim::Config {
+                nodes,
+                ..krust_sim::Config::default()
+            };
+            let (client, _) = controller_manager::client(&kubeconfig).await?;
+            krust_sim::run(client, config, stop)
+                .await
+                .context("simulating nodes")
         }));
     }
     tracing::info!(

@@ -284,3 +284,83 @@ fn a_higher_priority_pod_preempts_lower_priority_ones() {
         "{preempted}"
     );
 }
+
+const BIN_PACKING: &str = r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+- schedulerName: bin-packer
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
+  plugins:
+    score:
+      disabled: [{name: PodTopologySpread}, {name: NodeResourcesBalancedAllocation}]
+"#;
+
+#[test]
+fn of_two_schedulers_one_leads_and_profiles_from_a_config_file_apply() {
+    let s = Server::start_with(&["--disable-scheduler"]);
+    let _nodes = sim(&s, "m", 3, &["--node-cpu=8"]);
+    let config = common::manifest(&s, "scheduler.yaml", BIN_PACKING);
+    let args = [
+        "--config",
+        config.as_str(),
+        "--leader-elect-lease-duration=3s",
+        "--leader-elect-renew-deadline=2s",
+        "--leader-elect-retry-period=250ms",
+    ];
+    let mut schedulers = vec![
+        Component::start(&s, "scheduler", "sched1", &args),
+        Component::start(&s, "scheduler", "sched2", &args),
+    ];
+    let leader = wait_for("a leader", DEADLINE, || {
+        schedulers.iter().position(Component::leads)
+    });
+    // The bin-packing profile puts pods on the fullest node that fits.
+    let mut nodes = HashSet::new();
+    for i in 0..4 {
+        create(
+            &s,
+            pod(
+                &format!("packed{i}"),
+                "1",
+                json!({"schedulerName": "bin-packer"}),
+            ),
+        );
+        nodes.insert(running_on(&s, &format!("packed{i}")));
+    }
+    assert_eq!(nodes.len(), 1, "bin packing used {nodes:?}");
+    let lease = s.get_json(&["lease", "-n", "kube-system", "kube-scheduler"]);
+    assert!(lease["spec"]["holderIdentity"].is_string());
+
+    // Kill the leader: the standby takes over and schedules.
+    schedulers.remove(leader);
+    wait_for("the standby to lead", Duration::from_secs(15), || {
+        schedulers[0].leads().then_some(())
+    });
+    create(&s, pod("after", "1", json!({})));
+    running_on(&s, "after");
+}
+
+#[test]
+fn krust_server_with_simulated_nodes_runs_a_deployment_end_to_end() {
+    let s = Server::start_with(&["--sim-nodes=2"]);
+    wait_for("two nodes", DEADLINE, || {
+        (s.ok(&["get", "nodes", "-o", "name"]).lines().count() == 2).then_some(())
+    });
+    create(
+        &s,
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "demo"},
+            "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "demo"}},
+                "template": {"metadata": {"labels": {"app": "demo"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}),
+    );
+    s.ok(&["rollout", "status", "deployment/demo", "--timeout=60s"]);
+    let out = s.ok(&["get", "pods", "-o", "wide"]);
+    assert_eq!(out.matches("Running").count(), 4, "{out}");
+}
