@@ -172,6 +172,18 @@ fn taints_tolerations_node_selectors_and_anti_affinity_steer_pods() {
         ),
     );
     assert_eq!(running_on(&s, "tolerant"), "gpu0");
+    // Required node affinity (here: anything but the plain nodes) steers the same way.
+    create(
+        &s,
+        pod(
+            "affine",
+            "100m",
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "kind", "operator": "NotIn", "values": ["plain"]}]}]}}},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+        ),
+    );
+    assert_eq!(running_on(&s, "affine"), "gpu0");
     // A nodeSelector for the tainted node without the toleration fits nowhere.
     create(
         &s,
