@@ -13,6 +13,13 @@ have kubectl || need_apt+=(kubectl)
 # protoc builds the etcd and CRI gRPC clients; etcd backs the etcd-backend tests.
 have protoc || need_apt+=(protobuf-compiler)
 have etcd || need_apt+=(etcd-server)
+# The node: containerd + runc run containers, the CNI plugins wire pods, busybox-static
+# makes the locally built images, nftables carries Service rules.
+have containerd || need_apt+=(containerd)
+have runc || need_apt+=(runc)
+[ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
+dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
+have nft || need_apt+=(nftables)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive

@@ -33,6 +33,9 @@ enum Command {
     Scheduler(crate::scheduler::SchedulerArgs),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
     Sim(crate::sim::SimArgs),
+    /// Manage the node's container images (offline: import tarballs).
+    #[command(subcommand)]
+    Images(ImagesCommand),
     /// Print the admin kubeconfig of a server's data dir.
     Kubeconfig {
         #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
@@ -40,6 +43,19 @@ enum Command {
         /// Server URL to put in the kubeconfig (default: https://127.0.0.1:6443).
         #[arg(long)]
         server: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImagesCommand {
+    /// Import docker-archive or OCI tarballs into the node's containerd (as `docker
+    /// save` or `skopeo copy ... docker-archive:` write them).
+    Import {
+        /// The tarballs.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
+        data_dir: PathBuf,
     },
 }
 
@@ -85,6 +101,18 @@ impl Cli {
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Scheduler(args) => crate::scheduler::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
+            Command::Images(ImagesCommand::Import { files, data_dir }) => {
+                let socket = krust_cri::containerd::Layout::new(
+                    krust_cri::containerd::default_dir(&data_dir),
+                )
+                .socket();
+                for file in &files {
+                    krust_cri::image::import(&socket, file)
+                        .with_context(|| format!("containerd at {}", socket.display()))?;
+                    println!("imported {}", file.display());
+                }
+                Ok(())
+            }
             Command::Kubeconfig { data_dir, server } => {
                 anyhow::ensure!(
                     tls_dir(&data_dir).join("ca.crt").exists(),
