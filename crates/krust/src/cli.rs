@@ -29,6 +29,8 @@ enum Command {
     Apiserver(ApiserverArgs),
     /// Run the controllers alone against an apiserver.
     ControllerManager(ControllerManagerArgs),
+    /// Run the node agent (containerd + kubelet) against an apiserver.
+    Agent(crate::agent::AgentCommand),
     /// Run the scheduler alone against an apiserver.
     Scheduler(crate::scheduler::SchedulerArgs),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
@@ -63,9 +65,11 @@ enum ImagesCommand {
 struct ServerArgs {
     #[command(flatten)]
     api: ApiserverArgs,
-    /// Run without the node agent (the only mode until the kubelet lands).
+    /// Run without the node agent (no containerd, no kubelet: this machine is not a node).
     #[arg(long)]
     disable_agent: bool,
+    #[command(flatten)]
+    agent: crate::agent::AgentArgs,
     /// Do not run the controllers in this process (run `krust controller-manager`).
     #[arg(long)]
     disable_controllers: bool,
@@ -100,6 +104,7 @@ impl Cli {
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Scheduler(args) => crate::scheduler::run(args).await,
+            Command::Agent(args) => crate::agent::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
             Command::Images(ImagesCommand::Import { files, data_dir }) => {
                 let socket = krust_cri::containerd::Layout::new(
@@ -130,9 +135,6 @@ impl Cli {
 
 async fn server(args: ServerArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    if !args.disable_agent {
-        tracing::warn!("the node agent is not built yet: running as --disable-agent");
-    }
     let apiserver = apiserver::start(&args.api).await?;
     let kubeconfig = apiserver.kubeconfig.clone();
     // The controllers and the scheduler reach the apiserver like any client, through
@@ -149,6 +151,15 @@ async fn server(args: ServerArgs) -> Result<()> {
         let config = crate::scheduler::configuration(None)?;
         components.push(InProcess::spawn("scheduler", move |stop| async move {
             crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, stop).await
+        }));
+    }
+    if !args.disable_agent {
+        let (agent, kubeconfig) = (args.agent.clone(), kubeconfig.clone());
+        let data_dir = args.api.data_dir.clone();
+        // With node IPAM off, the one node takes the cluster range's first /24.
+        let fallback = args.controllers.cluster_cidr.subnet(24, 0);
+        components.push(InProcess::spawn("agent", move |stop| async move {
+            crate::agent::run_with_kubeconfig(&kubeconfig, &data_dir, &agent, fallback, stop).await
         }));
     }
     if args.sim_nodes > 0 {

@@ -2,6 +2,7 @@
 //! an embedded store; `krust controller-manager` runs the controllers alone; `krust
 //! kubeconfig` prints the admin kubeconfig.
 
+mod agent;
 mod apiserver;
 mod cli;
 mod controller_manager;

@@ -26,7 +26,11 @@ async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
         .arg(&tarball)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let listed = Command::new("ctr")
         .arg("--address")
         .arg(containerd.socket())

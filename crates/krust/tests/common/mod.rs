@@ -21,6 +21,8 @@ pub struct Server {
     command: &'static str,
     extra_args: Vec<String>,
     child: Option<Child>,
+    /// Runs the node agent (containerd and kubelet) too.
+    agent: bool,
 }
 
 fn free_port() -> u16 {
@@ -39,6 +41,22 @@ impl Server {
     /// of the API itself that count or watch objects.
     pub fn apiserver(extra_args: &[&str]) -> Server {
         Self::start_command("apiserver", extra_args, None)
+    }
+
+    /// `krust server` with its node agent: real containerd, runc and CNI. Each such
+    /// server needs its own `--cluster-cidr` (the pod networks share the host).
+    pub fn with_agent(extra_args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut s = Server {
+            dir,
+            command: "server",
+            port: free_port(),
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            child: None,
+            agent: true,
+        };
+        s.launch();
+        s
     }
 
     /// Starts a server with extra `krust server` flags.
@@ -64,6 +82,7 @@ impl Server {
             port: free_port(),
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             child: None,
+            agent: false,
         };
         s.launch();
         s
@@ -92,7 +111,7 @@ impl Server {
                 "127.0.0.1",
             ])
             // Only `krust server` has a node agent to turn off.
-            .args(if self.command == "server" {
+            .args(if self.command == "server" && !self.agent {
                 &["--disable-agent"][..]
             } else {
                 &[]
@@ -496,7 +515,12 @@ impl Drop for Etcd {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.kill();
+        if self.agent && self.child.is_some() {
+            // A clean stop, so that krust stops the containerd it started.
+            self.stop();
+        } else {
+            self.kill();
+        }
     }
 }
 

@@ -1,0 +1,130 @@
+//! `krust agent`: the node side — containerd (started as a child unless
+//! `--container-runtime-endpoint` names a CRI socket), the images krust builds itself
+//! (pause, busybox) plus every tarball in `<data-dir>/agent/images/`, and the kubelet.
+//! `krust server` runs the same in-process unless `--disable-agent`.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use krust_api::cidr::Ipv4Cidr;
+use krust_cri::containerd::{Containerd, Layout, default_dir};
+use krust_cri::image;
+
+/// What the agent needs besides a data dir and credentials.
+#[derive(Args, Clone, Debug)]
+pub struct AgentArgs {
+    /// This node's name (default: the hostname).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// The address other nodes reach this one on (default: the default route's source).
+    #[arg(long)]
+    node_ip: Option<Ipv4Addr>,
+    /// A CRI socket to use instead of starting containerd (e.g.
+    /// unix:///run/containerd/containerd.sock).
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// The cluster DNS service's address, given to ClusterFirst pods.
+    #[arg(long, default_value = "10.43.0.10")]
+    cluster_dns: Ipv4Addr,
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
+}
+
+#[derive(Args)]
+pub struct AgentCommand {
+    /// Kubeconfig of the apiserver.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
+    data_dir: PathBuf,
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+/// `krust agent`: runs until SIGTERM or Ctrl-C.
+pub async fn run(args: AgentCommand) -> Result<()> {
+    let yaml = std::fs::read_to_string(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    run_with_kubeconfig(
+        &yaml,
+        &args.data_dir,
+        &args.agent,
+        None,
+        crate::cli::shutdown_signal(),
+    )
+    .await
+}
+
+/// Runs the node agent against the apiserver of `kubeconfig` until `shutdown`;
+/// `fallback_pod_cidr` is used when node IPAM gives the node no range.
+pub async fn run_with_kubeconfig(
+    kubeconfig: &str,
+    data_dir: &Path,
+    args: &AgentArgs,
+    fallback_pod_cidr: Option<Ipv4Cidr>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let agent_dir = data_dir.join("agent");
+    let layout = Layout::new(default_dir(data_dir));
+    let (containerd, socket) = match &args.container_runtime_endpoint {
+        Some(endpoint) => (None, endpoint.clone()),
+        None => {
+            let c = Containerd::start(layout.clone(), image::PAUSE_IMAGE)
+                .await
+                .context("starting containerd")?;
+            let socket = c.socket().display().to_string();
+            (Some(c), socket)
+        }
+    };
+    if let Some(c) = &containerd {
+        image::import_builtin(&c.socket(), &agent_dir.join("builtin-images"))
+            .context("importing the built-in images")?;
+        import_dir(&c.socket(), &agent_dir.join("images"));
+    }
+    let runtime = krust_cri::Runtime::connect(&socket)
+        .await
+        .context("connecting to the container runtime")?;
+    let (client, _) = crate::controller_manager::client(kubeconfig).await?;
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "localhost".into());
+    let config = krust_kubelet::Config {
+        node_name: args.node_name.clone().unwrap_or(hostname),
+        node_ip: args.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip),
+        data_dir: agent_dir,
+        cluster_dns: args.cluster_dns,
+        cluster_domain: args.cluster_domain.clone(),
+        fallback_pod_cidr,
+        cni_conf_dir: layout.cni_conf_dir(),
+        bridge: krust_net::bridge_name(data_dir),
+    };
+    tokio::select! {
+        result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,
+        _ = shutdown => {}
+    }
+    // Containers keep running under their shims; only containerd itself stops.
+    if let Some(c) = containerd {
+        c.stop().await;
+    }
+    Ok(())
+}
+
+/// Imports every `*.tar` in `dir` (k3s's airgap images directory); failures are logged.
+fn import_dir(socket: &Path, dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "tar") {
+            match image::import(socket, &path) {
+                Ok(()) => tracing::info!(image = %path.display(), "image imported"),
+                Err(err) => {
+                    tracing::warn!(image = %path.display(), error = %err, "image import failed")
+                }
+            }
+        }
+    }
+}

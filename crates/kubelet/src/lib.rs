@@ -1,0 +1,93 @@
+//! krust's kubelet: registers this machine as a Node and runs the pods bound to it
+//! through CRI (containerd → runc).
+//!
+//! - [`machine`]: what the Node reports about the machine;
+//! - [`node`]: registration, the node Lease, status heartbeats;
+//! - [`pods`]: the pod watch, one worker per pod ([`pods::worker`]), the translation of
+//!   pod specs into CRI configs ([`pods::spec`]) and of runtime state into pod status
+//!   ([`pods::status`]).
+//!
+//! It talks only to the apiserver and the container runtime.
+
+pub mod machine;
+pub mod node;
+pub mod pods;
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use krust_api::cidr::Ipv4Cidr;
+use krust_cri::Runtime;
+use kube::Client;
+
+/// The version the Node reports (the API it implements).
+pub const KUBELET_VERSION: &str = "v1.33.0-krust";
+/// How long to wait for node IPAM to give the node a pod range before using the
+/// fallback.
+const POD_CIDR_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node_name: String,
+    pub node_ip: Ipv4Addr,
+    /// The agent's directory (pods' files, the CNI IPAM state).
+    pub data_dir: PathBuf,
+    pub cluster_dns: Ipv4Addr,
+    pub cluster_domain: String,
+    /// The pod range to use if node IPAM gives none (a single-node server).
+    pub fallback_pod_cidr: Option<Ipv4Cidr>,
+    /// Where containerd reads the CNI configuration.
+    pub cni_conf_dir: PathBuf,
+    /// The Linux bridge of the pod network.
+    pub bridge: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} {object}: {source}")]
+    Api {
+        action: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Runtime(#[from] krust_cri::Error),
+    #[error("writing the CNI configuration: {0}")]
+    Cni(#[source] std::io::Error),
+}
+
+impl Error {
+    pub(crate) fn api(action: &'static str, object: &str, source: kube::Error) -> Self {
+        Error::Api {
+            action,
+            object: object.to_string(),
+            source,
+        }
+    }
+}
+
+/// Registers the node, sets up its pod network and runs its pods until dropped.
+pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(), Error> {
+    let config = Arc::new(config);
+    let version = runtime.version().await?;
+    let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
+    let machine = machine::Machine::probe(&config.data_dir);
+    let status = node::status(&config, &machine, &runtime_version);
+    let node = node::register(&client, &config, &status).await?;
+    let cidr = node::pod_cidr(&client, &config, POD_CIDR_WAIT).await?;
+    krust_net::write_conflist(
+        &config.cni_conf_dir,
+        &config.bridge,
+        cidr,
+        &config.data_dir.join("ipam"),
+    )
+    .map_err(Error::Cni)?;
+    tracing::info!(node = config.node_name, %cidr, runtime = runtime_version, "kubelet running");
+    let heartbeats = node::heartbeats(client.clone(), config.clone(), node, status);
+    let pods = pods::run(client, runtime, config);
+    futures::join!(heartbeats, pods);
+    Ok(())
+}

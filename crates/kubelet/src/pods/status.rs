@@ -1,0 +1,285 @@
+//! A pod's status from what the runtime reports: phase, the conditions
+//! (PodReadyToStartContainers, Initialized, ContainersReady, Ready, PodScheduled),
+//! one container status per spec container (waiting / running / terminated, last
+//! state, restart count, ready, started, image ID, container ID), IPs, start time and
+//! QoS class.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::serde_json::{Value, json};
+use krust_cri::api::ContainerState;
+
+use super::spec::qos_class;
+
+/// The newest instance of one container, as the runtime reports it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Instance {
+    pub id: String,
+    pub attempt: u32,
+    pub state: i32,
+    /// Nanoseconds since the epoch.
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    pub image_ref: String,
+}
+
+impl Instance {
+    pub fn running(&self) -> bool {
+        self.state == ContainerState::ContainerRunning as i32
+    }
+
+    pub fn exited(&self) -> bool {
+        self.state == ContainerState::ContainerExited as i32
+    }
+
+    /// The `terminated` state object of an exited instance.
+    pub fn terminated(&self) -> Value {
+        let reason = if !self.reason.is_empty() {
+            self.reason.clone()
+        } else if self.exit_code == 0 {
+            "Completed".into()
+        } else {
+            "Error".into()
+        };
+        let mut t = json!({
+            "exitCode": self.exit_code, "reason": reason,
+            "startedAt": time(self.started_at), "finishedAt": time(self.finished_at),
+            "containerID": format!("containerd://{}", self.id),
+        });
+        if !self.message.is_empty() {
+            t["message"] = json!(self.message);
+        }
+        t
+    }
+}
+
+fn time(nanos: i64) -> Value {
+    if nanos <= 0 {
+        return Value::Null;
+    }
+    k8s_openapi::jiff::Timestamp::from_nanosecond(nanos as i128)
+        .map(|t| json!(t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()))
+        .unwrap_or(Value::Null)
+}
+
+/// What the pod worker knows about the pod's runtime state.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub sandbox_ready: bool,
+    pub pod_ip: Option<String>,
+    pub host_ip: String,
+    /// RFC 3339, when the kubelet first acted on the pod.
+    pub start_time: String,
+    /// Newest instance per container name.
+    pub containers: HashMap<String, Instance>,
+    /// Why a container is not running (ContainerCreating, ErrImagePull, ...).
+    pub waiting: HashMap<String, (String, String)>,
+    /// The previous instance's termination, per container name.
+    pub last_terminated: HashMap<String, Value>,
+}
+
+/// The pod's phase: Pending until every container has started once; Succeeded or
+/// Failed when all have stopped for good under the restart policy; else Running.
+fn phase(pod: &Pod, observed: &Observed) -> &'static str {
+    let spec = pod.spec.as_ref();
+    let names: Vec<&str> = spec
+        .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect())
+        .unwrap_or_default();
+    let instances: Vec<&Instance> = names
+        .iter()
+        .filter_map(|n| observed.containers.get(*n))
+        .collect();
+    if instances.len() < names.len() || !observed.sandbox_ready && instances.is_empty() {
+        return "Pending";
+    }
+    let policy = spec
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    let all_exited = instances.iter().all(|i| i.exited());
+    if all_exited && policy != "Always" {
+        let ok = instances.iter().all(|i| i.exit_code == 0);
+        if ok {
+            return "Succeeded";
+        }
+        if policy == "Never" {
+            return "Failed";
+        }
+    }
+    "Running"
+}
+
+/// The pod's status object.
+pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut all_ready = !spec.containers.is_empty();
+    let statuses: Vec<Value> = spec
+        .containers
+        .iter()
+        .map(|c| {
+            let image = c.image.clone().unwrap_or_default();
+            let instance = observed.containers.get(&c.name);
+            let running = instance.is_some_and(Instance::running);
+            all_ready &= running;
+            let state = match (instance, observed.waiting.get(&c.name)) {
+                (_, Some((reason, message))) if !running => {
+                    let mut w = json!({"reason": reason});
+                    if !message.is_empty() {
+                        w["message"] = json!(message);
+                    }
+                    json!({"waiting": w})
+                }
+                (Some(i), _) if i.running() => {
+                    json!({"running": {"startedAt": time(i.started_at)}})
+                }
+                (Some(i), _) if i.exited() => json!({"terminated": i.terminated()}),
+                _ => json!({"waiting": {"reason": "ContainerCreating"}}),
+            };
+            let mut status = json!({
+                "name": c.name, "image": image, "ready": running, "started": running,
+                "restartCount": instance.map_or(0, |i| i.attempt),
+                "state": state,
+                "imageID": instance.map(|i| i.image_ref.clone()).unwrap_or_default(),
+            });
+            if let Some(i) = instance {
+                status["containerID"] = json!(format!("containerd://{}", i.id));
+            }
+            status["lastState"] = match observed.last_terminated.get(&c.name) {
+                Some(t) => json!({"terminated": t}),
+                None => json!({}),
+            };
+            status
+        })
+        .collect();
+    let phase = phase(pod, observed);
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let condition = |t: &str, ok: bool, reason: Option<&str>| {
+        let mut c = json!({"type": t, "status": if ok { "True" } else { "False" },
+            "lastProbeTime": Value::Null, "lastTransitionTime": now});
+        if let Some(r) = reason.filter(|_| !ok) {
+            c["reason"] = json!(r);
+        }
+        c
+    };
+    let done = matches!(phase, "Succeeded" | "Failed");
+    let ready = all_ready && !done;
+    let mut status = json!({
+        "phase": phase,
+        "conditions": [
+            condition("PodReadyToStartContainers", observed.sandbox_ready, None),
+            condition("Initialized", true, None),
+            condition("ContainersReady", ready, Some(if done { "PodCompleted" } else { "ContainersNotReady" })),
+            condition("Ready", ready, Some(if done { "PodCompleted" } else { "ContainersNotReady" })),
+            condition("PodScheduled", true, None),
+        ],
+        "hostIP": observed.host_ip,
+        "hostIPs": [{"ip": observed.host_ip}],
+        "startTime": observed.start_time,
+        "containerStatuses": statuses,
+        "qosClass": qos_class(pod),
+    });
+    if let Some(ip) = observed.pod_ip.as_ref().filter(|ip| !ip.is_empty()) {
+        status["podIP"] = json!(ip);
+        status["podIPs"] = json!([{"ip": ip}]);
+    }
+    status
+}
+
+/// Two statuses that differ only in transition times say the same.
+pub fn same(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        for c in v["conditions"].as_array_mut().into_iter().flatten() {
+            c.as_object_mut().map(|m| m.remove("lastTransitionTime"));
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(policy: &str) -> Pod {
+        k8s_openapi::serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"restartPolicy": policy, "containers": [{"name": "a", "image": "busybox"}, {"name": "b", "image": "busybox"}]}
+        }))
+        .unwrap()
+    }
+
+    fn instance(state: ContainerState, exit: i32, attempt: u32) -> Instance {
+        Instance {
+            id: "id".into(),
+            attempt,
+            state: state as i32,
+            exit_code: exit,
+            ..Instance::default()
+        }
+    }
+
+    #[test]
+    fn phases_follow_containers_and_restart_policy() {
+        let mut o = Observed {
+            sandbox_ready: true,
+            ..Observed::default()
+        };
+        assert_eq!(phase(&pod("Always"), &o), "Pending");
+        o.containers
+            .insert("a".into(), instance(ContainerState::ContainerRunning, 0, 0));
+        assert_eq!(phase(&pod("Always"), &o), "Pending", "b has not started");
+        o.containers
+            .insert("b".into(), instance(ContainerState::ContainerExited, 0, 0));
+        assert_eq!(phase(&pod("Always"), &o), "Running");
+        o.containers
+            .insert("a".into(), instance(ContainerState::ContainerExited, 0, 0));
+        assert_eq!(phase(&pod("Never"), &o), "Succeeded");
+        o.containers
+            .insert("a".into(), instance(ContainerState::ContainerExited, 1, 0));
+        assert_eq!(phase(&pod("Never"), &o), "Failed");
+        assert_eq!(
+            phase(&pod("OnFailure"), &o),
+            "Running",
+            "it will be restarted"
+        );
+    }
+
+    #[test]
+    fn the_status_reports_readiness_and_container_states() {
+        let mut o = Observed {
+            sandbox_ready: true,
+            pod_ip: Some("10.42.0.5".into()),
+            host_ip: "192.168.1.2".into(),
+            ..Observed::default()
+        };
+        o.containers
+            .insert("a".into(), instance(ContainerState::ContainerRunning, 0, 2));
+        o.waiting.insert(
+            "b".into(),
+            ("CrashLoopBackOff".into(), "back-off 20s".into()),
+        );
+        let s = pod_status(&pod("Always"), &o);
+        assert_eq!(s["podIP"], "10.42.0.5");
+        assert_eq!(s["containerStatuses"][0]["restartCount"], 2);
+        assert_eq!(s["containerStatuses"][0]["ready"], true);
+        assert_eq!(
+            s["containerStatuses"][1]["state"]["waiting"]["reason"],
+            "CrashLoopBackOff"
+        );
+        let ready = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], "ContainersNotReady");
+        assert_eq!(s["qosClass"], "BestEffort");
+    }
+}

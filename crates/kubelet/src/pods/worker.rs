@@ -1,0 +1,587 @@
+//! One worker per pod: a level-triggered loop that brings the runtime in line with the
+//! pod — a sandbox, each container running (restarted under the restart policy with
+//! back-off 10 s doubling to 5 min, reset after 10 min of running) — and reports the
+//! status when it changes. The runtime is relisted every [`RESYNC`] (containerd 1.6
+//! has no CRI events), which is how exits are noticed. A pod being deleted has its
+//! containers stopped within its grace period, its sandbox removed, and is then
+//! deleted for good.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::serde_json::{Value, json};
+use krust_cri::Runtime;
+use krust_cri::api::{
+    ContainerFilter, CreateContainerRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
+    ListPodSandboxRequest, PodSandboxFilter, PodSandboxState, PodSandboxStatusRequest,
+    PullImageRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopContainerRequest, StopPodSandboxRequest,
+};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+
+use super::spec;
+use super::status::{Instance, Observed, pod_status, same};
+use crate::Config;
+
+/// How often the runtime is relisted for this pod.
+pub const RESYNC: Duration = Duration::from_secs(1);
+const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A container that ran this long starts its back-off afresh.
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+
+/// The restart (or image pull) back-off of one container.
+#[derive(Debug, Default)]
+struct Backoff {
+    delay: Option<Duration>,
+    until: Option<Instant>,
+}
+
+impl Backoff {
+    fn waiting(&self, now: Instant) -> Option<Duration> {
+        self.until.filter(|u| *u > now).map(|u| u - now)
+    }
+    /// Records a failure: the next try waits 10 s, then twice as long each time.
+    fn fail(&mut self, now: Instant) -> Duration {
+        let delay = self
+            .delay
+            .map_or(BACKOFF_INITIAL, |d| (d * 2).min(BACKOFF_MAX));
+        self.delay = Some(delay);
+        self.until = Some(now + delay);
+        delay
+    }
+}
+
+pub struct Worker {
+    client: Client,
+    runtime: Runtime,
+    config: Arc<Config>,
+    sandbox: Option<String>,
+    observed: Observed,
+    restarts: HashMap<String, Backoff>,
+    pulls: HashMap<String, Backoff>,
+    reported: Option<Value>,
+}
+
+/// The outcome of one pass.
+enum Pass {
+    Continue,
+    /// The pod is gone from the node and from the apiserver.
+    Finished,
+}
+
+impl Worker {
+    pub fn new(client: Client, runtime: Runtime, config: Arc<Config>) -> Self {
+        let observed = Observed {
+            host_ip: config.node_ip.to_string(),
+            start_time: k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string(),
+            ..Observed::default()
+        };
+        Worker {
+            client,
+            runtime,
+            config,
+            sandbox: None,
+            observed,
+            restarts: HashMap::new(),
+            pulls: HashMap::new(),
+            reported: None,
+        }
+    }
+
+    /// Runs until the pod is finished; `pods` carries the latest version of the pod
+    /// (`None` once it is gone from the apiserver).
+    pub async fn run(mut self, mut pods: watch::Receiver<Option<Arc<Pod>>>) {
+        loop {
+            let pod = pods.borrow_and_update().clone();
+            let pass = match pod {
+                Some(pod) => self.sync(&pod).await,
+                None => {
+                    self.tear_down(None, 0).await;
+                    Pass::Finished
+                }
+            };
+            if matches!(pass, Pass::Finished) {
+                return;
+            }
+            let _ = tokio::time::timeout(RESYNC, pods.changed()).await;
+        }
+    }
+
+    async fn sync(&mut self, pod: &Pod) -> Pass {
+        if pod.metadata.deletion_timestamp.is_some() {
+            let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30);
+            self.tear_down(Some(pod), grace).await;
+            self.delete_for_good(pod).await;
+            return Pass::Finished;
+        }
+        if let Err(err) = self.ensure_sandbox(pod).await {
+            tracing::warn!(pod = %pod.name_any(), error = %err, "creating the pod sandbox failed");
+            for c in &pod
+                .spec
+                .as_ref()
+                .map(|s| s.containers.clone())
+                .unwrap_or_default()
+            {
+                self.observed
+                    .waiting
+                    .insert(c.name.clone(), ("ContainerCreating".into(), String::new()));
+            }
+        } else {
+            self.sync_containers(pod).await;
+        }
+        self.report(pod).await;
+        Pass::Continue
+    }
+
+    /// Finds this pod's ready sandbox (after a kubelet restart) or runs a new one.
+    async fn ensure_sandbox(&mut self, pod: &Pod) -> Result<(), tonic::Status> {
+        let uid = pod.uid().unwrap_or_default();
+        let mut rt = self.runtime.runtime.clone();
+        if self.sandbox.is_none() {
+            let listed = rt
+                .list_pod_sandbox(ListPodSandboxRequest {
+                    filter: Some(PodSandboxFilter {
+                        label_selector: HashMap::from([(spec::POD_UID.to_string(), uid.clone())]),
+                        ..PodSandboxFilter::default()
+                    }),
+                })
+                .await?
+                .into_inner()
+                .items;
+            self.sandbox = listed
+                .into_iter()
+                .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
+                .max_by_key(|s| s.created_at)
+                .map(|s| s.id);
+        }
+        let id = match &self.sandbox {
+            Some(id) => id.clone(),
+            None => {
+                let config = spec::sandbox_config(&self.config, pod, 0);
+                let id = rt
+                    .run_pod_sandbox(RunPodSandboxRequest {
+                        config: Some(config),
+                        runtime_handler: String::new(),
+                    })
+                    .await?
+                    .into_inner()
+                    .pod_sandbox_id;
+                tracing::info!(pod = %pod.name_any(), sandbox = %id, "sandbox started");
+                self.sandbox = Some(id.clone());
+                id
+            }
+        };
+        let status = rt
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id,
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status;
+        let ready = status
+            .as_ref()
+            .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32);
+        self.observed.sandbox_ready = ready;
+        self.observed.pod_ip = if spec::host_network(pod) {
+            Some(self.config.node_ip.to_string())
+        } else {
+            status
+                .and_then(|s| s.network)
+                .map(|n| n.ip)
+                .filter(|ip| !ip.is_empty())
+        };
+        if !ready {
+            // Gone or stopped underneath us: start over with a new one next pass.
+            self.sandbox = None;
+        }
+        Ok(())
+    }
+
+    /// The newest instance of each container in the sandbox.
+    async fn instances(&self) -> Result<HashMap<String, Instance>, tonic::Status> {
+        let Some(sandbox) = &self.sandbox else {
+            return Ok(HashMap::new());
+        };
+        let mut rt = self.runtime.runtime.clone();
+        let listed = rt
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    pod_sandbox_id: sandbox.clone(),
+                    ..ContainerFilter::default()
+                }),
+            })
+            .await?
+            .into_inner()
+            .containers;
+        let mut newest: HashMap<String, Instance> = HashMap::new();
+        for c in listed {
+            let Some(meta) = c.metadata else { continue };
+            if newest
+                .get(&meta.name)
+                .is_some_and(|i| i.attempt >= meta.attempt)
+            {
+                continue;
+            }
+            let status = rt
+                .container_status(krust_cri::api::ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: false,
+                })
+                .await?
+                .into_inner()
+                .status
+                .unwrap_or_default();
+            newest.insert(
+                meta.name,
+                Instance {
+                    id: c.id,
+                    attempt: meta.attempt,
+                    state: status.state,
+                    started_at: status.started_at,
+                    finished_at: status.finished_at,
+                    exit_code: status.exit_code,
+                    reason: status.reason,
+                    message: status.message,
+                    image_ref: status.image_ref,
+                },
+            );
+        }
+        Ok(newest)
+    }
+
+    async fn sync_containers(&mut self, pod: &Pod) {
+        let instances = match self.instances().await {
+            Ok(i) => i,
+            Err(err) => {
+                tracing::warn!(pod = %pod.name_any(), error = %err, "listing containers failed");
+                return;
+            }
+        };
+        let spec = pod.spec.clone().unwrap_or_default();
+        let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+        let now = Instant::now();
+        for container in &spec.containers {
+            let name = container.name.clone();
+            let current = instances.get(&name).cloned();
+            let next_attempt = match &current {
+                None => Some(0),
+                Some(i) if i.running() => {
+                    // Ran long enough: the next crash starts the back-off afresh.
+                    let started =
+                        std::time::UNIX_EPOCH + Duration::from_nanos(i.started_at.max(0) as u64);
+                    if std::time::SystemTime::now()
+                        .duration_since(started)
+                        .is_ok_and(|d| d > BACKOFF_RESET)
+                    {
+                        self.restarts.remove(&name);
+                    }
+                    None
+                }
+                Some(i) if i.exited() => {
+                    let restart = match policy {
+                        "Never" => false,
+                        "OnFailure" => i.exit_code != 0,
+                        _ => true,
+                    };
+                    restart.then_some(i.attempt + 1)
+                }
+                Some(_) => None,
+            };
+            if let Some(current) = &current {
+                self.observed
+                    .containers
+                    .insert(name.clone(), current.clone());
+            }
+            let Some(attempt) = next_attempt else {
+                self.observed.waiting.remove(&name);
+                continue;
+            };
+            if let Some(previous) = &current {
+                let backoff = self.restarts.entry(name.clone()).or_default();
+                if let Some(left) = backoff.waiting(now) {
+                    self.observed.waiting.insert(
+                        name.clone(),
+                        (
+                            "CrashLoopBackOff".into(),
+                            format!(
+                                "back-off {} restarting failed container={name} pod={}_{}({})",
+                                fmt_secs(backoff.delay.unwrap_or(left)),
+                                pod.name_any(),
+                                pod.namespace().unwrap_or_default(),
+                                pod.uid().unwrap_or_default()
+                            ),
+                        ),
+                    );
+                    continue;
+                }
+                self.observed
+                    .last_terminated
+                    .insert(name.clone(), previous.terminated());
+            }
+            match self.start_container(pod, container, attempt).await {
+                Ok(()) => {
+                    self.observed.waiting.remove(&name);
+                    if current.is_some() {
+                        // The next exit waits: 10 s, then doubling.
+                        self.restarts.entry(name.clone()).or_default().fail(now);
+                    }
+                }
+                Err(waiting) => {
+                    self.observed.waiting.insert(name.clone(), waiting);
+                }
+            }
+        }
+        // Report the instances started just now on the next pass.
+        if let Ok(fresh) = self.instances().await {
+            self.observed.containers.extend(fresh);
+        }
+    }
+
+    /// Makes sure the image is there (as its pull policy says), then creates and starts
+    /// one container; on failure returns the waiting reason and message.
+    async fn start_container(
+        &mut self,
+        pod: &Pod,
+        container: &Container,
+        attempt: u32,
+    ) -> Result<(), (String, String)> {
+        self.ensure_image(container).await?;
+        let sandbox = self.sandbox.clone().unwrap_or_default();
+        let ip = self.observed.pod_ip.clone().unwrap_or_default();
+        let hosts = spec::write_hosts(&self.config, pod, &ip)
+            .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?;
+        let config = spec::container_config(pod, container, attempt, &hosts);
+        let mut rt = self.runtime.runtime.clone();
+        let created = rt
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: sandbox,
+                config: Some(config),
+                sandbox_config: Some(spec::sandbox_config(&self.config, pod, 0)),
+            })
+            .await
+            .map_err(|e| ("CreateContainerError".to_string(), e.message().to_string()))?
+            .into_inner()
+            .container_id;
+        rt.start_container(StartContainerRequest {
+            container_id: created.clone(),
+        })
+        .await
+        .map_err(|e| ("RunContainerError".to_string(), e.message().to_string()))?;
+        tracing::info!(pod = %pod.name_any(), container = %container.name, attempt, "container started");
+        Ok(())
+    }
+
+    /// `IfNotPresent` (the default for tagged images), `Always` (the default for
+    /// `:latest` and untagged) and `Never`, decided here: containerd's PullImage would
+    /// contact the registry even for an image it has.
+    async fn ensure_image(&mut self, container: &Container) -> Result<(), (String, String)> {
+        let image = container.image.clone().unwrap_or_default();
+        let tagged = image
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains(':'))
+            || image.contains('@');
+        let latest = !tagged || image.ends_with(":latest");
+        let policy = container
+            .image_pull_policy
+            .clone()
+            .unwrap_or_else(|| if latest { "Always" } else { "IfNotPresent" }.into());
+        let spec = ImageSpec {
+            image: image.clone(),
+            ..ImageSpec::default()
+        };
+        let mut images = self.runtime.images.clone();
+        let present = images
+            .image_status(ImageStatusRequest {
+                image: Some(spec.clone()),
+                verbose: false,
+            })
+            .await
+            .map(|r| r.into_inner().image.is_some())
+            .unwrap_or(false);
+        match policy.as_str() {
+            "Never" if present => return Ok(()),
+            "Never" => {
+                return Err((
+                    "ErrImageNeverPull".into(),
+                    format!("Container image \"{image}\" is not present with pull policy of Never"),
+                ));
+            }
+            "IfNotPresent" if present => return Ok(()),
+            _ => {}
+        }
+        let now = Instant::now();
+        let backoff = self.pulls.entry(image.clone()).or_default();
+        if backoff.waiting(now).is_some() {
+            return Err((
+                "ImagePullBackOff".into(),
+                format!("Back-off pulling image \"{image}\""),
+            ));
+        }
+        match images
+            .pull_image(PullImageRequest {
+                image: Some(spec),
+                ..PullImageRequest::default()
+            })
+            .await
+        {
+            Ok(_) => {
+                self.pulls.remove(&image);
+                Ok(())
+            }
+            // `Always` with the image already here: a registry we cannot reach does not
+            // stop the container (upstream would fail; offline machines need this).
+            Err(_) if present => Ok(()),
+            Err(err) => {
+                backoff.fail(now);
+                Err((
+                    "ErrImagePull".into(),
+                    format!("failed to pull image \"{image}\": {}", err.message()),
+                ))
+            }
+        }
+    }
+
+    /// Stops every container (SIGTERM, SIGKILL after `grace` seconds) and removes the
+    /// sandbox. With `pod` unknown (deleted outright), finds the sandboxes by UID label.
+    async fn tear_down(&mut self, pod: Option<&Pod>, grace: i64) {
+        let mut rt = self.runtime.runtime.clone();
+        let mut sandboxes: Vec<String> = self.sandbox.iter().cloned().collect();
+        if let Some(uid) = pod.and_then(|p| p.uid()) {
+            let listed = rt
+                .list_pod_sandbox(ListPodSandboxRequest {
+                    filter: Some(PodSandboxFilter {
+                        label_selector: HashMap::from([(spec::POD_UID.to_string(), uid)]),
+                        ..PodSandboxFilter::default()
+                    }),
+                })
+                .await
+                .map(|r| r.into_inner().items)
+                .unwrap_or_default();
+            sandboxes.extend(listed.into_iter().map(|s| s.id));
+        }
+        sandboxes.sort();
+        sandboxes.dedup();
+        for sandbox in sandboxes {
+            let containers = rt
+                .list_containers(ListContainersRequest {
+                    filter: Some(ContainerFilter {
+                        pod_sandbox_id: sandbox.clone(),
+                        ..ContainerFilter::default()
+                    }),
+                })
+                .await
+                .map(|r| r.into_inner().containers)
+                .unwrap_or_default();
+            let stops = containers.into_iter().map(|c| {
+                let mut rt = rt.clone();
+                async move {
+                    let _ = rt
+                        .stop_container(StopContainerRequest {
+                            container_id: c.id,
+                            timeout: grace,
+                        })
+                        .await;
+                }
+            });
+            futures::future::join_all(stops).await;
+            let _ = rt
+                .stop_pod_sandbox(StopPodSandboxRequest {
+                    pod_sandbox_id: sandbox.clone(),
+                })
+                .await;
+            if let Err(err) = rt
+                .remove_pod_sandbox(RemovePodSandboxRequest {
+                    pod_sandbox_id: sandbox.clone(),
+                })
+                .await
+            {
+                tracing::warn!(%sandbox, error = %err, "removing the pod sandbox failed");
+            }
+        }
+        self.sandbox = None;
+        if let Some(pod) = pod {
+            let _ = std::fs::remove_dir_all(spec::pod_dir(&self.config, pod));
+        }
+    }
+
+    /// The containers are gone: the pod object can go (grace period 0).
+    async fn delete_for_good(&self, pod: &Pod) {
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pod.name_any(), &params).await {
+            Ok(_) => tracing::info!(pod = %pod.name_any(), "pod terminated"),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(err) => {
+                tracing::warn!(pod = %pod.name_any(), error = %err, "deleting the terminated pod failed")
+            }
+        }
+    }
+
+    /// Writes the status if it says something new.
+    async fn report(&mut self, pod: &Pod) {
+        let status = pod_status(pod, &self.observed);
+        if self.reported.as_ref().is_some_and(|r| same(r, &status)) {
+            return;
+        }
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        match api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(_) => self.reported = Some(status),
+            Err(err) => {
+                tracing::warn!(pod = %pod.name_any(), error = %err, "reporting pod status failed")
+            }
+        }
+    }
+}
+
+fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 && s.is_multiple_of(60) {
+        format!("{}m0s", s / 60)
+    } else if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_off_doubles_from_ten_seconds_to_five_minutes() {
+        let mut b = Backoff::default();
+        let now = Instant::now();
+        let delays: Vec<u64> = (0..7).map(|_| b.fail(now).as_secs()).collect();
+        assert_eq!(delays, vec![10, 20, 40, 80, 160, 300, 300]);
+        assert!(b.waiting(now).is_some());
+        assert!(b.waiting(now + BACKOFF_MAX).is_none());
+        assert_eq!(fmt_secs(Duration::from_secs(20)), "20s");
+        assert_eq!(fmt_secs(Duration::from_secs(300)), "5m0s");
+    }
+}
