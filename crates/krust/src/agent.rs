@@ -98,7 +98,6 @@ pub async fn run_with_kubeconfig(
         cluster_domain: args.cluster_domain.clone(),
         fallback_pod_cidr,
         cni_conf_dir: layout.cni_conf_dir(),
-        bridge: krust_net::bridge_name(data_dir),
     };
     tokio::select! {
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,

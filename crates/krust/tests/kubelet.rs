@@ -124,3 +124,106 @@ fn pods_run_on_the_local_node_through_containerd() {
         started.elapsed()
     );
 }
+
+fn curl(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-s", "-f", "--max-time", "2", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[test]
+fn config_maps_secrets_and_the_downward_api_reach_containers_and_follow_updates() {
+    let s = Server::with_agent(&["--cluster-cidr=10.62.0.0/16"]);
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "site"},
+            "data": {"greeting": "hello", "color": "blue"}}),
+    );
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+            "stringData": {"password": "s3cret"}}),
+    );
+    let script = "echo \"$FROM_CM|$FROM_SECRET|$POD_NAME|$CM_color|$MEM\" > /tmp/env && exec httpd -f -p 8080 -h /";
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "labels": {"tier": "web"}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", script],
+                    "resources": {"limits": {"memory": "64Mi"}},
+                    "env": [
+                        {"name": "FROM_CM", "valueFrom": {"configMapKeyRef": {"name": "site", "key": "greeting"}}},
+                        {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}],
+                    "envFrom": [{"prefix": "CM_", "configMapRef": {"name": "site"}}],
+                    "volumeMounts": [
+                        {"name": "cfg", "mountPath": "/cfg"},
+                        {"name": "sec", "mountPath": "/sec"},
+                        {"name": "info", "mountPath": "/info"},
+                        {"name": "scratch", "mountPath": "/scratch"}]}],
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "site", "items": [{"key": "greeting", "path": "greeting"}]}},
+                    {"name": "sec", "secret": {"secretName": "creds", "defaultMode": 256}},
+                    {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                    {"name": "scratch", "emptyDir": {}}]}}),
+    );
+    s.ok(&["wait", "--for=condition=Ready", "pod/app", "--timeout=60s"]);
+    let pod = s.get_json(&["pod", "app"]);
+    let ip = pod["status"]["podIP"].as_str().unwrap().to_string();
+    let get = |path: &str| wait_for(path, DEADLINE, || curl(&format!("http://{ip}:8080{path}")));
+    assert_eq!(get("/tmp/env"), "hello|s3cret|app|blue|64");
+    assert_eq!(get("/cfg/greeting"), "hello");
+    assert_eq!(get("/sec/password"), "s3cret");
+    assert_eq!(get("/info/labels"), "tier=\"web\"");
+    // Only the selected item is in the configMap volume.
+    assert_eq!(curl(&format!("http://{ip}:8080/cfg/color")), None);
+
+    // The memory limit is the container's cgroup limit.
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let cid = pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let limit = std::fs::read_to_string(format!(
+        "/sys/fs/cgroup/memory/kubepods/burstable/pod{uid}/{cid}/memory.limit_in_bytes"
+    ))
+    .expect("the container's memory cgroup");
+    assert_eq!(limit.trim(), (64u64 << 20).to_string());
+
+    // A changed ConfigMap reaches the running container's volume.
+    s.ok(&[
+        "patch",
+        "configmap",
+        "site",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"updated"}}"#,
+    ]);
+    wait_for("the updated file", DEADLINE, || {
+        (curl(&format!("http://{ip}:8080/cfg/greeting")).as_deref() == Some("updated"))
+            .then_some(())
+    });
+
+    // A missing key is a CreateContainerConfigError.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "broken"},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"],
+                "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "site", "key": "nope"}}}]}]}}),
+    );
+    let waiting = wait_for("CreateContainerConfigError", DEADLINE, || {
+        let w = container_status(&s, "broken")["state"]["waiting"].clone();
+        (w["reason"] == "CreateContainerConfigError").then_some(w)
+    });
+    assert_eq!(
+        waiting["message"],
+        "couldn't find key nope in ConfigMap default/site"
+    );
+    s.ok(&["delete", "pod", "app", "broken", "--timeout=60s"]);
+}

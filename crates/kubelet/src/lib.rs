@@ -40,8 +40,6 @@ pub struct Config {
     pub fallback_pod_cidr: Option<Ipv4Cidr>,
     /// Where containerd reads the CNI configuration.
     pub cni_conf_dir: PathBuf,
-    /// The Linux bridge of the pod network.
-    pub bridge: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +78,7 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     let cidr = node::pod_cidr(&client, &config, POD_CIDR_WAIT).await?;
     krust_net::write_conflist(
         &config.cni_conf_dir,
-        &config.bridge,
+        &krust_net::bridge_name(cidr),
         cidr,
         &config.data_dir.join("ipam"),
     )

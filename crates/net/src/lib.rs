@@ -55,13 +55,14 @@ pub fn write_conflist(
     Ok(path)
 }
 
-/// A bridge name for a data dir: `krust` and six hex digits of a hash of the path, so
-/// several nodes on one machine (one per data dir) never share a bridge. Linux bridge
-/// names have at most 15 characters.
-pub fn bridge_name(data_dir: &Path) -> String {
+/// The bridge of a pod range: `krust` and six hex digits of a hash of the range, so
+/// that nodes sharing one network namespace (tests, several agents on one machine
+/// without netns) never share a bridge, while a restarted node finds its own again.
+/// Linux bridge names have at most 15 characters.
+pub fn bridge_name(pod_cidr: Ipv4Cidr) -> String {
     let mut h: u32 = 0x811c_9dc5;
-    for b in data_dir.as_os_str().as_encoded_bytes() {
-        h = (h ^ *b as u32).wrapping_mul(0x0100_0193);
+    for b in pod_cidr.to_string().bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
     }
     format!("krust{:06x}", h & 0xff_ffff)
 }
@@ -86,11 +87,11 @@ mod tests {
     }
 
     #[test]
-    fn bridge_names_fit_and_differ_per_data_dir() {
-        let a = bridge_name(Path::new("/var/lib/krust"));
-        let b = bridge_name(Path::new("/tmp/x/data"));
+    fn bridge_names_fit_and_differ_per_range() {
+        let a = bridge_name("10.42.0.0/24".parse().unwrap());
+        let b = bridge_name("10.42.1.0/24".parse().unwrap());
         assert!(a.len() <= 15 && b.len() <= 15);
         assert_ne!(a, b);
-        assert_eq!(a, bridge_name(Path::new("/var/lib/krust")));
+        assert_eq!(a, bridge_name("10.42.0.0/24".parse().unwrap()));
     }
 }

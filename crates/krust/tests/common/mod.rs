@@ -521,6 +521,46 @@ impl Drop for Server {
         } else {
             self.kill();
         }
+        if self.agent {
+            reap_node(&self.data_dir());
+        }
+    }
+}
+
+/// Ends whatever a test node left running under `data_dir` (containers whose pods a
+/// failed test never deleted, their shims, mounts), so that no test leaks processes
+/// or keeps its temp dir from being removed.
+fn reap_node(data_dir: &Path) {
+    let containerd = data_dir.join("agent/containerd");
+    let runc_root = containerd.join("runc/k8s.io");
+    let ids = Command::new("runc")
+        .arg("--root")
+        .arg(&runc_root)
+        .args(["list", "-q"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for id in ids.lines().filter(|l| !l.is_empty()) {
+        let _ = Command::new("runc")
+            .arg("--root")
+            .arg(&runc_root)
+            .args(["delete", "--force", id])
+            .status();
+    }
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f"])
+        .arg(containerd.display().to_string())
+        .status();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let prefix = data_dir.display().to_string();
+    let mut targets: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|t| t.starts_with(&prefix))
+        .collect();
+    targets.sort_by_key(|t| std::cmp::Reverse(t.len()));
+    for t in targets {
+        let _ = Command::new("umount").args(["-l", t]).status();
     }
 }
 

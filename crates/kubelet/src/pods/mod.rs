@@ -1,8 +1,10 @@
 //! The pods of this node: one watch (`spec.nodeName=<node>`), one [`worker::Worker`]
 //! per pod UID, fed the latest version of its pod.
 
+pub mod env;
 pub mod spec;
 pub mod status;
+pub mod volumes;
 pub mod worker;
 
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! From a pod spec to what CRI runs: the sandbox config (hostname, DNS, port mappings,
 //! cgroup parent by QoS class, host network) and each container's config (image,
-//! command and args with `$(VAR)` expansion, env, working dir, resources, the per-pod
-//! /etc/hosts, log path).
+//! command and args with `$(VAR)` expansion, its environment and volume mounts, working
+//! dir, resources, the per-pod /etc/hosts, log path).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -255,7 +255,7 @@ pub fn expand(s: &str, env: &HashMap<String, String>) -> String {
     out
 }
 
-fn quantity_millis(q: &Quantity) -> Option<i64> {
+pub(crate) fn quantity_millis(q: &Quantity) -> Option<i64> {
     let s = q.0.as_str();
     if let Some(m) = s.strip_suffix('m') {
         return m.parse().ok();
@@ -263,7 +263,7 @@ fn quantity_millis(q: &Quantity) -> Option<i64> {
     s.parse::<f64>().ok().map(|v| (v * 1000.0).ceil() as i64)
 }
 
-fn quantity_bytes(q: &Quantity) -> Option<i64> {
+pub(crate) fn quantity_bytes(q: &Quantity) -> Option<i64> {
     let s = q.0.as_str();
     let units: [(&str, i64); 8] = [
         ("Ki", 1 << 10),
@@ -308,27 +308,16 @@ fn resources(container: &Container) -> LinuxContainerResources {
     out
 }
 
-/// The environment of a container: plain values, in order, each able to refer to the
-/// ones before it.
-pub fn environment(container: &Container) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = Vec::new();
-    let mut known: HashMap<String, String> = HashMap::new();
-    for var in container.env.iter().flatten() {
-        let Some(value) = &var.value else { continue };
-        let value = expand(value, &known);
-        known.insert(var.name.clone(), value.clone());
-        env.push((var.name.clone(), value));
-    }
-    env
-}
-
+/// The CRI config of one container, given its resolved environment and the mounts of
+/// its volumes.
 pub fn container_config(
     pod: &Pod,
     container: &Container,
     attempt: u32,
+    env: Vec<(String, String)>,
+    mut mounts: Vec<Mount>,
     hosts_file: &Path,
 ) -> ContainerConfig {
-    let env = environment(container);
     let known: HashMap<String, String> = env.iter().cloned().collect();
     let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
         v.iter().flatten().map(|a| expand(a, &known)).collect()
@@ -351,14 +340,15 @@ pub fn container_config(
             .into_iter()
             .map(|(key, value)| KeyValue { key, value })
             .collect(),
-        mounts: if host_network(pod) {
-            Vec::new()
-        } else {
-            vec![Mount {
-                container_path: "/etc/hosts".into(),
-                host_path: hosts_file.display().to_string(),
-                ..Mount::default()
-            }]
+        mounts: {
+            if !host_network(pod) {
+                mounts.push(Mount {
+                    container_path: "/etc/hosts".into(),
+                    host_path: hosts_file.display().to_string(),
+                    ..Mount::default()
+                });
+            }
+            mounts
         },
         log_path: format!("{}/{attempt}.log", container.name),
         labels,
@@ -418,7 +408,11 @@ mod tests {
             "command": ["sh", "-c", "echo $(GREETING)"],
             "env": [{"name": "WHO", "value": "world"}, {"name": "GREETING", "value": "hello $(WHO)"}]}]}));
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let cfg = container_config(&p, c, 2, Path::new("/x/hosts"));
+        let env = vec![
+            ("WHO".to_string(), "world".to_string()),
+            ("GREETING".to_string(), "hello world".to_string()),
+        ];
+        let cfg = container_config(&p, c, 2, env, Vec::new(), Path::new("/x/hosts"));
         assert_eq!(cfg.command, vec!["sh", "-c", "echo hello world"]);
         assert_eq!(cfg.log_path, "c/2.log");
         assert_eq!(cfg.labels[CONTAINER_NAME], "c");

@@ -7,6 +7,7 @@
 //! deleted for good.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,8 +24,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
-use super::spec;
+use super::env::{self, ConfigError, Sources};
 use super::status::{Instance, Observed, pod_status, same};
+use super::{spec, volumes};
 use crate::Config;
 
 /// How often the runtime is relisted for this pod.
@@ -33,6 +35,8 @@ const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long starts its back-off afresh.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
+/// How often configMap, secret and downwardAPI volumes are brought up to date.
+const VOLUME_REFRESH: Duration = Duration::from_secs(10);
 
 /// The restart (or image pull) back-off of one container.
 #[derive(Debug, Default)]
@@ -65,6 +69,8 @@ pub struct Worker {
     restarts: HashMap<String, Backoff>,
     pulls: HashMap<String, Backoff>,
     reported: Option<Value>,
+    /// Host paths of the pod's volumes, once they exist, and when they were written.
+    volumes: Option<(HashMap<String, PathBuf>, Instant)>,
 }
 
 /// The outcome of one pass.
@@ -92,6 +98,7 @@ impl Worker {
             restarts: HashMap::new(),
             pulls: HashMap::new(),
             reported: None,
+            volumes: None,
         }
     }
 
@@ -133,11 +140,49 @@ impl Worker {
                     .waiting
                     .insert(c.name.clone(), ("ContainerCreating".into(), String::new()));
             }
-        } else {
+        } else if self.sync_volumes(pod).await {
             self.sync_containers(pod).await;
         }
         self.report(pod).await;
         Pass::Continue
+    }
+
+    /// Makes the pod's volumes exist (and content volumes current every
+    /// [`VOLUME_REFRESH`]); false while they cannot be set up.
+    async fn sync_volumes(&mut self, pod: &Pod) -> bool {
+        let due = match &self.volumes {
+            None => true,
+            Some((_, at)) => volumes::has_content(pod) && at.elapsed() >= VOLUME_REFRESH,
+        };
+        if !due {
+            return true;
+        }
+        let sources = Sources {
+            client: &self.client,
+            namespace: pod.namespace().unwrap_or_default(),
+        };
+        let pod_ip = self.observed.pod_ip.clone().unwrap_or_default();
+        let dir = spec::pod_dir(&self.config, pod);
+        match volumes::prepare(&sources, &dir, pod, &pod_ip, &self.observed.host_ip).await {
+            Ok(paths) => {
+                self.volumes = Some((paths, Instant::now()));
+                true
+            }
+            Err(ConfigError(message)) => {
+                tracing::warn!(pod = %pod.name_any(), %message, "volumes not ready");
+                if self.volumes.is_some() {
+                    // Already running: keep the last content, try again later.
+                    return true;
+                }
+                for c in pod.spec.iter().flat_map(|s| &s.containers) {
+                    self.observed.waiting.insert(
+                        c.name.clone(),
+                        ("ContainerCreating".into(), message.clone()),
+                    );
+                }
+                false
+            }
+        }
     }
 
     /// Finds this pod's ready sandbox (after a kubelet restart) or runs a new one.
@@ -358,7 +403,20 @@ impl Worker {
         let ip = self.observed.pod_ip.clone().unwrap_or_default();
         let hosts = spec::write_hosts(&self.config, pod, &ip)
             .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?;
-        let config = spec::container_config(pod, container, attempt, &hosts);
+        let sources = Sources {
+            client: &self.client,
+            namespace: pod.namespace().unwrap_or_default(),
+        };
+        let env = env::environment(&sources, pod, container, &ip, &self.observed.host_ip)
+            .await
+            .map_err(|ConfigError(m)| ("CreateContainerConfigError".to_string(), m))?;
+        let paths = self
+            .volumes
+            .as_ref()
+            .map(|(p, _)| p.clone())
+            .unwrap_or_default();
+        let mounts = volumes::mounts(pod, container.volume_mounts.as_ref(), &paths);
+        let config = spec::container_config(pod, container, attempt, env, mounts, &hosts);
         let mut rt = self.runtime.runtime.clone();
         let created = rt
             .create_container(CreateContainerRequest {
@@ -509,8 +567,11 @@ impl Worker {
         }
         self.sandbox = None;
         if let Some(pod) = pod {
-            let _ = std::fs::remove_dir_all(spec::pod_dir(&self.config, pod));
+            let dir = spec::pod_dir(&self.config, pod);
+            volumes::unmount_all(&dir);
+            let _ = std::fs::remove_dir_all(dir);
         }
+        self.volumes = None;
     }
 
     /// The containers are gone: the pod object can go (grace period 0).
