@@ -227,3 +227,70 @@ fn config_maps_secrets_and_the_downward_api_reach_containers_and_follow_updates(
     );
     s.ok(&["delete", "pod", "app", "broken", "--timeout=60s"]);
 }
+
+fn ready(s: &Server, pod: &str) -> bool {
+    s.get_json(&["pod", pod])["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+#[test]
+fn probes_gate_readiness_and_restart_unhealthy_containers() {
+    let s = Server::with_agent(&["--cluster-cidr=10.63.0.0/16"]);
+    let probe = |spec: Value| {
+        let mut p = json!({"periodSeconds": 1, "failureThreshold": 1});
+        for (k, v) in spec.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        p
+    };
+    // Ready only once the file the readiness probe looks for exists (after ~3 s).
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "slow"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", "sleep 3; touch /tmp/ready; exec sleep 3600"],
+                "readinessProbe": probe(json!({"exec": {"command": ["test", "-f", "/tmp/ready"]}}))}]}}),
+    );
+    // Served over HTTP and TCP: ready and alive.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", "mkdir /www && echo ok > /www/healthz && exec httpd -f -p 8080 -h /www"],
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": probe(json!({"httpGet": {"path": "/healthz", "port": "http"}})),
+                "livenessProbe": probe(json!({"tcpSocket": {"port": 8080}}))}]}}),
+    );
+    // Healthy for 2 s, then its liveness probe fails and it is restarted.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sick"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", "touch /tmp/alive; sleep 2; rm /tmp/alive; exec sleep 3600"],
+                "livenessProbe": probe(json!({"exec": {"command": ["test", "-f", "/tmp/alive"]}}))}]}}),
+    );
+    wait_for("slow running", DEADLINE, || {
+        (container_status(&s, "slow")["state"]["running"].is_object()).then_some(())
+    });
+    assert!(!ready(&s, "slow"), "ready before its probe passed");
+    assert_eq!(container_status(&s, "slow")["ready"], false);
+    wait_for("slow ready", DEADLINE, || ready(&s, "slow").then_some(()));
+    wait_for("web ready", DEADLINE, || ready(&s, "web").then_some(()));
+    let restarts = wait_for("sick restarted", DEADLINE, || {
+        let n = container_status(&s, "sick")["restartCount"]
+            .as_i64()
+            .unwrap_or(0);
+        (n >= 1).then_some(n)
+    });
+    assert!(restarts >= 1);
+    assert_eq!(
+        container_status(&s, "web")["restartCount"],
+        0,
+        "a passing liveness probe restarts nothing"
+    );
+    s.ok(&["delete", "pod", "slow", "web", "sick", "--timeout=60s"]);
+}

@@ -2,6 +2,7 @@
 //! per pod UID, fed the latest version of its pod.
 
 pub mod env;
+pub mod probe;
 pub mod spec;
 pub mod status;
 pub mod volumes;

@@ -80,6 +80,9 @@ pub struct Observed {
     pub waiting: HashMap<String, (String, String)>,
     /// The previous instance's termination, per container name.
     pub last_terminated: HashMap<String, Value>,
+    /// Probe verdicts of running containers: (started, ready); none means no probes
+    /// have a say (a running container is then started and ready).
+    pub probed: HashMap<String, (bool, bool)>,
 }
 
 /// The pod's phase: Pending until every container has started once; Succeeded or
@@ -123,7 +126,11 @@ pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
             let image = c.image.clone().unwrap_or_default();
             let instance = observed.containers.get(&c.name);
             let running = instance.is_some_and(Instance::running);
-            all_ready &= running;
+            let (started, ready) = match observed.probed.get(&c.name) {
+                Some((started, ready)) => (running && *started, running && *ready),
+                None => (running, running),
+            };
+            all_ready &= ready;
             let state = match (instance, observed.waiting.get(&c.name)) {
                 (_, Some((reason, message))) if !running => {
                     let mut w = json!({"reason": reason});
@@ -139,7 +146,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
                 _ => json!({"waiting": {"reason": "ContainerCreating"}}),
             };
             let mut status = json!({
-                "name": c.name, "image": image, "ready": running, "started": running,
+                "name": c.name, "image": image, "ready": ready, "started": started,
                 "restartCount": instance.map_or(0, |i| i.attempt),
                 "state": state,
                 "imageID": instance.map(|i| i.image_ref.clone()).unwrap_or_default(),

@@ -25,6 +25,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use super::env::{self, ConfigError, Sources};
+use super::probe::Prober;
 use super::status::{Instance, Observed, pod_status, same};
 use super::{spec, volumes};
 use crate::Config;
@@ -71,6 +72,7 @@ pub struct Worker {
     reported: Option<Value>,
     /// Host paths of the pod's volumes, once they exist, and when they were written.
     volumes: Option<(HashMap<String, PathBuf>, Instant)>,
+    prober: Prober,
 }
 
 /// The outcome of one pass.
@@ -99,6 +101,7 @@ impl Worker {
             pulls: HashMap::new(),
             reported: None,
             volumes: None,
+            prober: Prober::default(),
         }
     }
 
@@ -319,15 +322,17 @@ impl Worker {
             let next_attempt = match &current {
                 None => Some(0),
                 Some(i) if i.running() => {
-                    // Ran long enough: the next crash starts the back-off afresh.
                     let started =
                         std::time::UNIX_EPOCH + Duration::from_nanos(i.started_at.max(0) as u64);
-                    if std::time::SystemTime::now()
+                    let running_for = std::time::SystemTime::now()
                         .duration_since(started)
-                        .is_ok_and(|d| d > BACKOFF_RESET)
-                    {
+                        .unwrap_or_default();
+                    // Ran long enough: the next crash starts the back-off afresh.
+                    if running_for > BACKOFF_RESET {
                         self.restarts.remove(&name);
                     }
+                    let started = now.checked_sub(running_for).unwrap_or(now);
+                    self.probe(pod, container, i, started).await;
                     None
                 }
                 Some(i) if i.exited() => {
@@ -387,6 +392,52 @@ impl Worker {
         // Report the instances started just now on the next pass.
         if let Ok(fresh) = self.instances().await {
             self.observed.containers.extend(fresh);
+        }
+    }
+
+    /// Runs the container's due probes; a failed liveness or startup probe stops the
+    /// container (it is then restarted under the restart policy).
+    async fn probe(
+        &mut self,
+        pod: &Pod,
+        container: &Container,
+        instance: &Instance,
+        started: Instant,
+    ) {
+        let has_probes = container.startup_probe.is_some()
+            || container.liveness_probe.is_some()
+            || container.readiness_probe.is_some();
+        if !has_probes {
+            self.observed.probed.remove(&container.name);
+            return;
+        }
+        let ip = self.observed.pod_ip.clone().unwrap_or_default();
+        let verdict = self
+            .prober
+            .check(&self.runtime, &instance.id, container, &ip, started)
+            .await;
+        for message in &verdict.unhealthy {
+            tracing::info!(pod = %pod.name_any(), container = %container.name, %message, "Unhealthy");
+        }
+        self.observed
+            .probed
+            .insert(container.name.clone(), (verdict.started, verdict.ready));
+        if let Some(message) = verdict.kill {
+            tracing::info!(pod = %pod.name_any(), %message, "Killing");
+            let grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            let _ = self
+                .runtime
+                .runtime
+                .clone()
+                .stop_container(StopContainerRequest {
+                    container_id: instance.id.clone(),
+                    timeout: grace,
+                })
+                .await;
         }
     }
 
