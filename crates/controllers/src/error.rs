@@ -21,13 +21,6 @@ pub enum Error {
     /// A reconcile pass panicked (a bug); the key is retried with backoff.
     #[error("reconcile panicked")]
     Panicked,
-    /// The lease could not be acquired or renewed.
-    #[error("leader election on {lease}: {source}")]
-    LeaderElection {
-        lease: String,
-        #[source]
-        source: kube::Error,
-    },
 }
 
 impl Error {
@@ -48,11 +41,6 @@ impl Error {
     /// A write lost an optimistic-concurrency race (409): expected, and retried at once
     /// on fresher data, so not worth a warning.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Api { source, .. } if is_status(source, 409))
+        matches!(self, Error::Api { source, .. } if krust_client::is_status(source, 409))
     }
-}
-
-/// True when the apiserver answered with this HTTP status code.
-pub(crate) fn is_status(err: &kube::Error, code: u16) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == code)
 }

@@ -6,8 +6,8 @@
 //!   watches the kind; handlers turn events into work-queue keys.
 //! - [`queue`]: a deduplicating, rate-limited work queue and its worker loops.
 //! - [`expectations`]: what a controller wrote and has not yet seen in its cache.
-//! - [`leader`]: active/standby through a Lease.
-//! - [`events`]: Events that explain what a controller did.
+//! - `krust_client::leader` and `krust_client::events`: active/standby through a Lease,
+//!   and Events that explain what a controller did.
 //!
 //! The controllers: [`replicaset`] (pods for a ReplicaSet), [`deployment`]
 //! (ReplicaSets for a Deployment, rollouts), [`endpoints`] (EndpointSlices and
@@ -19,11 +19,9 @@
 pub mod deployment;
 pub mod endpoints;
 mod error;
-pub mod events;
 pub mod expectations;
 pub mod gc;
 pub mod informer;
-pub mod leader;
 pub mod namespace;
 pub mod nodeipam;
 pub mod owner;
@@ -38,7 +36,7 @@ use kube::Client;
 use tokio::task::JoinSet;
 
 pub use error::Error;
-pub use leader::{LeaderElectionConfig, LeaderElector};
+pub use krust_client::leader::{self, LeaderElectionConfig, LeaderElector};
 
 /// Garbage-collector workers per queue (upstream's `--concurrent-gc-syncs`).
 const GC_WORKERS: usize = 20;
@@ -81,15 +79,17 @@ async fn run_controllers(client: Client, config: &Config) {
     let tasks = &mut tasks;
     let informers = informer::SharedInformers::new(client.clone());
     let (rs_events, rs_sender) =
-        events::EventRecorder::new(client.clone(), "replicaset-controller");
-    let (d_events, d_sender) = events::EventRecorder::new(client.clone(), "deployment-controller");
+        krust_client::events::EventRecorder::new(client.clone(), "replicaset-controller");
+    let (d_events, d_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "deployment-controller");
     let replicasets = replicaset::ReplicaSetController::new(client.clone(), &informers, rs_events);
     let deployments = deployment::DeploymentController::new(client.clone(), &informers, d_events);
     let slices = endpoints::slice::EndpointSliceController::new(client.clone(), &informers);
     let legacy_endpoints = endpoints::legacy::EndpointsController::new(client.clone(), &informers);
     let namespaces = namespace::NamespaceController::new(client.clone(), &informers);
     let node_ipam = config.node_ipam.map(|(cluster, mask)| {
-        let (events, sender) = events::EventRecorder::new(client.clone(), "node-controller");
+        let (events, sender) =
+            krust_client::events::EventRecorder::new(client.clone(), "node-controller");
         tasks.spawn(sender);
         nodeipam::NodeIpamController::new(client.clone(), &informers, cluster, mask, events)
     });

@@ -27,9 +27,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::error::is_status;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::queue::{Reconciler, WorkQueue};
+use krust_client::is_status;
 
 /// The finalizer this controller owns in `spec.finalizers`.
 pub const FINALIZER: &str = "kubernetes";

@@ -21,10 +21,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::error::is_status;
-use crate::events::{EventRecorder, EventType};
 use crate::informer::{EventHandler, SharedInformers};
 use crate::queue::{Reconciler, WorkQueue};
+use krust_client::events::{EventRecorder, EventType};
+use krust_client::is_status;
 
 /// How soon a Node that found the range exhausted is looked at again.
 const EXHAUSTED_RETRY: Duration = Duration::from_secs(30);

@@ -24,13 +24,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::error::is_status;
-use crate::events::{EventRecorder, EventType};
 use crate::expectations::Expectations;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
 use crate::pods::{deletion_order, is_active, is_available, is_ready, until_available};
 use crate::queue::{Reconciler, WorkQueue};
+use krust_client::events::{EventRecorder, EventType};
+use krust_client::is_status;
 
 /// Most pods created or deleted in one pass (upstream's `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;

@@ -20,9 +20,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::error::is_status;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::queue::{Reconciler, WorkQueue};
+use krust_client::is_status;
 
 /// The ServiceAccount every namespace gets.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";

@@ -76,7 +76,10 @@ pub struct LeaderElectionArgs {
 impl LeaderElectionArgs {
     /// The election for the Lease `kube-system/<lease>`, or `None` with
     /// `--leader-elect=false`.
-    pub fn election(&self, lease: &str) -> Result<Option<krust_controllers::LeaderElectionConfig>> {
+    pub fn election(
+        &self,
+        lease: &str,
+    ) -> Result<Option<krust_client::leader::LeaderElectionConfig>> {
         if !self.leader_elect {
             return Ok(None);
         }
@@ -88,7 +91,7 @@ impl LeaderElectionArgs {
             self.leader_elect_renew_deadline > self.leader_elect_retry_period,
             "--leader-elect-renew-deadline must be greater than --leader-elect-retry-period"
         );
-        let mut le = krust_controllers::LeaderElectionConfig::kube_system(lease, identity());
+        let mut le = krust_client::leader::LeaderElectionConfig::kube_system(lease, identity());
         le.lease_duration = self.leader_elect_lease_duration;
         le.renew_deadline = self.leader_elect_renew_deadline;
         le.retry_period = self.leader_elect_retry_period;

@@ -61,9 +61,9 @@ pub async fn run_with_kubeconfig(
     let election = leader.election(LEASE)?;
     let (client, _) = crate::controller_manager::client(kubeconfig).await?;
     let instance = crate::controller_manager::identity();
-    let elector = election.map(|le| krust_controllers::LeaderElector::new(client.clone(), le));
+    let elector = election.map(|le| krust_client::leader::LeaderElector::new(client.clone(), le));
     tracing::info!(leader_elect = elector.is_some(), "scheduler starting");
-    krust_controllers::leader::run_while_leading(elector, shutdown, || {
+    krust_client::leader::run_while_leading(elector, shutdown, || {
         let (client, config, instance) = (client.clone(), config.clone(), instance.clone());
         async move {
             if let Err(err) = krust_scheduler::run(client, config, instance).await {

@@ -23,6 +23,25 @@ fn pod(name: &str, image: &str, command: &[&str]) -> Value {
             "containers": [{"name": "c", "image": image, "command": command}]}})
 }
 
+/// (reason, message) of the events about a pod, reported by the kubelet.
+fn event_reasons(s: &Server, pod: &str) -> Vec<(String, String)> {
+    let events = s.get_json(&[
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={pod}"),
+    ]);
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["source"]["component"] == "kubelet")
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (text("reason"), text("message"))
+        })
+        .collect()
+}
+
 fn container_status(s: &Server, pod: &str) -> Value {
     s.get_json(&["pod", pod])["status"]["containerStatuses"][0].clone()
 }
@@ -86,6 +105,30 @@ fn pods_run_on_the_local_node_through_containerd() {
         assert_eq!(body, format!("hello-from-{name}"));
     }
 
+    // The kubelet says what it did, as upstream's does.
+    let first = pods["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reasons = wait_for("kubelet events", DEADLINE, || {
+        let reasons = event_reasons(&s, &first);
+        ["Pulled", "Created", "Started"]
+            .iter()
+            .all(|r| reasons.iter().any(|(reason, _)| reason == r))
+            .then_some(reasons)
+    });
+    assert!(
+        reasons.contains(&(
+            "Created".to_string(),
+            "Created container: httpd".to_string()
+        )),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&("Started".to_string(), "Started container httpd".to_string())),
+        "{reasons:?}"
+    );
+
     // A container that keeps failing is restarted with growing back-off.
     create(&s, pod("crash", "busybox", &["sh", "-c", "exit 3"]));
     let status = wait_for("CrashLoopBackOff", DEADLINE, || {
@@ -95,6 +138,17 @@ fn pods_run_on_the_local_node_through_containerd() {
     assert!(status["restartCount"].as_i64().unwrap() >= 1, "{status}");
     assert_eq!(status["lastState"]["terminated"]["exitCode"], 3);
     assert_eq!(status["lastState"]["terminated"]["reason"], "Error");
+    let backoff = wait_for("a BackOff event", DEADLINE, || {
+        event_reasons(&s, "crash")
+            .into_iter()
+            .find(|(r, _)| r == "BackOff")
+    });
+    assert!(
+        backoff
+            .1
+            .starts_with("Back-off restarting failed container c in pod crash_default("),
+        "{backoff:?}"
+    );
 
     // An image that exists nowhere cannot be pulled.
     create(

@@ -84,8 +84,10 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     )
     .map_err(Error::Cni)?;
     tracing::info!(node = config.node_name, %cidr, runtime = runtime_version, "kubelet running");
+    let (events, sender) = krust_client::events::EventRecorder::new(client.clone(), "kubelet");
+    let events = events.on_host(&config.node_name);
     let heartbeats = node::heartbeats(client.clone(), config.clone(), node, status);
-    let pods = pods::run(client, runtime, config);
-    futures::join!(heartbeats, pods);
+    let pods = pods::run(client, runtime, config, events);
+    futures::join!(heartbeats, pods, sender);
     Ok(())
 }

@@ -7,11 +7,9 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
-const QUEUE: usize = 10_000;
 /// The controller name upstream's scheduler reports.
 pub const REPORTING_CONTROLLER: &str = "default-scheduler";
 
@@ -24,16 +22,7 @@ pub struct Recorder {
 impl Recorder {
     /// A recorder and the task that sends its events.
     pub fn new(client: Client, instance: String) -> (Self, impl Future<Output = ()> + Send) {
-        let (tx, mut rx) = mpsc::channel::<Event>(QUEUE);
-        let sender = async move {
-            while let Some(event) = rx.recv().await {
-                let ns = event.metadata.namespace.clone().unwrap_or_default();
-                let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-                if let Err(err) = api.create(&PostParams::default(), &event).await {
-                    tracing::debug!(error = %err, reason = ?event.reason, "event not recorded");
-                }
-            }
-        };
+        let (tx, sender) = krust_client::events::queue::<Event>(client);
         (Recorder { tx, instance }, sender)
     }
 

@@ -36,11 +36,11 @@ use kube::{Client, ResourceExt};
 use self::rollout::Counts;
 use self::template_hash::{POD_TEMPLATE_HASH, compute_hash, equal_ignore_hash};
 use crate::Error;
-use crate::error::is_status;
-use crate::events::{EventRecorder, EventType};
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
 use crate::queue::{Reconciler, WorkQueue};
+use krust_client::events::{EventRecorder, EventType};
+use krust_client::is_status;
 
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";

@@ -22,10 +22,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::error::is_status;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{key_of, split_key};
 use crate::queue::{Reconciler, WorkQueue};
+use krust_client::is_status;
 
 /// Upstream's cap on the addresses of one Endpoints object.
 pub const MAX_ADDRESSES: usize = 1000;

@@ -30,10 +30,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::error::is_status;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{controller_ref, key_of, split_key};
 use crate::queue::{Reconciler, WorkQueue};
+use krust_client::is_status;
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";

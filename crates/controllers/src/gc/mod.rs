@@ -40,10 +40,10 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::error::is_status;
 use crate::owner::release_patch;
 use crate::queue::WorkQueue;
 use graph::{Deletion, FOREGROUND, Graph, Identity, ORPHAN, Work};
+use krust_client::is_status;
 
 /// Resources the collector leaves alone, as upstream does: events come and go in bulk
 /// and never own anything.

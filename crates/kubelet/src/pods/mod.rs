@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use krust_client::events::EventRecorder;
 use krust_cri::Runtime;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 use crate::Config;
 
 /// Watches this node's pods and runs a worker for each. Never returns.
-pub async fn run(client: Client, runtime: Runtime, config: Arc<Config>) {
+pub async fn run(client: Client, runtime: Runtime, config: Arc<Config>, recorder: EventRecorder) {
     let api: Api<Pod> = Api::all(client.clone());
     let selector = format!("spec.nodeName={}", config.node_name);
     let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
@@ -51,8 +52,12 @@ pub async fn run(client: Client, runtime: Runtime, config: Arc<Config>) {
                     }
                     None => {
                         let (tx, rx) = watch::channel(Some(pod));
-                        let worker =
-                            worker::Worker::new(client.clone(), runtime.clone(), config.clone());
+                        let worker = worker::Worker::new(
+                            client.clone(),
+                            runtime.clone(),
+                            config.clone(),
+                            recorder.clone(),
+                        );
                         tokio::spawn(worker.run(rx));
                         workers.insert(uid, tx);
                     }

@@ -29,6 +29,7 @@ use super::probe::Prober;
 use super::status::{Instance, Observed, pod_status, same};
 use super::{spec, volumes};
 use crate::Config;
+use krust_client::events::{EventRecorder, EventType};
 
 /// How often the runtime is relisted for this pod.
 pub const RESYNC: Duration = Duration::from_secs(1);
@@ -73,6 +74,10 @@ pub struct Worker {
     /// Host paths of the pod's volumes, once they exist, and when they were written.
     volumes: Option<(HashMap<String, PathBuf>, Instant)>,
     prober: Prober,
+    events: EventRecorder,
+    /// The waiting reason last announced with an event, per container (so a state
+    /// that lasts is reported once, not on every pass).
+    announced: HashMap<String, String>,
 }
 
 /// The outcome of one pass.
@@ -83,7 +88,12 @@ enum Pass {
 }
 
 impl Worker {
-    pub fn new(client: Client, runtime: Runtime, config: Arc<Config>) -> Self {
+    pub fn new(
+        client: Client,
+        runtime: Runtime,
+        config: Arc<Config>,
+        events: EventRecorder,
+    ) -> Self {
         let observed = Observed {
             host_ip: config.node_ip.to_string(),
             start_time: k8s_openapi::jiff::Timestamp::now()
@@ -102,6 +112,8 @@ impl Worker {
             reported: None,
             volumes: None,
             prober: Prober::default(),
+            events,
+            announced: HashMap::new(),
         }
     }
 
@@ -370,13 +382,26 @@ impl Worker {
                             ),
                         ),
                     );
+                    let message = format!(
+                        "Back-off restarting failed container {name} in pod {}_{}({})",
+                        pod.name_any(),
+                        pod.namespace().unwrap_or_default(),
+                        pod.uid().unwrap_or_default()
+                    );
+                    self.announce(pod, &name, "CrashLoopBackOff", &message);
                     continue;
                 }
                 self.observed
                     .last_terminated
                     .insert(name.clone(), previous.terminated());
             }
-            match self.start_container(pod, container, attempt).await {
+            let started = self.start_container(pod, container, attempt).await;
+            if let Err((reason, message)) = &started {
+                self.announce(pod, &name, reason, message);
+            } else {
+                self.announced.remove(&name);
+            }
+            match started {
                 Ok(()) => {
                     self.observed.waiting.remove(&name);
                     if current.is_some() {
@@ -417,13 +442,13 @@ impl Worker {
             .check(&self.runtime, &instance.id, container, &ip, started)
             .await;
         for message in &verdict.unhealthy {
-            tracing::info!(pod = %pod.name_any(), container = %container.name, %message, "Unhealthy");
+            self.event(pod, EventType::Warning, "Unhealthy", message.clone());
         }
         self.observed
             .probed
             .insert(container.name.clone(), (verdict.started, verdict.ready));
         if let Some(message) = verdict.kill {
-            tracing::info!(pod = %pod.name_any(), %message, "Killing");
+            self.event(pod, EventType::Normal, "Killing", message);
             let grace = pod
                 .spec
                 .as_ref()
@@ -441,6 +466,54 @@ impl Worker {
         }
     }
 
+    fn event(&self, pod: &Pod, kind: EventType, reason: &str, message: String) {
+        self.events.record(pod, kind, reason, message);
+    }
+
+    /// Reports a container's waiting state with upstream's events, once per state.
+    fn announce(&mut self, pod: &Pod, container: &str, reason: &str, message: &str) {
+        if self.announced.get(container).map(String::as_str) == Some(reason) {
+            return;
+        }
+        self.announced
+            .insert(container.to_string(), reason.to_string());
+        match reason {
+            "CrashLoopBackOff" => {
+                self.event(pod, EventType::Warning, "BackOff", message.to_string())
+            }
+            "ImagePullBackOff" => {
+                self.event(pod, EventType::Normal, "BackOff", message.to_string());
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    "Failed",
+                    format!("Error: {reason}"),
+                );
+            }
+            "ErrImageNeverPull" => self.event(pod, EventType::Warning, reason, message.to_string()),
+            "ErrImagePull" => {
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    "Failed",
+                    format!("Failed to pull image: {message}"),
+                );
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    "Failed",
+                    format!("Error: {reason}"),
+                );
+            }
+            _ => self.event(
+                pod,
+                EventType::Warning,
+                "Failed",
+                format!("Error: {message}"),
+            ),
+        }
+    }
+
     /// Makes sure the image is there (as its pull policy says), then creates and starts
     /// one container; on failure returns the waiting reason and message.
     async fn start_container(
@@ -449,7 +522,7 @@ impl Worker {
         container: &Container,
         attempt: u32,
     ) -> Result<(), (String, String)> {
-        self.ensure_image(container).await?;
+        self.ensure_image(pod, container).await?;
         let sandbox = self.sandbox.clone().unwrap_or_default();
         let ip = self.observed.pod_ip.clone().unwrap_or_default();
         let hosts = spec::write_hosts(&self.config, pod, &ip)
@@ -485,13 +558,29 @@ impl Worker {
         .await
         .map_err(|e| ("RunContainerError".to_string(), e.message().to_string()))?;
         tracing::info!(pod = %pod.name_any(), container = %container.name, attempt, "container started");
+        self.event(
+            pod,
+            EventType::Normal,
+            "Created",
+            format!("Created container: {}", container.name),
+        );
+        self.event(
+            pod,
+            EventType::Normal,
+            "Started",
+            format!("Started container {}", container.name),
+        );
         Ok(())
     }
 
     /// `IfNotPresent` (the default for tagged images), `Always` (the default for
     /// `:latest` and untagged) and `Never`, decided here: containerd's PullImage would
     /// contact the registry even for an image it has.
-    async fn ensure_image(&mut self, container: &Container) -> Result<(), (String, String)> {
+    async fn ensure_image(
+        &mut self,
+        pod: &Pod,
+        container: &Container,
+    ) -> Result<(), (String, String)> {
         let image = container.image.clone().unwrap_or_default();
         let tagged = image
             .rsplit('/')
@@ -524,17 +613,37 @@ impl Worker {
                     format!("Container image \"{image}\" is not present with pull policy of Never"),
                 ));
             }
-            "IfNotPresent" if present => return Ok(()),
+            "IfNotPresent" if present => {
+                self.event(
+                    pod,
+                    EventType::Normal,
+                    "Pulled",
+                    format!("Container image \"{image}\" already present on machine"),
+                );
+                return Ok(());
+            }
             _ => {}
         }
         let now = Instant::now();
-        let backoff = self.pulls.entry(image.clone()).or_default();
-        if backoff.waiting(now).is_some() {
+        if self
+            .pulls
+            .entry(image.clone())
+            .or_default()
+            .waiting(now)
+            .is_some()
+        {
             return Err((
                 "ImagePullBackOff".into(),
                 format!("Back-off pulling image \"{image}\""),
             ));
         }
+        self.event(
+            pod,
+            EventType::Normal,
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+        );
+        let pulling = Instant::now();
         match images
             .pull_image(PullImageRequest {
                 image: Some(spec),
@@ -544,13 +653,28 @@ impl Worker {
         {
             Ok(_) => {
                 self.pulls.remove(&image);
+                let took = pulling.elapsed().as_secs_f64();
+                self.event(
+                    pod,
+                    EventType::Normal,
+                    "Pulled",
+                    format!("Successfully pulled image \"{image}\" in {took:.3}s"),
+                );
                 Ok(())
             }
             // `Always` with the image already here: a registry we cannot reach does not
             // stop the container (upstream would fail; offline machines need this).
-            Err(_) if present => Ok(()),
+            Err(_) if present => {
+                self.event(
+                    pod,
+                    EventType::Normal,
+                    "Pulled",
+                    format!("Container image \"{image}\" already present on machine"),
+                );
+                Ok(())
+            }
             Err(err) => {
-                backoff.fail(now);
+                self.pulls.entry(image.clone()).or_default().fail(now);
                 Err((
                     "ErrImagePull".into(),
                     format!("failed to pull image \"{image}\": {}", err.message()),

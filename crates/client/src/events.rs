@@ -23,7 +23,41 @@ pub enum EventType {
 #[derive(Clone)]
 pub struct EventRecorder {
     component: &'static str,
+    /// The node the reporter runs on (the kubelet's events say which node).
+    host: Option<String>,
     tx: mpsc::Sender<Event>,
+}
+
+/// A bounded queue of objects (Events of either API group) and the task that creates
+/// each in its namespace, in order. Creation failures are logged, not retried: an
+/// event is an explanation, not state.
+pub fn queue<E>(
+    client: Client,
+) -> (
+    mpsc::Sender<E>,
+    impl std::future::Future<Output = ()> + Send,
+)
+where
+    E: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<E>(QUEUE);
+    let sender = async move {
+        while let Some(event) = rx.recv().await {
+            let ns = event.meta().namespace.clone().unwrap_or_default();
+            let api: Api<E> = Api::namespaced(client.clone(), &ns);
+            if let Err(err) = api.create(&PostParams::default(), &event).await {
+                tracing::debug!(error = %err, "event not recorded");
+            }
+        }
+    };
+    (tx, sender)
 }
 
 impl EventRecorder {
@@ -33,17 +67,22 @@ impl EventRecorder {
         client: Client,
         component: &'static str,
     ) -> (Self, impl std::future::Future<Output = ()> + Send) {
-        let (tx, mut rx) = mpsc::channel::<Event>(QUEUE);
-        let sender = async move {
-            while let Some(event) = rx.recv().await {
-                let ns = event.metadata.namespace.clone().unwrap_or_default();
-                let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-                if let Err(err) = api.create(&PostParams::default(), &event).await {
-                    tracing::debug!(error = %err, reason = ?event.reason, "event not recorded");
-                }
-            }
-        };
-        (EventRecorder { component, tx }, sender)
+        let (tx, sender) = queue::<Event>(client);
+        (
+            EventRecorder {
+                component,
+                host: None,
+                tx,
+            },
+            sender,
+        )
+    }
+
+    /// The same recorder, reporting from node `host` (`source.host`, and the reporting
+    /// instance).
+    pub fn on_host(mut self, host: &str) -> Self {
+        self.host = Some(host.to_string());
+        self
     }
 
     /// Records an event about `obj`.
@@ -84,10 +123,14 @@ impl EventRecorder {
             ),
             source: Some(EventSource {
                 component: Some(self.component.to_string()),
-                host: None,
+                host: self.host.clone(),
             }),
             reporting_component: Some(self.component.to_string()),
-            reporting_instance: Some(self.component.to_string()),
+            reporting_instance: Some(
+                self.host
+                    .clone()
+                    .unwrap_or_else(|| self.component.to_string()),
+            ),
             first_timestamp: Some(Time(now)),
             last_timestamp: Some(Time(now)),
             count: Some(1),

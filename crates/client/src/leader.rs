@@ -21,8 +21,7 @@ use kube::Client;
 
 use kube::api::{Api, PostParams};
 
-use crate::Error;
-use crate::error::is_status;
+use crate::{LeaderElectionError, is_status};
 
 /// Where the lease lives, who we are, and the timings (upstream: 15 s, 10 s, 2 s).
 #[derive(Clone, Debug)]
@@ -127,10 +126,10 @@ impl LeaderElector {
     }
 
     /// One attempt: create the lease, renew it, or take it over if it expired.
-    async fn try_acquire_or_renew(&self) -> Result<bool, Error> {
+    async fn try_acquire_or_renew(&self) -> Result<bool, LeaderElectionError> {
         let now = Timestamp::now();
         let lease_secs = self.config.lease_duration.as_secs().max(1) as i32;
-        let err = |source| Error::LeaderElection {
+        let err = |source| LeaderElectionError {
             lease: self.lease_name(),
             source,
         };

@@ -1,0 +1,21 @@
+//! What krust's components share on top of kube-rs, as client-go's `tools` packages
+//! are shared by upstream's: [`events`] (recording core/v1 Events) and [`leader`]
+//! (active/standby through a coordination.k8s.io Lease). Components depend on this
+//! crate, never on each other.
+
+pub mod events;
+pub mod leader;
+
+/// A Lease could not be acquired or renewed.
+#[derive(Debug, thiserror::Error)]
+#[error("leader election on {lease}: {source}")]
+pub struct LeaderElectionError {
+    pub lease: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+/// True when the apiserver answered with this HTTP status code.
+pub fn is_status(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == code)
+}
