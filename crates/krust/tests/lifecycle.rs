@@ -139,7 +139,8 @@ fn finalizers_hold_deletion_until_removed() {
 
 #[test]
 fn pods_bind_once_and_delete_gracefully_when_scheduled() {
-    let s = Server::start();
+    // The test binds by hand: no scheduler to race it.
+    let s = Server::start_with(&["--disable-scheduler"]);
     let pods = "/api/v1/namespaces/default/pods";
     let pod = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},

@@ -528,6 +528,9 @@ async fn update_status(
     if nominated != current_nominated {
         patch["status"]["nominatedNodeName"] = json!(nominated);
     }
+    // Only onto the version this cycle judged: had the pod been bound meanwhile (by
+    // another scheduler, or by hand), an Unschedulable condition would be false.
+    patch["metadata"] = json!({"resourceVersion": pod.metadata.resource_version});
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
     api.patch_status(
         &pod.name_any(),
