@@ -348,3 +348,75 @@ fn probes_gate_readiness_and_restart_unhealthy_containers() {
     );
     s.ok(&["delete", "pod", "slow", "web", "sick", "--timeout=60s"]);
 }
+
+#[test]
+fn init_containers_run_in_order_before_the_app_and_a_failed_one_fails_a_never_restarting_pod() {
+    let s = Server::with_agent(&["--cluster-cidr=10.64.0.0/16"]);
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "staged"},
+            "spec": {"terminationGracePeriodSeconds": 0,
+                "initContainers": [
+                    {"name": "first", "image": "busybox", "command": ["sh", "-c", "echo one > /work/log"],
+                        "volumeMounts": [{"name": "work", "mountPath": "/work"}]},
+                    {"name": "second", "image": "busybox",
+                        "command": ["sh", "-c", "sleep 2; grep -q one /work/log && echo two >> /work/log"],
+                        "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+                "containers": [{"name": "app", "image": "busybox", "command": ["httpd", "-f", "-p", "8080", "-h", "/work"],
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+                "volumes": [{"name": "work", "emptyDir": {}}]}}),
+    );
+    // While the second init container runs, the app waits.
+    let pending = wait_for("initializing", DEADLINE, || {
+        let st = s.get_json(&["pod", "staged"])["status"].clone();
+        (st["initContainerStatuses"][1]["state"]["running"].is_object()).then_some(st)
+    });
+    assert_eq!(pending["phase"], "Pending");
+    assert_eq!(
+        pending["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "PodInitializing"
+    );
+    let initialized = pending["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Initialized")
+        .unwrap()
+        .clone();
+    assert_eq!(initialized["status"], "False");
+    assert_eq!(
+        pending["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+
+    s.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/staged",
+        "--timeout=60s",
+    ]);
+    let st = s.get_json(&["pod", "staged"])["status"].clone();
+    assert_eq!(st["initContainerStatuses"][1]["ready"], true);
+    let ip = st["podIP"].as_str().unwrap();
+    let log = wait_for("the app serving", DEADLINE, || {
+        curl(&format!("http://{ip}:8080/log"))
+    });
+    assert_eq!(log, "one\ntwo");
+
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "doomed"},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                "initContainers": [{"name": "fail", "image": "busybox", "command": ["false"]}],
+                "containers": [{"name": "app", "image": "busybox", "command": ["true"]}]}}),
+    );
+    wait_for("the pod failed", DEADLINE, || {
+        (s.get_json(&["pod", "doomed"])["status"]["phase"] == "Failed").then_some(())
+    });
+    assert_eq!(
+        s.get_json(&["pod", "doomed"])["status"]["initContainerStatuses"][0]["state"]["terminated"]
+            ["exitCode"],
+        1
+    );
+    s.ok(&["delete", "pod", "staged", "doomed", "--timeout=60s"]);
+}

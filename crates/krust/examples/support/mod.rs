@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-pub type Result<T = (), E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T = (), E = Error> = std::result::Result<T, E>;
 
 /// A child process, killed when dropped.
 pub struct Process(pub Child);
@@ -89,12 +90,20 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// `krust server --disable-agent <flags>`: a control plane without a node.
     pub async fn start(flags: &[&str]) -> Result<Cluster> {
+        let mut all = vec!["--disable-agent"];
+        all.extend_from_slice(flags);
+        Self::start_server(&all).await
+    }
+
+    /// `krust server <flags>`: with its node agent (containerd, kubelet).
+    pub async fn start_server(flags: &[&str]) -> Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig.yaml");
         let server = Process(
             Command::new(krust_binary())
-                .args(["server", "--disable-agent"])
+                .arg("server")
                 .args(flags)
                 .args([
                     "--bind-address",
@@ -120,6 +129,15 @@ impl Cluster {
             kubeconfig,
             server,
         })
+    }
+
+    /// Stops the server with SIGTERM (so it stops the containerd it started) and waits.
+    pub fn stop(mut self) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe {
+            libc::kill(self.server.pid() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.server.0.wait();
     }
 
     /// `krust <command> --kubeconfig <admin> <args>` as a child process.

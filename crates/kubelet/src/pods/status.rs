@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::serde_json::{Value, json};
 use krust_cri::api::ContainerState;
 
@@ -83,11 +83,21 @@ pub struct Observed {
     /// Probe verdicts of running containers: (started, ready); none means no probes
     /// have a say (a running container is then started and ready).
     pub probed: HashMap<String, (bool, bool)>,
+    /// Every init container has completed (true for pods without any).
+    pub initialized: bool,
+    /// An init container failed under `restartPolicy: Never`: the pod has failed.
+    pub init_failed: bool,
 }
 
 /// The pod's phase: Pending until every container has started once; Succeeded or
 /// Failed when all have stopped for good under the restart policy; else Running.
 fn phase(pod: &Pod, observed: &Observed) -> &'static str {
+    if observed.init_failed {
+        return "Failed";
+    }
+    if !observed.initialized {
+        return "Pending";
+    }
     let spec = pod.spec.as_ref();
     let names: Vec<&str> = spec
         .map(|s| s.containers.iter().map(|c| c.name.as_str()).collect())
@@ -115,51 +125,61 @@ fn phase(pod: &Pod, observed: &Observed) -> &'static str {
     "Running"
 }
 
+/// One container's status, and whether it is ready. A completed init container is
+/// ready; an app container is ready while running and passing its probes.
+fn container_status(c: &Container, observed: &Observed, init: bool) -> (Value, bool) {
+    let image = c.image.clone().unwrap_or_default();
+    let instance = observed.containers.get(&c.name);
+    let running = instance.is_some_and(Instance::running);
+    let completed = init && instance.is_some_and(|i| i.exited() && i.exit_code == 0);
+    let (started, ready) = match observed.probed.get(&c.name) {
+        Some((started, ready)) => (running && *started, running && *ready),
+        None => (running, running || completed),
+    };
+    let state = match (instance, observed.waiting.get(&c.name)) {
+        (_, Some((reason, message))) if !running => {
+            let mut w = json!({"reason": reason});
+            if !message.is_empty() {
+                w["message"] = json!(message);
+            }
+            json!({"waiting": w})
+        }
+        (Some(i), _) if i.running() => json!({"running": {"startedAt": time(i.started_at)}}),
+        (Some(i), _) if i.exited() => json!({"terminated": i.terminated()}),
+        _ if !init && !observed.initialized => json!({"waiting": {"reason": "PodInitializing"}}),
+        _ => json!({"waiting": {"reason": "ContainerCreating"}}),
+    };
+    let mut status = json!({
+        "name": c.name, "image": image, "ready": ready, "started": started,
+        "restartCount": instance.map_or(0, |i| i.attempt),
+        "state": state,
+        "imageID": instance.map(|i| i.image_ref.clone()).unwrap_or_default(),
+    });
+    if let Some(i) = instance {
+        status["containerID"] = json!(format!("containerd://{}", i.id));
+    }
+    status["lastState"] = match observed.last_terminated.get(&c.name) {
+        Some(t) => json!({"terminated": t}),
+        None => json!({}),
+    };
+    (status, ready)
+}
+
 /// The pod's status object.
 pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
     let spec = pod.spec.clone().unwrap_or_default();
-    let mut all_ready = !spec.containers.is_empty();
-    let statuses: Vec<Value> = spec
+    let statuses: Vec<(Value, bool)> = spec
         .containers
         .iter()
-        .map(|c| {
-            let image = c.image.clone().unwrap_or_default();
-            let instance = observed.containers.get(&c.name);
-            let running = instance.is_some_and(Instance::running);
-            let (started, ready) = match observed.probed.get(&c.name) {
-                Some((started, ready)) => (running && *started, running && *ready),
-                None => (running, running),
-            };
-            all_ready &= ready;
-            let state = match (instance, observed.waiting.get(&c.name)) {
-                (_, Some((reason, message))) if !running => {
-                    let mut w = json!({"reason": reason});
-                    if !message.is_empty() {
-                        w["message"] = json!(message);
-                    }
-                    json!({"waiting": w})
-                }
-                (Some(i), _) if i.running() => {
-                    json!({"running": {"startedAt": time(i.started_at)}})
-                }
-                (Some(i), _) if i.exited() => json!({"terminated": i.terminated()}),
-                _ => json!({"waiting": {"reason": "ContainerCreating"}}),
-            };
-            let mut status = json!({
-                "name": c.name, "image": image, "ready": ready, "started": started,
-                "restartCount": instance.map_or(0, |i| i.attempt),
-                "state": state,
-                "imageID": instance.map(|i| i.image_ref.clone()).unwrap_or_default(),
-            });
-            if let Some(i) = instance {
-                status["containerID"] = json!(format!("containerd://{}", i.id));
-            }
-            status["lastState"] = match observed.last_terminated.get(&c.name) {
-                Some(t) => json!({"terminated": t}),
-                None => json!({}),
-            };
-            status
-        })
+        .map(|c| container_status(c, observed, false))
+        .collect();
+    let all_ready = !statuses.is_empty() && statuses.iter().all(|(_, ready)| *ready);
+    let statuses: Vec<Value> = statuses.into_iter().map(|(s, _)| s).collect();
+    let init_statuses: Vec<Value> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| container_status(c, observed, true).0)
         .collect();
     let phase = phase(pod, observed);
     let now = k8s_openapi::jiff::Timestamp::now()
@@ -179,7 +199,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
         "phase": phase,
         "conditions": [
             condition("PodReadyToStartContainers", observed.sandbox_ready, None),
-            condition("Initialized", true, None),
+            condition("Initialized", observed.initialized, Some("ContainersNotInitialized")),
             condition("ContainersReady", ready, Some(if done { "PodCompleted" } else { "ContainersNotReady" })),
             condition("Ready", ready, Some(if done { "PodCompleted" } else { "ContainersNotReady" })),
             condition("PodScheduled", true, None),
@@ -190,6 +210,9 @@ pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
         "containerStatuses": statuses,
         "qosClass": qos_class(pod),
     });
+    if !init_statuses.is_empty() {
+        status["initContainerStatuses"] = json!(init_statuses);
+    }
     if let Some(ip) = observed.pod_ip.as_ref().filter(|ip| !ip.is_empty()) {
         status["podIP"] = json!(ip);
         status["podIPs"] = json!([{"ip": ip}]);
@@ -235,6 +258,7 @@ mod tests {
     fn phases_follow_containers_and_restart_policy() {
         let mut o = Observed {
             sandbox_ready: true,
+            initialized: true,
             ..Observed::default()
         };
         assert_eq!(phase(&pod("Always"), &o), "Pending");
@@ -261,6 +285,7 @@ mod tests {
     fn the_status_reports_readiness_and_container_states() {
         let mut o = Observed {
             sandbox_ready: true,
+            initialized: true,
             pod_ip: Some("10.42.0.5".into()),
             host_ip: "192.168.1.2".into(),
             ..Observed::default()

@@ -328,95 +328,144 @@ impl Worker {
         let spec = pod.spec.clone().unwrap_or_default();
         let policy = spec.restart_policy.as_deref().unwrap_or("Always");
         let now = Instant::now();
-        for container in &spec.containers {
-            let name = container.name.clone();
-            let current = instances.get(&name).cloned();
-            let next_attempt = match &current {
-                None => Some(0),
-                Some(i) if i.running() => {
-                    let started =
-                        std::time::UNIX_EPOCH + Duration::from_nanos(i.started_at.max(0) as u64);
-                    let running_for = std::time::SystemTime::now()
-                        .duration_since(started)
-                        .unwrap_or_default();
-                    // Ran long enough: the next crash starts the back-off afresh.
-                    if running_for > BACKOFF_RESET {
-                        self.restarts.remove(&name);
-                    }
-                    let started = now.checked_sub(running_for).unwrap_or(now);
-                    self.probe(pod, container, i, started).await;
-                    None
+        // Init containers run one at a time, in order, each to success; they are
+        // restarted on failure unless the pod never restarts anything.
+        let init_policy = if policy == "Never" {
+            "Never"
+        } else {
+            "OnFailure"
+        };
+        self.observed.initialized = true;
+        self.observed.init_failed = false;
+        for init in spec.init_containers.iter().flatten() {
+            let instance = instances.get(&init.name);
+            let succeeded = instance.is_some_and(|i| i.exited() && i.exit_code == 0);
+            if succeeded {
+                if let Some(i) = instance {
+                    self.observed
+                        .containers
+                        .insert(init.name.clone(), i.clone());
                 }
-                Some(i) if i.exited() => {
-                    let restart = match policy {
-                        "Never" => false,
-                        "OnFailure" => i.exit_code != 0,
-                        _ => true,
-                    };
-                    restart.then_some(i.attempt + 1)
-                }
-                Some(_) => None,
-            };
-            if let Some(current) = &current {
-                self.observed
-                    .containers
-                    .insert(name.clone(), current.clone());
-            }
-            let Some(attempt) = next_attempt else {
-                self.observed.waiting.remove(&name);
+                self.observed.waiting.remove(&init.name);
                 continue;
-            };
-            if let Some(previous) = &current {
-                let backoff = self.restarts.entry(name.clone()).or_default();
-                if let Some(left) = backoff.waiting(now) {
-                    self.observed.waiting.insert(
-                        name.clone(),
-                        (
-                            "CrashLoopBackOff".into(),
-                            format!(
-                                "back-off {} restarting failed container={name} pod={}_{}({})",
-                                fmt_secs(backoff.delay.unwrap_or(left)),
-                                pod.name_any(),
-                                pod.namespace().unwrap_or_default(),
-                                pod.uid().unwrap_or_default()
-                            ),
-                        ),
-                    );
-                    let message = format!(
-                        "Back-off restarting failed container {name} in pod {}_{}({})",
-                        pod.name_any(),
-                        pod.namespace().unwrap_or_default(),
-                        pod.uid().unwrap_or_default()
-                    );
-                    self.announce(pod, &name, "CrashLoopBackOff", &message);
-                    continue;
-                }
-                self.observed
-                    .last_terminated
-                    .insert(name.clone(), previous.terminated());
             }
-            let started = self.start_container(pod, container, attempt).await;
-            if let Err((reason, message)) = &started {
-                self.announce(pod, &name, reason, message);
-            } else {
-                self.announced.remove(&name);
+            self.observed.initialized = false;
+            if init_policy == "Never" && instance.is_some_and(Instance::exited) {
+                self.observed.init_failed = true;
             }
-            match started {
-                Ok(()) => {
-                    self.observed.waiting.remove(&name);
-                    if current.is_some() {
-                        // The next exit waits: 10 s, then doubling.
-                        self.restarts.entry(name.clone()).or_default().fail(now);
-                    }
-                }
-                Err(waiting) => {
-                    self.observed.waiting.insert(name.clone(), waiting);
-                }
+            self.sync_container(pod, init, &instances, init_policy, now)
+                .await;
+            break;
+        }
+        if !self.observed.initialized {
+            if let Ok(fresh) = self.instances().await {
+                self.observed.containers.extend(fresh);
             }
+            return;
+        }
+        for container in &spec.containers {
+            self.sync_container(pod, container, &instances, policy, now)
+                .await;
         }
         // Report the instances started just now on the next pass.
         if let Ok(fresh) = self.instances().await {
             self.observed.containers.extend(fresh);
+        }
+    }
+
+    /// Brings one container in line: started if it never ran, probed while running,
+    /// restarted after an exit as `policy` says (with back-off).
+    async fn sync_container(
+        &mut self,
+        pod: &Pod,
+        container: &Container,
+        instances: &HashMap<String, Instance>,
+        policy: &str,
+        now: Instant,
+    ) {
+        let name = container.name.clone();
+        let current = instances.get(&name).cloned();
+        let next_attempt = match &current {
+            None => Some(0),
+            Some(i) if i.running() => {
+                let started =
+                    std::time::UNIX_EPOCH + Duration::from_nanos(i.started_at.max(0) as u64);
+                let running_for = std::time::SystemTime::now()
+                    .duration_since(started)
+                    .unwrap_or_default();
+                // Ran long enough: the next crash starts the back-off afresh.
+                if running_for > BACKOFF_RESET {
+                    self.restarts.remove(&name);
+                }
+                let started = now.checked_sub(running_for).unwrap_or(now);
+                self.probe(pod, container, i, started).await;
+                None
+            }
+            Some(i) if i.exited() => {
+                let restart = match policy {
+                    "Never" => false,
+                    "OnFailure" => i.exit_code != 0,
+                    _ => true,
+                };
+                restart.then_some(i.attempt + 1)
+            }
+            Some(_) => None,
+        };
+        if let Some(current) = &current {
+            self.observed
+                .containers
+                .insert(name.clone(), current.clone());
+        }
+        let Some(attempt) = next_attempt else {
+            self.observed.waiting.remove(&name);
+            return;
+        };
+        if let Some(previous) = &current {
+            let backoff = self.restarts.entry(name.clone()).or_default();
+            if let Some(left) = backoff.waiting(now) {
+                self.observed.waiting.insert(
+                    name.clone(),
+                    (
+                        "CrashLoopBackOff".into(),
+                        format!(
+                            "back-off {} restarting failed container={name} pod={}_{}({})",
+                            fmt_secs(backoff.delay.unwrap_or(left)),
+                            pod.name_any(),
+                            pod.namespace().unwrap_or_default(),
+                            pod.uid().unwrap_or_default()
+                        ),
+                    ),
+                );
+                let message = format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({})",
+                    pod.name_any(),
+                    pod.namespace().unwrap_or_default(),
+                    pod.uid().unwrap_or_default()
+                );
+                self.announce(pod, &name, "CrashLoopBackOff", &message);
+                return;
+            }
+            self.observed
+                .last_terminated
+                .insert(name.clone(), previous.terminated());
+        }
+        let started = self.start_container(pod, container, attempt).await;
+        if let Err((reason, message)) = &started {
+            self.announce(pod, &name, reason, message);
+        } else {
+            self.announced.remove(&name);
+        }
+        match started {
+            Ok(()) => {
+                self.observed.waiting.remove(&name);
+                if current.is_some() {
+                    // The next exit waits: 10 s, then doubling.
+                    self.restarts.entry(name.clone()).or_default().fail(now);
+                }
+            }
+            Err(waiting) => {
+                self.observed.waiting.insert(name.clone(), waiting);
+            }
         }
     }
 

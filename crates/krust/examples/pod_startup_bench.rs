@@ -1,0 +1,147 @@
+//! Pod startup latency on a real node: a release `krust server` with its agent
+//! (containerd, runc, the CNI bridge), pods of the locally built busybox image created
+//! at once, and the time from each create (request returned) to the pod seen Ready on a
+//! watch.
+//!
+//! ```text
+//! cargo build --release -p krust --bins --examples
+//! ./target/release/examples/pod_startup_bench [pods=30 ...]
+//! ```
+//!
+//! Each argument is one round (default: 30 and 100); pods of a round are created
+//! concurrently, measured, then deleted.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use support::{Cluster, Result, wait};
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted
+        .get(((sorted.len().max(1) - 1) as f64 * p).round() as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+#[tokio::main]
+async fn main() -> Result {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rounds: Vec<usize> = {
+        let args: Vec<usize> = std::env::args()
+            .skip(1)
+            .map(|a| a.parse())
+            .collect::<std::result::Result<_, _>>()?;
+        if args.is_empty() { vec![30, 100] } else { args }
+    };
+    let cluster =
+        Cluster::start_server(&["--cluster-cidr=10.70.0.0/16", "--disable-scheduler"]).await?;
+    let client = cluster.client().await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let node = {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        let mut found = None;
+        for _ in 0..300 {
+            if let Some(n) = nodes
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .next()
+            {
+                found = n.metadata.name;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        found.ok_or("no node registered")?
+    };
+    let ready: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    {
+        let ready = ready.clone();
+        let api = pods.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(p) | watcher::Event::InitApply(p) = event
+                    && is_ready(&p)
+                {
+                    let name = p.metadata.name.unwrap_or_default();
+                    ready
+                        .lock()
+                        .unwrap()
+                        .entry(name)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        });
+    }
+    for (round, count) in rounds.into_iter().enumerate() {
+        // Bound straight to the node (no scheduler): what is measured is the kubelet.
+        let created: Vec<(String, Instant)> = futures::stream::iter(0..count)
+            .map(|i| {
+                let pods = pods.clone();
+                let node = node.clone();
+                async move {
+                    let name = format!("r{round}-{i}");
+                    let pod: Pod = serde_json::from_value(json!({
+                        "metadata": {"name": name},
+                        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                            "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                                "command": ["sleep", "3600"]}]}}))?;
+                    pods.create(&PostParams::default(), &pod).await?;
+                    Ok::<_, support::Error>((name, Instant::now()))
+                }
+            })
+            .buffer_unordered(count.max(1))
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<std::result::Result<_, _>>()?;
+        let names: Vec<String> = created.iter().map(|(n, _)| n.clone()).collect();
+        wait("pods ready", Duration::from_secs(600), || {
+            let r = ready.lock().unwrap();
+            names.iter().all(|n| r.contains_key(n))
+        })
+        .await?;
+        let mut latencies: Vec<Duration> = {
+            let r = ready.lock().unwrap();
+            created
+                .iter()
+                .map(|(n, at)| r[n].saturating_duration_since(*at))
+                .collect()
+        };
+        latencies.sort();
+        println!(
+            "{count:>4} pods at once: create → Ready p50 {:>8.1?}  p99 {:>8.1?}  max {:>8.1?}",
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99),
+            latencies.last().copied().unwrap_or_default()
+        );
+        for n in &names {
+            let _ = pods.delete(n, &DeleteParams::default()).await;
+        }
+        for _ in 0..600 {
+            if pods.list(&ListParams::default()).await?.items.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    cluster.stop();
+    Ok(())
+}
