@@ -135,7 +135,8 @@ async fn main() -> Result {
         for n in &names {
             let _ = pods.delete(n, &DeleteParams::default()).await;
         }
-        for _ in 0..600 {
+        // Teardown takes a while (one sandbox after another): up to 5 minutes.
+        for _ in 0..3000 {
             if pods.list(&ListParams::default()).await?.items.is_empty() {
                 break;
             }
