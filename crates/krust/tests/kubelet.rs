@@ -420,3 +420,50 @@ fn init_containers_run_in_order_before_the_app_and_a_failed_one_fails_a_never_re
     );
     s.ok(&["delete", "pod", "staged", "doomed", "--timeout=60s"]);
 }
+
+#[test]
+fn restarting_krust_leaves_running_pods_running_and_adopts_them() {
+    let mut s = Server::with_agent(&["--cluster-cidr=10.65.0.0/16"]);
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "steady"},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", "echo up > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"]}]}}),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/steady",
+        "--timeout=60s",
+    ]);
+    let before = s.get_json(&["pod", "steady"])["status"].clone();
+    let ip = before["podIP"].as_str().unwrap().to_string();
+    assert_eq!(
+        wait_for("HTTP", DEADLINE, || curl(&format!("http://{ip}:8080/"))),
+        "up"
+    );
+
+    // SIGKILL: krust gets no chance to stop anything; its containerd keeps running and
+    // is adopted by the next krust, which finds the pod's sandbox and container again.
+    s.restart();
+    assert_eq!(
+        curl(&format!("http://{ip}:8080/")).as_deref(),
+        Some("up"),
+        "the container kept serving"
+    );
+    let after = wait_for("the pod reported again", DEADLINE, || {
+        let st = s.get_json(&["pod", "steady"])["status"].clone();
+        let ready = st["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        ready.then_some(st)
+    });
+    assert_eq!(
+        after["containerStatuses"][0]["containerID"],
+        before["containerStatuses"][0]["containerID"]
+    );
+    assert_eq!(after["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(after["podIP"], ip.as_str());
+    s.ok(&["delete", "pod", "steady", "--timeout=60s"]);
+}

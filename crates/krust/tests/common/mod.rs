@@ -523,6 +523,20 @@ impl Drop for Server {
         }
         if self.agent {
             reap_node(&self.data_dir());
+            // The pod bridge goes too: pods reaped above never ran their CNI teardown,
+            // and their addresses would collide with the next test on this range.
+            if let Some(cidr) = self
+                .extra_args
+                .iter()
+                .find_map(|a| a.strip_prefix("--cluster-cidr="))
+                .and_then(|c| c.parse::<krust_api::cidr::Ipv4Cidr>().ok())
+                .and_then(|c| c.subnet(24, 0))
+            {
+                let _ = Command::new("ip")
+                    .args(["link", "del", &krust_net::bridge_name(cidr)])
+                    .stderr(Stdio::null())
+                    .status();
+            }
         }
     }
 }
