@@ -397,11 +397,16 @@ fn init_containers_run_in_order_before_the_app_and_a_failed_one_fails_a_never_re
     ]);
     let st = s.get_json(&["pod", "staged"])["status"].clone();
     assert_eq!(st["initContainerStatuses"][1]["ready"], true);
-    let ip = st["podIP"].as_str().unwrap();
-    let log = wait_for("the app serving", DEADLINE, || {
-        curl(&format!("http://{ip}:8080/log"))
-    });
-    assert_eq!(log, "one\ntwo");
+    // The shared emptyDir shows the order the init containers ran in.
+    let uid = s.get_json(&["pod", "staged"])["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log = s
+        .data_dir()
+        .join(format!("agent/pods/{uid}/volumes/empty-dir/work/log"));
+    assert_eq!(std::fs::read_to_string(log).unwrap(), "one\ntwo\n");
+    assert!(st["containerStatuses"][0]["state"]["running"].is_object());
 
     create(
         &s,
