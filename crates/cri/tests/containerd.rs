@@ -229,4 +229,8 @@ async fn a_pod_runs_through_cri_on_krusts_containerd() {
         .await
         .unwrap();
     containerd.stop().await;
+    // The test's bridge goes with it.
+    let _ = std::process::Command::new("ip")
+        .args(["link", "del", "krusttest0"])
+        .status();
 }
