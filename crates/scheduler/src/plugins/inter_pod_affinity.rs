@@ -196,7 +196,7 @@ struct PreFilterState {
     anti_affinity: TopologyCounts,
 }
 
-impl PreFilterState {
+impl super::PodCounts for PreFilterState {
     fn update_with_pod(
         &mut self,
         other: &PodInfo,
@@ -303,10 +303,7 @@ impl PreFilterPlugin for InterPodAffinity {
         added: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>() {
-            s.update_with_pod(added, pod, node, 1);
-        }
-        Status::success()
+        super::count_pod::<PreFilterState>(state, pod, added, node, 1)
     }
 
     fn remove_pod(
@@ -316,10 +313,7 @@ impl PreFilterPlugin for InterPodAffinity {
         removed: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>() {
-            s.update_with_pod(removed, pod, node, -1);
-        }
-        Status::success()
+        super::count_pod::<PreFilterState>(state, pod, removed, node, -1)
     }
 }
 

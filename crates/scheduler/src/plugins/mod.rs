@@ -208,6 +208,34 @@ fn parse_args<T: DeserializeOwned + Default>(
     }
 }
 
+/// PreFilter state that counts the pods matching the incoming pod's terms, so that
+/// preemption can ask "what if this pod were added or removed" (upstream's
+/// PreFilterExtensions AddPod/RemovePod).
+pub(crate) trait PodCounts: crate::framework::StateData {
+    fn update_with_pod(
+        &mut self,
+        other: &crate::framework::PodInfo,
+        incoming: &crate::framework::PodInfo,
+        node: &crate::framework::NodeInfo,
+        delta: i64,
+    );
+}
+
+/// Counts `other` (`delta` +1 when added to `node`, -1 when removed) in the cycle's
+/// state `S`, if the plugin's PreFilter wrote one.
+pub(crate) fn count_pod<S: PodCounts>(
+    state: &mut crate::framework::CycleState,
+    incoming: &crate::framework::PodInfo,
+    other: &crate::framework::PodInfo,
+    node: &crate::framework::NodeInfo,
+    delta: i64,
+) -> crate::framework::Status {
+    if let Some(s) = state.read_mut::<S>() {
+        s.update_with_pod(other, incoming, node, delta);
+    }
+    crate::framework::Status::success()
+}
+
 /// Rescales scores so the highest becomes `MAX_NODE_SCORE` (and, when `reverse`,
 /// flips them so the lowest raw score wins). All-zero scores stay zero, or
 /// become the maximum when reversed.

@@ -271,7 +271,9 @@ impl PreFilterState {
             .min()
             .unwrap_or(i64::from(i32::MAX));
     }
+}
 
+impl super::PodCounts for PreFilterState {
     fn update_with_pod(
         &mut self,
         other: &PodInfo,
@@ -348,10 +350,7 @@ impl PreFilterPlugin for PodTopologySpread {
         added: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>() {
-            s.update_with_pod(added, pod, node, 1);
-        }
-        Status::success()
+        super::count_pod::<PreFilterState>(state, pod, added, node, 1)
     }
 
     fn remove_pod(
@@ -361,10 +360,7 @@ impl PreFilterPlugin for PodTopologySpread {
         removed: &PodInfo,
         node: &NodeInfo,
     ) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>() {
-            s.update_with_pod(removed, pod, node, -1);
-        }
-        Status::success()
+        super::count_pod::<PreFilterState>(state, pod, removed, node, -1)
     }
 }
 
