@@ -11,7 +11,7 @@
 //! watchers; server RSS idle, with ~41k objects and with 1,000 watchers. Clients share
 //! HTTP/2 connections the way client-go does (one connection carries many streams).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,8 +23,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use tokio::task::JoinSet;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
-type Result<T = (), E = Error> = std::result::Result<T, E>;
+mod support;
+
+use support::{Error, Result, krust_binary, percentile, proc_stat};
 
 struct Server {
     child: Child,
@@ -37,27 +38,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `target/<profile>/krust`, beside `target/<profile>/examples/api_bench`.
-fn krust_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .map(|d| d.join("krust"))
-        .expect("target dir")
-}
-
-fn rss_mb(pid: u32) -> f64 {
-    let kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0);
-    kib as f64 / 1024.0
 }
 
 /// A pool of HTTP/2 connections authenticated with the admin client certificate.
@@ -121,13 +101,6 @@ impl Client {
         let bytes = resp.into_body().collect().await?.to_bytes();
         Ok((status, bytes))
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
 fn ms(d: Duration) -> f64 {
@@ -383,7 +356,7 @@ async fn watch_phase(client: &Client, tls: &Path, port: u16, pid: u32) -> Result
         ms(percentile(&delays, 0.99)),
         ms(delays.last().copied().unwrap_or_default())
     );
-    println!("RSS with 1,000 watchers: {:.1} MB", rss_mb(pid));
+    println!("RSS with 1,000 watchers: {:.1} MB", proc_stat(pid).1);
     Ok(())
 }
 
@@ -395,7 +368,7 @@ async fn main() -> Result {
     println!("krust api benchmark (server and load generator on this machine)");
     println!("start to ready: {:.0} ms", ms(ready));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    println!("idle RSS: {:.1} MB", rss_mb(pid));
+    println!("idle RSS: {:.1} MB", proc_stat(pid).1);
     let tls = server.dir.path().join("data/server/tls");
     let client = Client::connect(&tls, server.port, 8).await?;
 
@@ -414,7 +387,7 @@ async fn main() -> Result {
     create_phase(&client, "list-1k", 8, 1_000).await?;
     create_namespace(&client, "list-10k").await?;
     create_phase(&client, "list-10k", 50, 10_000).await?;
-    println!("RSS with ~41k objects: {:.1} MB", rss_mb(pid));
+    println!("RSS with ~41k objects: {:.1} MB", proc_stat(pid).1);
 
     println!("\n== GET (16 clients, 5 s) ==");
     get_phase(&client).await?;

@@ -22,20 +22,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
-use support::{Cluster, Result, wait};
+use support::{Cluster, Result, percentile, wait};
 
 fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted
-        .get(((sorted.len().max(1) - 1) as f64 * p).round() as usize)
-        .copied()
-        .unwrap_or_default()
 }
 
 #[tokio::main]

@@ -33,7 +33,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use support::{Cluster, Result, proc_stat, wait};
+use support::{Cluster, Result, percentile, proc_stat, wait};
 
 struct Shape {
     name: &'static str,
@@ -228,13 +228,6 @@ async fn create_pods(
         .collect()
         .await;
     results.into_iter().collect()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 async fn run(shape: &Shape) -> Result {

@@ -63,6 +63,14 @@ pub fn proc_stat(pid: u32) -> (f64, f64) {
     (cpu, rss_kib as f64 / 1024.0)
 }
 
+/// The nearest-rank percentile `p` (0..=1) of sorted samples.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
