@@ -10,6 +10,7 @@ pub mod allocator;
 pub mod auth;
 mod bootstrap;
 mod compactor;
+pub mod connect;
 pub mod discovery;
 pub mod endpoints;
 pub mod internal;
@@ -75,6 +76,8 @@ pub struct Api {
     pub advertise: String,
     /// Bounds on concurrent requests (upstream's max-in-flight filter).
     pub inflight: server::InflightLimits,
+    /// Where pods' logs, exec, attach and port-forward go.
+    pub kubelet: connect::KubeletClient,
 }
 
 /// A started apiserver.
@@ -144,6 +147,7 @@ pub async fn start(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
         ),
+        kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
     });
     bootstrap::run(&api, services.first_ip(), addr.port()).await?;
     let reconciler = endpoints::EndpointReconciler::new(

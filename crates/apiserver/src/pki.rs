@@ -21,7 +21,13 @@ pub struct Pki {
     pub serving_key: String,
     pub admin_cert: String,
     pub admin_key: String,
+    /// The apiserver's client certificate towards kubelets.
+    pub kubelet_client_cert: String,
+    pub kubelet_client_key: String,
 }
+
+/// The user of the apiserver's client certificate towards kubelets (kubeadm's name).
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
 impl Pki {
     /// Loads the PKI from `dir`, creating whatever is missing. The serving certificate is
@@ -76,6 +82,14 @@ impl Pki {
             write_public(&admin_cert_path, &cert)?;
         }
 
+        let kubelet_cert_path = dir.join("kubelet-client.crt");
+        let kubelet_key_path = dir.join("kubelet-client.key");
+        if !(kubelet_cert_path.exists() && kubelet_key_path.exists()) {
+            let (cert, key) = client_cert(&issuer, KUBELET_CLIENT_USER, &[])?;
+            write_private(&kubelet_key_path, &key)?;
+            write_public(&kubelet_cert_path, &cert)?;
+        }
+
         Ok(Pki {
             dir: dir.to_path_buf(),
             ca_cert,
@@ -83,7 +97,25 @@ impl Pki {
             serving_key: read(&serving_key_path)?,
             admin_cert: read(&admin_cert_path)?,
             admin_key: read(&admin_key_path)?,
+            kubelet_client_cert: read(&kubelet_cert_path)?,
+            kubelet_client_key: read(&kubelet_key_path)?,
         })
+    }
+
+    /// A serving certificate for a kubelet on this machine (names and addresses in
+    /// `sans`), signed by the cluster CA: (certificate, key) in PEM.
+    pub fn kubelet_serving_cert(&self, sans: &[String]) -> Result<(String, String)> {
+        let ca_key =
+            KeyPair::from_pem(&read(&self.dir.join("ca.key"))?).context("parsing CA key")?;
+        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert, &ca_key).context("parsing CA cert")?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(sans.to_vec())?;
+        let node = sans.first().map_or("kubelet", String::as_str);
+        params.distinguished_name = name(&format!("system:node:{node}"), None);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use http::Method;
 use krust_api::status::ApiError;
+use krust_httpstream::params;
 
 /// What a resource request is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +109,7 @@ impl Query {
         let mut map = HashMap::new();
         for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            map.insert(decode(k), decode(v));
+            map.insert(params::decode(k), params::decode(v));
         }
         Query(map)
     }
@@ -131,13 +132,6 @@ impl Query {
             })
             .transpose()
     }
-}
-
-fn decode(s: &str) -> String {
-    let s = s.replace('+', " ");
-    percent_encoding::percent_decode_str(&s)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 #[cfg(test)]

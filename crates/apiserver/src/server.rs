@@ -198,6 +198,11 @@ async fn handle(api: &Api, connection_user: &User, req: http::Request<Incoming>)
                     drain(body).await;
                     Err(e)
                 }
+                Ok((_, _permit)) if crate::connect::Connect::of(&info).is_some() => {
+                    let connect = crate::connect::Connect::of(&info).expect("checked above");
+                    let req = http::Request::from_parts(parts, body);
+                    crate::connect::serve(api, connect, &info, req).await
+                }
                 Ok((user, _permit)) => {
                     // Read the whole body first: answering before it is consumed makes
                     // clients that are still sending see a reset instead of the Status.

@@ -30,6 +30,10 @@ pub struct AgentArgs {
     cluster_dns: Ipv4Addr,
     #[arg(long, default_value = "cluster.local")]
     cluster_domain: String,
+    /// The port of the kubelet's HTTPS server (logs, exec, attach, port-forward); 0
+    /// picks a free one.
+    #[arg(long, default_value_t = 10250)]
+    kubelet_port: u16,
 }
 
 #[derive(Args)]
@@ -52,18 +56,23 @@ pub async fn run(args: AgentCommand) -> Result<()> {
         &args.data_dir,
         &args.agent,
         None,
+        None,
         crate::cli::shutdown_signal(),
     )
     .await
 }
 
 /// Runs the node agent against the apiserver of `kubeconfig` until `shutdown`;
-/// `fallback_pod_cidr` is used when node IPAM gives the node no range.
+/// `fallback_pod_cidr` is used when node IPAM gives the node no range. With the
+/// cluster's `pki` at hand (inside `krust server`), the kubelet's serving certificate is
+/// signed by the cluster CA; otherwise it is self-signed, as upstream's kubelet does
+/// without one.
 pub async fn run_with_kubeconfig(
     kubeconfig: &str,
     data_dir: &Path,
     args: &AgentArgs,
     fallback_pod_cidr: Option<Ipv4Cidr>,
+    pki: Option<&krust_apiserver::pki::Pki>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let agent_dir = data_dir.join("agent");
@@ -86,18 +95,27 @@ pub async fn run_with_kubeconfig(
     let runtime = krust_cri::Runtime::connect(&socket)
         .await
         .context("connecting to the container runtime")?;
-    let (client, _) = crate::controller_manager::client(kubeconfig).await?;
+    let (client, ca) = crate::controller_manager::client(kubeconfig).await?;
+    let client_ca = ca.context("the kubeconfig names no cluster CA for the kubelet server")?;
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_lowercase())
         .unwrap_or_else(|_| "localhost".into());
+    let node_name = args.node_name.clone().unwrap_or(hostname);
+    let node_ip = args.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip);
+    let serving_cert = pki
+        .map(|pki| pki.kubelet_serving_cert(&[node_name.clone(), node_ip.to_string()]))
+        .transpose()?;
     let config = krust_kubelet::Config {
-        node_name: args.node_name.clone().unwrap_or(hostname),
-        node_ip: args.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip),
+        node_name,
+        node_ip,
         data_dir: agent_dir,
         cluster_dns: args.cluster_dns,
         cluster_domain: args.cluster_domain.clone(),
         fallback_pod_cidr,
         cni_conf_dir: layout.cni_conf_dir(),
+        kubelet_port: args.kubelet_port,
+        client_ca,
+        serving_cert,
     };
     tokio::select! {
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,

@@ -159,7 +159,16 @@ async fn server(args: ServerArgs) -> Result<()> {
         // With node IPAM off, the one node takes the cluster range's first /24.
         let fallback = args.controllers.cluster_cidr.subnet(24, 0);
         components.push(InProcess::spawn("agent", move |stop| async move {
-            crate::agent::run_with_kubeconfig(&kubeconfig, &data_dir, &agent, fallback, stop).await
+            let pki = Pki::load_or_create(&tls_dir(&data_dir), &[])?;
+            crate::agent::run_with_kubeconfig(
+                &kubeconfig,
+                &data_dir,
+                &agent,
+                fallback,
+                Some(&pki),
+                stop,
+            )
+            .await
         }));
     }
     if args.sim_nodes > 0 {

@@ -12,6 +12,7 @@
 pub mod machine;
 pub mod node;
 pub mod pods;
+pub mod server;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -40,6 +41,12 @@ pub struct Config {
     pub fallback_pod_cidr: Option<Ipv4Cidr>,
     /// Where containerd reads the CNI configuration.
     pub cni_conf_dir: PathBuf,
+    /// The port of the kubelet's HTTPS server (0: any free port).
+    pub kubelet_port: u16,
+    /// The cluster CA (PEM) that the server's callers' certificates must chain to.
+    pub client_ca: String,
+    /// The server's certificate and key (PEM); self-signed when absent.
+    pub serving_cert: Option<(String, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +62,8 @@ pub enum Error {
     Runtime(#[from] krust_cri::Error),
     #[error("writing the CNI configuration: {0}")]
     Cni(#[source] std::io::Error),
+    #[error("kubelet server: {0}")]
+    Server(String),
 }
 
 impl Error {
@@ -73,7 +82,8 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     let version = runtime.version().await?;
     let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
     let machine = machine::Machine::probe(&config.data_dir);
-    let status = node::status(&config, &machine, &runtime_version);
+    let server = server::Server::bind(&config).await?;
+    let status = node::status(&config, &machine, &runtime_version, server.port());
     let node = node::register(&client, &config, &status).await?;
     let cidr = node::pod_cidr(&client, &config, POD_CIDR_WAIT).await?;
     krust_net::write_conflist(
@@ -87,7 +97,8 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     let (events, sender) = krust_client::events::EventRecorder::new(client.clone(), "kubelet");
     let events = events.on_host(&config.node_name);
     let heartbeats = node::heartbeats(client.clone(), config.clone(), node, status);
+    let serving = server.serve(runtime.clone());
     let pods = pods::run(client, runtime, config, events);
-    futures::join!(heartbeats, pods, sender);
+    futures::join!(heartbeats, pods, sender, serving);
     Ok(())
 }

@@ -37,7 +37,7 @@ fn labels(config: &Config) -> BTreeMap<String, String> {
 }
 
 /// The status the node reports: capacity, addresses, node info, healthy conditions.
-pub fn status(config: &Config, machine: &Machine, runtime_version: &str) -> Value {
+pub fn status(config: &Config, machine: &Machine, runtime_version: &str, port: u16) -> Value {
     let now = Timestamp::now().to_string();
     let capacity = json!({
         "cpu": machine.cpus.to_string(),
@@ -62,7 +62,7 @@ pub fn status(config: &Config, machine: &Machine, runtime_version: &str) -> Valu
             {"type": "InternalIP", "address": config.node_ip.to_string()},
             {"type": "Hostname", "address": config.node_name},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
         "nodeInfo": {
             "machineID": machine.machine_id, "systemUUID": machine.machine_id,
             "bootID": machine.boot_id, "kernelVersion": machine.kernel,

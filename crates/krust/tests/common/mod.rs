@@ -111,8 +111,11 @@ impl Server {
                 "127.0.0.1",
             ])
             // Only `krust server` has a node agent to turn off.
+            // Node agents of tests running at once each need their own kubelet port.
             .args(if self.command == "server" && !self.agent {
                 &["--disable-agent"][..]
+            } else if self.agent {
+                &["--kubelet-port", "0"][..]
             } else {
                 &[]
             })
@@ -267,7 +270,7 @@ impl Server {
         )
     }
 
-    fn tls(&self) -> PathBuf {
+    pub fn tls(&self) -> PathBuf {
         self.data_dir().join("server").join("tls")
     }
 

@@ -351,6 +351,10 @@ pub fn container_config(
             mounts
         },
         log_path: format!("{}/{attempt}.log", container.name),
+        // `kubectl run -i` / `attach` need the container's stdin kept open.
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
         labels,
         linux: Some(LinuxContainerConfig {
             resources: Some(resources(container)),

@@ -1,0 +1,404 @@
+//! The connect subresources of pods — `log`, `exec`, `attach` and `portforward` — are
+//! served by the kubelet of the pod's node: the apiserver checks the pod and container,
+//! then forwards the request to the kubelet's HTTPS port with its own client
+//! certificate and passes the answer back (streamed logs, or a spliced upgraded
+//! connection for SPDY or WebSocket). Upstream does not verify kubelet serving
+//! certificates unless told a CA (`--kubelet-certificate-authority`); nor does krust,
+//! since a standalone agent's certificate is self-signed.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Method, Request};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use krust_api::status::ApiError;
+use krust_httpstream::params;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde_json::Value;
+use tokio_rustls::TlsConnector;
+
+use crate::request::RequestInfo;
+use crate::response::Response;
+use crate::{Api, kinds};
+
+/// Which connect subresource a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connect {
+    Log,
+    Exec,
+    Attach,
+    PortForward,
+}
+
+impl Connect {
+    pub fn of(info: &RequestInfo) -> Option<Connect> {
+        if !info.group.is_empty() || info.resource != "pods" || info.name.is_none() {
+            return None;
+        }
+        match info.subresource.as_deref()? {
+            "log" => Some(Connect::Log),
+            "exec" => Some(Connect::Exec),
+            "attach" => Some(Connect::Attach),
+            "portforward" => Some(Connect::PortForward),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Connect::Log => "log",
+            Connect::Exec => "exec",
+            Connect::Attach => "attach",
+            Connect::PortForward => "portforward",
+        }
+    }
+}
+
+/// The apiserver's TLS client towards kubelets.
+pub struct KubeletClient {
+    tls: TlsConnector,
+}
+
+impl KubeletClient {
+    pub fn new(pki: &crate::pki::Pki) -> anyhow::Result<KubeletClient> {
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(pki.kubelet_client_cert.as_bytes())
+                .collect::<Result<_, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(pki.kubelet_client_key.as_bytes())?;
+        let provider = rustls::crypto::ring::default_provider();
+        let verifier = Arc::new(AnyServerCertificate(
+            provider.signature_verification_algorithms,
+        ));
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_client_auth_cert(certs, key)?;
+        // Upgrades need HTTP/1.1.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(KubeletClient {
+            tls: TlsConnector::from(Arc::new(config)),
+        })
+    }
+}
+
+/// Accepts any kubelet serving certificate (signatures are still checked, so the
+/// handshake proves the key), as upstream does without a kubelet CA.
+#[derive(Debug)]
+struct AnyServerCertificate(rustls::crypto::WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for AnyServerCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+/// Checks the pod and container, then forwards the request to the pod's kubelet.
+pub async fn serve(
+    api: &Api,
+    connect: Connect,
+    info: &RequestInfo,
+    req: Request<Incoming>,
+) -> Result<Response, ApiError> {
+    let allowed: &[Method] = match connect {
+        Connect::Log => &[Method::GET],
+        _ => &[Method::GET, Method::POST],
+    };
+    if !allowed.contains(req.method()) {
+        return Err(ApiError::method_not_allowed(
+            req.method().as_str(),
+            &format!("pods/{}", connect.name()),
+        ));
+    }
+    let ns = info.namespace.as_deref().unwrap_or_default();
+    let name = info.name.as_deref().unwrap_or_default();
+    let pod = object(api, "pods", Some(ns), name).ok_or_else(|| {
+        ApiError::not_found(krust_api::status::Target {
+            group: "",
+            resource: "pods",
+            name,
+        })
+    })?;
+    let params = params::pairs(req.uri().query());
+    let param = |key: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    let node_name = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    if node_name.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    let path = match connect {
+        Connect::PortForward => {
+            let ports: Vec<(String, String)> = params
+                .iter()
+                .filter(|(k, _)| k == "ports")
+                .cloned()
+                .collect();
+            format!("/portForward/{ns}/{name}{}", params::encode(&ports))
+        }
+        _ => {
+            let container = container(&pod, name, param("container"))?;
+            let mut query = Vec::new();
+            if connect == Connect::Log {
+                check_logs(&pod, name, &container, param("previous") == Some("true"))?;
+                for key in [
+                    "follow",
+                    "previous",
+                    "timestamps",
+                    "tailLines",
+                    "limitBytes",
+                    "sinceSeconds",
+                    "sinceTime",
+                ] {
+                    if let Some(v) = param(key) {
+                        query.push((key.to_string(), v.to_string()));
+                    }
+                }
+            } else {
+                for (k, v) in &params {
+                    if k == "command" {
+                        query.push(("command".into(), v.clone()));
+                    }
+                }
+                for (ours, kubelets) in [
+                    ("stdin", "input"),
+                    ("stdout", "output"),
+                    ("stderr", "error"),
+                    ("tty", "tty"),
+                ] {
+                    if matches!(param(ours), Some("true" | "1")) {
+                        query.push((kubelets.into(), "1".into()));
+                    }
+                }
+            }
+            let action = match connect {
+                Connect::Log => "containerLogs",
+                Connect::Exec => "exec",
+                _ => "attach",
+            };
+            format!(
+                "/{action}/{ns}/{name}/{container}{}",
+                params::encode(&query)
+            )
+        }
+    };
+    let node = object(api, "nodes", None, node_name)
+        .ok_or_else(|| ApiError::internal(format!("node {node_name} of pod {name} not found")))?;
+    let (host, port) = kubelet_address(&node)
+        .ok_or_else(|| ApiError::internal(format!("node {node_name} reports no address")))?;
+    let authority = format!("{host}:{port}");
+    let method = req.method().clone();
+    let fail = |e: &dyn std::fmt::Display| {
+        ApiError::internal(format!(
+            "error dialing backend: {method} https://{authority}{path}: {e}"
+        ))
+    };
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| fail(&e))?;
+    let server_name = ServerName::try_from(host.clone()).map_err(|e| fail(&e))?;
+    let tls = api
+        .kubelet
+        .tls
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| fail(&e))?;
+    let resp = krust_httpstream::proxy::forward(tls, &authority, &path, req)
+        .await
+        .map_err(|e| fail(&e))?;
+    // A body that fails midway simply ends: the client sees a short log.
+    Ok(resp.map(|body| {
+        let frames = body
+            .into_data_stream()
+            .take_while(|chunk| futures::future::ready(chunk.is_ok()))
+            .map(|chunk| Ok(Frame::data(chunk.unwrap_or_else(|_| Bytes::new()))));
+        BodyExt::boxed(StreamBody::new(frames))
+    }))
+}
+
+fn object(api: &Api, plural: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+    let kind = kinds::find("", "v1", plural)?;
+    let cache = api.cache.cache(&kind.info.storage_prefix())?;
+    cache
+        .get(&kind.info.storage_key(ns, name))
+        .map(|obj| obj.value())
+}
+
+/// The container a request names, or the pod's only one; upstream's messages.
+fn container(pod: &Value, pod_name: &str, wanted: Option<&str>) -> Result<String, ApiError> {
+    let names = |field: &str| -> Vec<String> {
+        pod["spec"][field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let (containers, init) = (names("containers"), names("initContainers"));
+    match wanted.filter(|w| !w.is_empty()) {
+        Some(w) if containers.iter().chain(&init).any(|c| c == w) => Ok(w.to_string()),
+        Some(w) => Err(ApiError::bad_request(format!(
+            "container {w} is not valid for pod {pod_name}"
+        ))),
+        None if containers.len() == 1 => Ok(containers[0].clone()),
+        None => {
+            let mut message = format!(
+                "a container name must be specified for pod {pod_name}, choose one of: [{}]",
+                containers.join(" ")
+            );
+            if !init.is_empty() {
+                message.push_str(&format!(
+                    " or one of the init containers: [{}]",
+                    init.join(" ")
+                ));
+            }
+            Err(ApiError::bad_request(message))
+        }
+    }
+}
+
+/// Upstream's kubelet refuses logs of a container that has not run yet, and previous
+/// logs of one that never terminated.
+fn check_logs(
+    pod: &Value,
+    pod_name: &str,
+    container: &str,
+    previous: bool,
+) -> Result<(), ApiError> {
+    let status = ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|f| pod["status"][f].as_array())
+        .flatten()
+        .find(|s| s["name"] == container);
+    let Some(status) = status else {
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating"
+        )));
+    };
+    let ran_before = status["lastState"]["terminated"].is_object();
+    if previous && !ran_before {
+        return Err(ApiError::bad_request(format!(
+            "previous terminated container \"{container}\" in pod \"{pod_name}\" not found"
+        )));
+    }
+    if let Some(reason) = status["state"]["waiting"]["reason"].as_str()
+        && !previous
+        && !ran_before
+    {
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{pod_name}\" is waiting to start: {reason}"
+        )));
+    }
+    Ok(())
+}
+
+/// The host and port of a node's kubelet: its first InternalIP (else any address) and
+/// `status.daemonEndpoints.kubeletEndpoint.Port`.
+fn kubelet_address(node: &Value) -> Option<(String, u16)> {
+    let addresses = node["status"]["addresses"].as_array()?;
+    let address = addresses
+        .iter()
+        .find(|a| a["type"] == "InternalIP")
+        .or_else(|| addresses.first())?["address"]
+        .as_str()?
+        .to_string();
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .filter(|p| *p > 0 && *p <= u16::MAX as u64)
+        .unwrap_or(10250) as u16;
+    Some((address, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn container_defaults_and_upstream_messages() {
+        let pod = json!({"spec": {
+            "containers": [{"name": "a"}, {"name": "b"}],
+            "initContainers": [{"name": "i"}],
+        }});
+        assert_eq!(container(&pod, "p", Some("b")).unwrap(), "b");
+        assert_eq!(container(&pod, "p", Some("i")).unwrap(), "i");
+        assert_eq!(
+            container(&pod, "p", None).unwrap_err().message,
+            "a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [i]"
+        );
+        assert_eq!(
+            container(&pod, "p", Some("x")).unwrap_err().message,
+            "container x is not valid for pod p"
+        );
+        let single = json!({"spec": {"containers": [{"name": "only"}]}});
+        assert_eq!(container(&single, "p", None).unwrap(), "only");
+    }
+
+    #[test]
+    fn logs_of_containers_that_have_not_run() {
+        let pod = json!({"status": {"containerStatuses": [
+            {"name": "c", "state": {"waiting": {"reason": "ImagePullBackOff"}}, "lastState": {}},
+        ]}});
+        assert_eq!(
+            check_logs(&pod, "p", "c", false).unwrap_err().message,
+            "container \"c\" in pod \"p\" is waiting to start: ImagePullBackOff"
+        );
+        assert_eq!(
+            check_logs(&pod, "p", "c", true).unwrap_err().message,
+            "previous terminated container \"c\" in pod \"p\" not found"
+        );
+        let restarted = json!({"status": {"containerStatuses": [
+            {"name": "c", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": 1}}},
+        ]}});
+        assert!(check_logs(&restarted, "p", "c", false).is_ok());
+        assert!(check_logs(&restarted, "p", "c", true).is_ok());
+    }
+
+    #[test]
+    fn kubelet_address_prefers_internal_ip_and_reported_port() {
+        let node = json!({"status": {
+            "addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.5"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 40000}},
+        }});
+        assert_eq!(kubelet_address(&node), Some(("10.0.0.5".into(), 40000)));
+    }
+}
