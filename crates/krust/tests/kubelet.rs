@@ -472,3 +472,179 @@ fn restarting_krust_leaves_running_pods_running_and_adopts_them() {
     assert_eq!(after["podIP"], ip.as_str());
     s.ok(&["delete", "pod", "steady", "--timeout=60s"]);
 }
+
+fn terminated(s: &Server, pod: &str) -> Option<Value> {
+    let state = container_status(s, pod)["state"]["terminated"].clone();
+    state.is_object().then_some(state)
+}
+
+#[test]
+fn lifecycle_hooks_termination_messages_and_security_contexts() {
+    let s = Server::with_agent(&["--cluster-cidr=10.68.0.0/16"]);
+    let host = tempfile::tempdir().unwrap();
+    let host_dir = host.path().to_str().unwrap();
+
+    // postStart runs before the container counts as started; preStop runs before
+    // SIGTERM on deletion.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hooks"},
+            "spec": {"terminationGracePeriodSeconds": 10,
+                "volumes": [{"name": "host", "hostPath": {"path": host_dir}}],
+                "containers": [{"name": "c", "image": "busybox",
+                    "command": ["sh", "-c", "trap 'echo term >> /host/order; exit 0' TERM; while true; do sleep 0.1; done"],
+                    "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+                    "lifecycle": {
+                        "postStart": {"exec": {"command": ["sh", "-c", "echo started > /tmp/post"]}},
+                        "preStop": {"exec": {"command": ["sh", "-c", "echo prestop >> /host/order"]}}}}]}}),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/hooks",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        s.ok(&["exec", "hooks", "--", "cat", "/tmp/post"]),
+        "started\n"
+    );
+    s.ok(&["delete", "pod", "hooks", "--timeout=60s"]);
+    let order = std::fs::read_to_string(host.path().join("order")).unwrap();
+    assert_eq!(order, "prestop\nterm\n");
+
+    // A failing postStart kills the container, which restarts under its policy.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "badhook"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox",
+                "command": ["sleep", "3600"],
+                "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "exit 7"]}}}}]}}),
+    );
+    wait_for("FailedPostStartHook and a restart", DEADLINE, || {
+        let hooked = event_reasons(&s, "badhook")
+            .iter()
+            .any(|(r, m)| r == "FailedPostStartHook" && m == "PostStartHook failed");
+        let restarts = container_status(&s, "badhook")["restartCount"].as_u64()?;
+        (hooked && restarts >= 1).then_some(())
+    });
+
+    // Termination messages: the file, a custom path, and the log fallback.
+    let pod_with = |name: &str, script: &str, extra: Value| {
+        let mut container =
+            json!({"name": "c", "image": "busybox", "command": ["sh", "-c", script]});
+        for (k, v) in extra.as_object().unwrap() {
+            container[k] = v.clone();
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": [container]}})
+    };
+    create(
+        &s,
+        pod_with(
+            "msg",
+            "echo custom-message > /dev/termination-log; exit 2",
+            json!({}),
+        ),
+    );
+    create(
+        &s,
+        pod_with(
+            "custompath",
+            "echo elsewhere > /tmp/why; exit 0",
+            json!({"terminationMessagePath": "/tmp/why"}),
+        ),
+    );
+    create(
+        &s,
+        pod_with(
+            "fallback",
+            "echo from-logs; exit 1",
+            json!({"terminationMessagePolicy": "FallbackToLogsOnError"}),
+        ),
+    );
+    let msg = wait_for("msg terminated", DEADLINE, || terminated(&s, "msg"));
+    assert_eq!(
+        (&msg["exitCode"], &msg["reason"], &msg["message"]),
+        (&json!(2), &json!("Error"), &json!("custom-message\n"))
+    );
+    let custom = wait_for("custompath terminated", DEADLINE, || {
+        terminated(&s, "custompath")
+    });
+    assert_eq!(
+        (&custom["reason"], &custom["message"]),
+        (&json!("Completed"), &json!("elsewhere\n"))
+    );
+    let fallback = wait_for("fallback terminated", DEADLINE, || {
+        terminated(&s, "fallback")
+    });
+    assert_eq!(fallback["message"], "from-logs\n");
+
+    // securityContext: users and groups, a read-only root, capabilities, privileged.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sc"},
+            "spec": {"terminationGracePeriodSeconds": 0,
+                "securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000},
+                "containers": [
+                    {"name": "locked", "image": "busybox", "command": ["sleep", "3600"],
+                     "securityContext": {"readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]}}},
+                    {"name": "root", "image": "busybox", "command": ["sleep", "3600"],
+                     "securityContext": {"runAsUser": 0, "privileged": true}}]}}),
+    );
+    s.ok(&["wait", "--for=condition=Ready", "pod/sc", "--timeout=60s"]);
+    let id = s.ok(&["exec", "sc", "-c", "locked", "--", "id"]);
+    assert!(id.starts_with("uid=1000 gid=3000"), "{id}");
+    assert!(id.contains("2000"), "fsGroup is a supplemental group: {id}");
+    let touch = s.kubectl(&["exec", "sc", "-c", "locked", "--", "touch", "/x"]);
+    assert!(!touch.status.success(), "the root filesystem is writable");
+    let caps = |c: &str| {
+        let status = s.ok(&["exec", "sc", "-c", c, "--", "cat", "/proc/self/status"]);
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("CapEff:"))
+            .unwrap()
+            .to_string();
+        line.split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(caps("locked"), "0000000000000000");
+    assert_ne!(
+        caps("root").trim_start_matches('0'),
+        "",
+        "privileged has capabilities"
+    );
+    let no_new_privs = s.ok(&[
+        "exec",
+        "sc",
+        "-c",
+        "locked",
+        "--",
+        "cat",
+        "/proc/self/status",
+    ]);
+    assert!(
+        no_new_privs
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["NoNewPrivs:", "1"])
+    );
+    assert!(
+        s.ok(&["exec", "sc", "-c", "root", "--", "id"])
+            .starts_with("uid=0")
+    );
+
+    // runAsNonRoot with an image that runs as root never starts.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nonroot"},
+            "spec": {"securityContext": {"runAsNonRoot": true},
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}}),
+    );
+    let waiting = wait_for("CreateContainerConfigError", DEADLINE, || {
+        let w = container_status(&s, "nonroot")["state"]["waiting"].clone();
+        (w["reason"] == "CreateContainerConfigError").then_some(w)
+    });
+    assert_eq!(
+        waiting["message"],
+        "container has runAsNonRoot and image will run as root (pod: \"nonroot\", container: c)"
+    );
+}

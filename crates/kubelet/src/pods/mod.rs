@@ -2,7 +2,9 @@
 //! per pod UID, fed the latest version of its pod.
 
 pub mod env;
+pub mod lifecycle;
 pub mod probe;
+pub mod security;
 pub mod spec;
 pub mod status;
 pub mod volumes;

@@ -1,7 +1,8 @@
 //! From a pod spec to what CRI runs: the sandbox config (hostname, DNS, port mappings,
 //! cgroup parent by QoS class, host network) and each container's config (image,
 //! command and args with `$(VAR)` expansion, its environment and volume mounts, working
-//! dir, resources, the per-pod /etc/hosts, log path).
+//! dir, resources, security settings ([`super::security`]), the per-pod /etc/hosts,
+//! log path).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -203,6 +204,16 @@ pub fn sandbox_config(config: &Config, pod: &Pod, attempt: u32) -> PodSandboxCon
                     ipc: NamespaceMode::Pod as i32,
                     ..NamespaceOption::default()
                 }),
+                // containerd runs privileged containers only in a privileged sandbox.
+                privileged: pod
+                    .spec
+                    .iter()
+                    .flat_map(|s| {
+                        s.containers
+                            .iter()
+                            .chain(s.init_containers.iter().flatten())
+                    })
+                    .any(super::security::privileged),
                 ..LinuxSandboxSecurityContext::default()
             }),
             ..LinuxPodSandboxConfig::default()
@@ -358,7 +369,7 @@ pub fn container_config(
         labels,
         linux: Some(LinuxContainerConfig {
             resources: Some(resources(container)),
-            ..LinuxContainerConfig::default()
+            security_context: Some(super::security::linux(pod, container)),
         }),
         ..ContainerConfig::default()
     }

@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::serde_json::{Value, json};
 use krust_cri::Runtime;
 use krust_cri::api::{
-    ContainerFilter, CreateContainerRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
-    ListPodSandboxRequest, PodSandboxFilter, PodSandboxState, PodSandboxStatusRequest,
-    PullImageRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
-    StopContainerRequest, StopPodSandboxRequest,
+    ContainerFilter, ContainerState, CreateContainerRequest, ImageSpec, ImageStatusRequest,
+    ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter, PodSandboxState,
+    PodSandboxStatusRequest, PullImageRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
+    StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
 };
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use super::env::{self, ConfigError, Sources};
 use super::probe::Prober;
 use super::status::{Instance, Observed, pod_status, same};
-use super::{spec, volumes};
+use super::{lifecycle, security, spec, volumes};
 use crate::Config;
 use krust_client::events::{EventRecorder, EventType};
 
@@ -265,8 +265,9 @@ impl Worker {
         Ok(())
     }
 
-    /// The newest instance of each container in the sandbox.
-    async fn instances(&self) -> Result<HashMap<String, Instance>, tonic::Status> {
+    /// The newest instance of each container in the sandbox, with the termination
+    /// message of those that exited.
+    async fn instances(&self, pod: &Pod) -> Result<HashMap<String, Instance>, tonic::Status> {
         let Some(sandbox) = &self.sandbox else {
             return Ok(HashMap::new());
         };
@@ -299,6 +300,18 @@ impl Worker {
                 .into_inner()
                 .status
                 .unwrap_or_default();
+            let exited = status.state == ContainerState::ContainerExited as i32;
+            let message = match spec_container(pod, &meta.name).filter(|_| exited) {
+                Some(container) => Some(lifecycle::message(
+                    &lifecycle::message_file(&self.config, pod, &meta.name, meta.attempt),
+                    std::path::Path::new(&status.log_path),
+                    container,
+                    status.exit_code,
+                ))
+                .filter(|m| !m.is_empty())
+                .unwrap_or(status.message),
+                None => status.message,
+            };
             newest.insert(
                 meta.name,
                 Instance {
@@ -309,7 +322,7 @@ impl Worker {
                     finished_at: status.finished_at,
                     exit_code: status.exit_code,
                     reason: status.reason,
-                    message: status.message,
+                    message,
                     image_ref: status.image_ref,
                 },
             );
@@ -318,7 +331,7 @@ impl Worker {
     }
 
     async fn sync_containers(&mut self, pod: &Pod) {
-        let instances = match self.instances().await {
+        let instances = match self.instances(pod).await {
             Ok(i) => i,
             Err(err) => {
                 tracing::warn!(pod = %pod.name_any(), error = %err, "listing containers failed");
@@ -358,7 +371,7 @@ impl Worker {
             break;
         }
         if !self.observed.initialized {
-            if let Ok(fresh) = self.instances().await {
+            if let Ok(fresh) = self.instances(pod).await {
                 self.observed.containers.extend(fresh);
             }
             return;
@@ -368,7 +381,7 @@ impl Worker {
                 .await;
         }
         // Report the instances started just now on the next pass.
-        if let Ok(fresh) = self.instances().await {
+        if let Ok(fresh) = self.instances(pod).await {
             self.observed.containers.extend(fresh);
         }
     }
@@ -455,13 +468,17 @@ impl Worker {
         } else {
             self.announced.remove(&name);
         }
+        let ran = match &started {
+            Ok(()) => true,
+            Err((reason, _)) => reason == POST_START_HOOK_ERROR,
+        };
+        if ran && current.is_some() {
+            // The next exit waits: 10 s, then doubling.
+            self.restarts.entry(name.clone()).or_default().fail(now);
+        }
         match started {
             Ok(()) => {
                 self.observed.waiting.remove(&name);
-                if current.is_some() {
-                    // The next exit waits: 10 s, then doubling.
-                    self.restarts.entry(name.clone()).or_default().fail(now);
-                }
             }
             Err(waiting) => {
                 self.observed.waiting.insert(name.clone(), waiting);
@@ -503,14 +520,7 @@ impl Worker {
                 .as_ref()
                 .and_then(|s| s.termination_grace_period_seconds)
                 .unwrap_or(30);
-            let _ = self
-                .runtime
-                .runtime
-                .clone()
-                .stop_container(StopContainerRequest {
-                    container_id: instance.id.clone(),
-                    timeout: grace,
-                })
+            self.stop(Some(pod), &container.name, &instance.id, grace)
                 .await;
         }
     }
@@ -572,6 +582,26 @@ impl Worker {
         attempt: u32,
     ) -> Result<(), (String, String)> {
         self.ensure_image(pod, container).await?;
+        if security::non_root_required(pod, container) {
+            let image = self
+                .runtime
+                .images
+                .clone()
+                .image_status(ImageStatusRequest {
+                    image: Some(ImageSpec {
+                        image: container.image.clone().unwrap_or_default(),
+                        ..ImageSpec::default()
+                    }),
+                    verbose: false,
+                })
+                .await
+                .ok()
+                .and_then(|r| r.into_inner().image);
+            let uid = image.as_ref().and_then(|i| i.uid.as_ref()).map(|u| u.value);
+            let user = image.map(|i| i.username).unwrap_or_default();
+            security::verify_non_root(pod, container, uid, &user)
+                .map_err(|m| ("CreateContainerConfigError".to_string(), m))?;
+        }
         let sandbox = self.sandbox.clone().unwrap_or_default();
         let ip = self.observed.pod_ip.clone().unwrap_or_default();
         let hosts = spec::write_hosts(&self.config, pod, &ip)
@@ -588,7 +618,12 @@ impl Worker {
             .as_ref()
             .map(|(p, _)| p.clone())
             .unwrap_or_default();
-        let mounts = volumes::mounts(pod, container.volume_mounts.as_ref(), &paths);
+        let mut mounts = volumes::mounts(pod, container.volume_mounts.as_ref(), &paths);
+        let message = lifecycle::message_file(&self.config, pod, &container.name, attempt);
+        mounts.push(
+            lifecycle::message_mount(&message, container)
+                .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?,
+        );
         let config = spec::container_config(pod, container, attempt, env, mounts, &hosts);
         let mut rt = self.runtime.runtime.clone();
         let created = rt
@@ -619,7 +654,76 @@ impl Worker {
             "Started",
             format!("Started container {}", container.name),
         );
+        let post_start = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref());
+        if let Some(hook) = post_start {
+            let hooked = lifecycle::run(
+                &self.runtime,
+                &created,
+                container,
+                hook,
+                &ip,
+                lifecycle::POST_START_TIMEOUT,
+            )
+            .await;
+            if let Err(message) = hooked {
+                // Upstream leaves the handler's output out of the event (secrets).
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    "PostStartHook failed".into(),
+                );
+                let grace = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .unwrap_or(30);
+                self.stop(None, &container.name, &created, grace).await;
+                return Err((POST_START_HOOK_ERROR.into(), message));
+            }
+        }
         Ok(())
+    }
+
+    /// Stops one container: its preStop hook first (with `pod` known), within the
+    /// grace period, then SIGTERM with what is left of it (at least 2 s), then SIGKILL.
+    async fn stop(&self, pod: Option<&Pod>, name: &str, id: &str, grace: i64) {
+        let started = Instant::now();
+        let pre_stop = pod
+            .and_then(|p| spec_container(p, name))
+            .and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
+        if let (Some(pod), Some((container, hook))) = (pod, pre_stop) {
+            let ip = self.observed.pod_ip.clone().unwrap_or_default();
+            let budget = Duration::from_secs(grace.max(0) as u64);
+            let hooked = tokio::time::timeout(
+                budget,
+                lifecycle::run(&self.runtime, id, container, hook, &ip, budget),
+            )
+            .await
+            .unwrap_or_else(|_| Err("the grace period ran out".into()));
+            if let Err(message) = hooked {
+                tracing::info!(pod = %pod.name_any(), container = name, %message, "preStop hook failed");
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    "FailedPreStopHook",
+                    "PreStopHook failed".into(),
+                );
+            }
+        }
+        let left = (grace - started.elapsed().as_secs() as i64).max(lifecycle::MIN_STOP_GRACE);
+        let _ = self
+            .runtime
+            .runtime
+            .clone()
+            .stop_container(StopContainerRequest {
+                container_id: id.to_string(),
+                timeout: left,
+            })
+            .await;
     }
 
     /// `IfNotPresent` (the default for tagged images), `Always` (the default for
@@ -763,15 +867,22 @@ impl Worker {
                 .await
                 .map(|r| r.into_inner().containers)
                 .unwrap_or_default();
-            let stops = containers.into_iter().map(|c| {
-                let mut rt = rt.clone();
+            let running = containers
+                .into_iter()
+                .filter(|c| c.state == ContainerState::ContainerRunning as i32);
+            let this = &*self;
+            let stops = running.map(|c| {
+                let name = c.metadata.map(|m| m.name).unwrap_or_default();
                 async move {
-                    let _ = rt
-                        .stop_container(StopContainerRequest {
-                            container_id: c.id,
-                            timeout: grace,
-                        })
-                        .await;
+                    if let Some(pod) = pod {
+                        this.event(
+                            pod,
+                            EventType::Normal,
+                            "Killing",
+                            format!("Stopping container {name}"),
+                        );
+                    }
+                    this.stop(pod, &name, &c.id, grace).await;
                 }
             });
             futures::future::join_all(stops).await;
@@ -841,6 +952,18 @@ impl Worker {
             }
         }
     }
+}
+
+/// The waiting reason of a container whose postStart hook failed.
+const POST_START_HOOK_ERROR: &str = "PostStartHookError";
+
+/// The spec of a pod's (init) container by name.
+fn spec_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
 }
 
 fn fmt_secs(d: Duration) -> String {

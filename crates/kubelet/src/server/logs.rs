@@ -216,7 +216,7 @@ async fn running(runtime: &Runtime, id: &str) -> bool {
 /// Appends one CRI log record as the client sees it: the content, a newline unless the
 /// record is a partial line, the time in front with `timestamps`. Records before
 /// `since` and malformed ones are left out.
-fn render(record: &[u8], options: &Options, out: &mut Vec<u8>) {
+pub(crate) fn render(record: &[u8], options: &Options, out: &mut Vec<u8>) {
     let mut fields = record.splitn(4, |b| *b == b' ');
     let (Some(time), Some(_stream), Some(tag), content) =
         (fields.next(), fields.next(), fields.next(), fields.next())
