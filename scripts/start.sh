@@ -6,4 +6,11 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release -p krust
-exec ./target/release/krust server "$@"
+# Upstream's disk thresholds (nodefs 10%, imagefs 15% free) evict every pod of a node
+# on a nearly full disk; the quick start keeps upstream's memory threshold and asks for
+# 1% of disk. Pass --eviction-hard to choose others.
+eviction=(--eviction-hard "memory.available<100Mi,nodefs.available<1%,imagefs.available<1%")
+for arg in "$@"; do
+  [[ $arg == --eviction-hard* ]] && eviction=()
+done
+exec ./target/release/krust server "${eviction[@]}" "$@"

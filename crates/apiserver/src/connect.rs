@@ -178,7 +178,12 @@ pub async fn serve(
             let container = container(&pod, name, param("container"))?;
             let mut query = Vec::new();
             if connect == Connect::Log {
-                check_logs(&pod, name, &container, param("previous") == Some("true"))?;
+                check_logs(
+                    &pod,
+                    name,
+                    &container,
+                    param("previous").is_some_and(params::flag),
+                )?;
                 for key in [
                     "follow",
                     "previous",
@@ -204,7 +209,7 @@ pub async fn serve(
                     ("stderr", "error"),
                     ("tty", "tty"),
                 ] {
-                    if matches!(param(ours), Some("true" | "1")) {
+                    if param(ours).is_some_and(params::flag) {
                         query.push((kubelets.into(), "1".into()));
                     }
                 }

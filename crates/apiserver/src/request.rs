@@ -118,9 +118,9 @@ impl Query {
         self.0.get(key).map(String::as_str)
     }
 
-    /// A boolean parameter: present as `true` or `1`.
+    /// A boolean parameter, as Go's `strconv.ParseBool` reads it (`true`, `True`, `1`, ...).
     pub fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1"))
+        self.get(key).is_some_and(params::flag)
     }
 
     pub fn int(&self, key: &str) -> Result<Option<i64>, ApiError> {

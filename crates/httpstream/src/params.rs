@@ -11,6 +11,12 @@ pub fn decode(raw: &str) -> String {
         .into_owned()
 }
 
+/// A boolean parameter as Go's `strconv.ParseBool` reads it (the Python client sends
+/// `True`/`False`); anything else is false.
+pub fn flag(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
 /// The decoded `(key, value)` pairs of a query string.
 pub fn pairs(query: Option<&str>) -> Vec<(String, String)> {
     query
@@ -59,5 +65,15 @@ mod tests {
         let encoded = encode(&given);
         assert_eq!(pairs(encoded.strip_prefix('?')), given);
         assert_eq!(encode(&[]), "");
+    }
+
+    #[test]
+    fn booleans_as_go_parses_them() {
+        for yes in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert!(flag(yes), "{yes}");
+        }
+        for no in ["0", "false", "False", "", "yes", "tRuE"] {
+            assert!(!flag(no), "{no}");
+        }
     }
 }

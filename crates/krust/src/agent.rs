@@ -34,6 +34,13 @@ pub struct AgentArgs {
     /// picks a free one.
     #[arg(long, default_value_t = 10250)]
     kubelet_port: u16,
+    /// Hard eviction thresholds, as upstream's kubelet takes them
+    /// (`signal<quantity` or `signal<percent%`, comma-separated).
+    #[arg(long, default_value = krust_kubelet::eviction::DEFAULT_HARD)]
+    eviction_hard: String,
+    /// How often eviction signals are measured.
+    #[arg(long, default_value = "10s", value_parser = crate::cli::parse_duration)]
+    housekeeping_interval: std::time::Duration,
 }
 
 #[derive(Args)]
@@ -116,6 +123,10 @@ pub async fn run_with_kubeconfig(
         kubelet_port: args.kubelet_port,
         client_ca,
         serving_cert,
+        eviction_hard: krust_kubelet::eviction::parse_thresholds(&args.eviction_hard)
+            .map_err(|e| anyhow::anyhow!("--eviction-hard: {e}"))?,
+        housekeeping_interval: args.housekeeping_interval,
+        image_fs: layout.root(),
     };
     tokio::select! {
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,

@@ -24,7 +24,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the control plane (apiserver on an embedded store, controllers, scheduler).
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Run the apiserver alone (several can share one etcd).
     Apiserver(ApiserverArgs),
     /// Run the controllers alone against an apiserver.
@@ -100,7 +100,7 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 impl Cli {
     pub async fn run(self) -> Result<()> {
         match self.command {
-            Command::Server(args) => server(args).await,
+            Command::Server(args) => server(*args).await,
             Command::Apiserver(args) => apiserver::run(args).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Scheduler(args) => crate::scheduler::run(args).await,

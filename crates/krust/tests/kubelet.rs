@@ -648,3 +648,84 @@ fn lifecycle_hooks_termination_messages_and_security_contexts() {
         "container has runAsNonRoot and image will run as root (pod: \"nonroot\", container: c)"
     );
 }
+
+#[test]
+fn disk_pressure_taints_the_node_and_evicts_all_but_critical_pods() {
+    // A threshold no disk can meet: the node is under disk pressure from the start.
+    let s = Server::with_agent(&[
+        "--cluster-cidr=10.69.0.0/16",
+        "--eviction-hard=nodefs.available<99.999%",
+        "--housekeeping-interval=1s",
+    ]);
+    let node = wait_for("DiskPressure and its taint", DEADLINE, || {
+        let node = s.get_json(&["nodes"])["items"][0].clone();
+        let pressure = node["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "DiskPressure" && c["status"] == "True")?
+            .clone();
+        let tainted = node["spec"]["taints"]
+            .as_array()?
+            .iter()
+            .any(|t| t["key"] == "node.kubernetes.io/disk-pressure" && t["effect"] == "NoSchedule");
+        tainted.then_some((node, pressure))
+    });
+    let (node, pressure) = node;
+    assert_eq!(pressure["reason"], "KubeletHasDiskPressure");
+    assert_eq!(pressure["message"], "kubelet has disk pressure");
+    let memory = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "MemoryPressure")
+        .unwrap()
+        .clone();
+    assert_eq!(memory["status"], "False");
+    let name = node["metadata"]["name"].as_str().unwrap();
+
+    // Bound straight to the node: a plain pod is evicted, a system-critical one stays.
+    for (pod, class) in [("plain", None), ("critical", Some("system-node-critical"))] {
+        let mut obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+            "spec": {"nodeName": name, "terminationGracePeriodSeconds": 30,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}});
+        if let Some(class) = class {
+            obj["spec"]["priorityClassName"] = json!(class);
+        }
+        create(&s, obj);
+    }
+    let evicted = wait_for("plain evicted", DEADLINE, || {
+        let st = s.get_json(&["pod", "plain"])["status"].clone();
+        (st["reason"] == "Evicted").then_some(st)
+    });
+    assert_eq!(evicted["phase"], "Failed");
+    let message = evicted["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: "),
+        "{message}"
+    );
+    let disruption = evicted["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .expect("a DisruptionTarget condition")
+        .clone();
+    assert_eq!(
+        (&disruption["status"], &disruption["reason"]),
+        (&json!("True"), &json!("TerminationByKubelet"))
+    );
+    assert!(
+        event_reasons(&s, "plain")
+            .iter()
+            .any(|(r, m)| r == "Evicted" && m == message)
+    );
+    let terminated = &evicted["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["exitCode"], 137, "{evicted}");
+    // Several intervals later the critical pod still runs.
+    std::thread::sleep(Duration::from_secs(3));
+    let critical = s.get_json(&["pod", "critical"])["status"].clone();
+    assert_eq!(critical["phase"], "Running", "{critical}");
+    assert!(critical["reason"].is_null());
+}

@@ -9,6 +9,7 @@
 //!
 //! It talks only to the apiserver and the container runtime.
 
+pub mod eviction;
 pub mod machine;
 pub mod node;
 pub mod pods;
@@ -47,6 +48,12 @@ pub struct Config {
     pub client_ca: String,
     /// The server's certificate and key (PEM); self-signed when absent.
     pub serving_cert: Option<(String, String)>,
+    /// Hard eviction thresholds (`--eviction-hard`).
+    pub eviction_hard: Vec<eviction::Threshold>,
+    /// How often eviction signals are measured.
+    pub housekeeping_interval: Duration,
+    /// Where images and container layers live (containerd's root): `imagefs`.
+    pub image_fs: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,9 +103,27 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     tracing::info!(node = config.node_name, %cidr, runtime = runtime_version, "kubelet running");
     let (events, sender) = krust_client::events::EventRecorder::new(client.clone(), "kubelet");
     let events = events.on_host(&config.node_name);
-    let heartbeats = node::heartbeats(client.clone(), config.clone(), node, status);
+    let (pressures, pressure_changes) = tokio::sync::watch::channel(eviction::Pressures::new());
+    let evictions = eviction::Evictions::default();
+    let eviction = eviction::Manager {
+        client: client.clone(),
+        config: config.clone(),
+        thresholds: config.eviction_hard.clone(),
+        interval: config.housekeeping_interval,
+        image_fs: config.image_fs.clone(),
+        evictions: evictions.clone(),
+        pressures,
+        events: events.clone(),
+    };
+    let heartbeats = node::heartbeats(
+        client.clone(),
+        config.clone(),
+        node,
+        status,
+        pressure_changes,
+    );
     let serving = server.serve(runtime.clone());
-    let pods = pods::run(client, runtime, config, events);
-    futures::join!(heartbeats, pods, sender, serving);
+    let pods = pods::run(client, runtime, config, events, evictions);
+    futures::join!(heartbeats, pods, sender, serving, eviction.run());
     Ok(())
 }

@@ -39,7 +39,7 @@ impl Machine {
         Machine {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             memory_kib,
-            storage_bytes: filesystem_size(data_dir),
+            storage_bytes: filesystem(data_dir).map_or(0, |fs| fs.bytes),
             hostname: read("/proc/sys/kernel/hostname").to_lowercase(),
             machine_id: read("/etc/machine-id"),
             boot_id: read("/proc/sys/kernel/random/boot_id"),
@@ -49,19 +49,33 @@ impl Machine {
     }
 }
 
-/// Size of the filesystem holding `path`, in bytes.
-fn filesystem_size(path: &Path) -> u64 {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return 0;
-    };
+/// Size and free space of a filesystem, for unprivileged users (as `df` shows them).
+#[derive(Clone, Copy, Debug)]
+pub struct Filesystem {
+    pub bytes: u64,
+    pub bytes_available: u64,
+    pub inodes: u64,
+    pub inodes_available: u64,
+}
+
+/// The filesystem holding `path`.
+pub fn filesystem(path: &Path) -> Option<Filesystem> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
-    unsafe {
+    let st = unsafe {
         let mut st: libc::statvfs = std::mem::zeroed();
         if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return 0;
+            return None;
         }
-        st.f_blocks as u64 * st.f_frsize as u64
-    }
+        st
+    };
+    let frsize = st.f_frsize as u64;
+    Some(Filesystem {
+        bytes: st.f_blocks as u64 * frsize,
+        bytes_available: st.f_bavail as u64 * frsize,
+        inodes: st.f_files as u64,
+        inodes_available: st.f_favail as u64,
+    })
 }
 
 /// The address other nodes reach this one on: the source address of the default

@@ -13,7 +13,9 @@ use k8s_openapi::serde_json::{Value, json};
 use krust_api::cidr::Ipv4Cidr;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use tokio::sync::watch;
 
+use crate::eviction::{PRESSURES, Pressures};
 use crate::machine::Machine;
 use crate::{Config, Error};
 
@@ -52,12 +54,11 @@ pub fn status(config: &Config, machine: &Machine, runtime_version: &str, port: u
     json!({"status": {
         "capacity": capacity,
         "allocatable": capacity,
-        "conditions": [
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-        ],
+        "conditions": PRESSURES.iter().map(|p| {
+            let (kind, reason, message) = p.condition(false);
+            condition(kind, "False", reason, message)
+        }).chain([condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")])
+        .collect::<Vec<_>>(),
         "addresses": [
             {"type": "InternalIP", "address": config.node_ip.to_string()},
             {"type": "Hostname", "address": config.node_name},
@@ -128,8 +129,15 @@ pub async fn pod_cidr(client: &Client, config: &Config, wait: Duration) -> Resul
 }
 
 /// Renews the Lease every [`LEASE_RENEW`] and re-reports the status every
-/// [`STATUS_REPORT`]. Never returns.
-pub async fn heartbeats(client: Client, config: std::sync::Arc<Config>, node: Node, status: Value) {
+/// [`STATUS_REPORT`], and at once when the pressures the node is under change. Never
+/// returns.
+pub async fn heartbeats(
+    client: Client,
+    config: std::sync::Arc<Config>,
+    node: Node,
+    mut status: Value,
+    mut pressures: watch::Receiver<Pressures>,
+) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
     let mut lease_tick = tokio::time::interval(LEASE_RENEW);
@@ -142,20 +150,50 @@ pub async fn heartbeats(client: Client, config: std::sync::Arc<Config>, node: No
                     tracing::warn!(error = %err, "renewing the node lease failed");
                 }
             }
-            _ = status_tick.tick() => {
-                let mut fresh = status.clone();
-                let now = Timestamp::now().to_string();
-                for c in fresh["status"]["conditions"].as_array_mut().into_iter().flatten() {
-                    c["lastHeartbeatTime"] = json!(now);
-                }
-                if let Err(err) = nodes
-                    .patch_status(&config.node_name, &PatchParams::default(), &Patch::Strategic(&fresh))
-                    .await
-                {
-                    tracing::warn!(error = %err, "reporting node status failed");
-                }
+            _ = status_tick.tick() => report(&nodes, &config, &mut status, None).await,
+            Ok(()) = pressures.changed() => {
+                let under = pressures.borrow_and_update().clone();
+                report(&nodes, &config, &mut status, Some(&under)).await;
             }
         }
+    }
+}
+
+/// Patches the node's status with fresh heartbeat times; with `under`, the pressure
+/// conditions first follow it (a flip moves their transition time).
+async fn report(nodes: &Api<Node>, config: &Config, status: &mut Value, under: Option<&Pressures>) {
+    let now = Timestamp::now().to_string();
+    for c in status["status"]["conditions"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        c["lastHeartbeatTime"] = json!(now);
+        let Some(under) = under else { continue };
+        for p in PRESSURES {
+            let on = under.contains(&p);
+            let (kind, reason, message) = p.condition(on);
+            if c["type"] != kind {
+                continue;
+            }
+            let value = if on { "True" } else { "False" };
+            if c["status"] != value {
+                c["lastTransitionTime"] = json!(now);
+            }
+            c["status"] = json!(value);
+            c["reason"] = json!(reason);
+            c["message"] = json!(message);
+        }
+    }
+    if let Err(err) = nodes
+        .patch_status(
+            &config.node_name,
+            &PatchParams::default(),
+            &Patch::Strategic(&*status),
+        )
+        .await
+    {
+        tracing::warn!(error = %err, "reporting node status failed");
     }
 }
 

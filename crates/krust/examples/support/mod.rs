@@ -63,6 +63,24 @@ pub fn proc_stat(pid: u32) -> (f64, f64) {
     (cpu, rss_kib as f64 / 1024.0)
 }
 
+/// CPU seconds the whole machine has spent busy (all cores), from /proc/stat.
+pub fn machine_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let busy: u64 = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .enumerate()
+        // user nice system (idle iowait) irq softirq steal
+        .filter(|(i, _)| ![3, 4].contains(i))
+        .take(6)
+        .filter_map(|(_, v)| v.parse::<u64>().ok())
+        .sum();
+    busy as f64 / 100.0
+}
+
 /// The nearest-rank percentile `p` (0..=1) of sorted samples.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {

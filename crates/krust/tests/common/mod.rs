@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
+/// Eviction thresholds for test nodes: upstream's memory threshold, 1% of disk.
+const TEST_EVICTION_HARD: &str = "memory.available<100Mi,nodefs.available<1%,imagefs.available<1%";
 
 /// A running `krust server`.
 pub struct Server {
@@ -119,6 +121,18 @@ impl Server {
             } else {
                 &[]
             })
+            // Test machines may have less free disk than upstream's defaults want
+            // (nodefs 10%, imagefs 15%): pods would be evicted under disk pressure.
+            .args(
+                (self.agent
+                    && !self
+                        .extra_args
+                        .iter()
+                        .any(|a| a.starts_with("--eviction-hard")))
+                .then_some(["--eviction-hard", TEST_EVICTION_HARD])
+                .into_iter()
+                .flatten(),
+            )
             .arg("--https-listen-port")
             .arg(self.port.to_string())
             .arg("--data-dir")

@@ -24,9 +24,16 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::Config;
+use crate::eviction::Evictions;
 
 /// Watches this node's pods and runs a worker for each. Never returns.
-pub async fn run(client: Client, runtime: Runtime, config: Arc<Config>, recorder: EventRecorder) {
+pub async fn run(
+    client: Client,
+    runtime: Runtime,
+    config: Arc<Config>,
+    recorder: EventRecorder,
+    evictions: Evictions,
+) {
     let api: Api<Pod> = Api::all(client.clone());
     let selector = format!("spec.nodeName={}", config.node_name);
     let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
@@ -59,6 +66,7 @@ pub async fn run(client: Client, runtime: Runtime, config: Arc<Config>, recorder
                             runtime.clone(),
                             config.clone(),
                             recorder.clone(),
+                            evictions.clone(),
                         );
                         tokio::spawn(worker.run(rx));
                         workers.insert(uid, tx);

@@ -87,12 +87,14 @@ pub struct Observed {
     pub initialized: bool,
     /// An init container failed under `restartPolicy: Never`: the pod has failed.
     pub init_failed: bool,
+    /// Evicted by the kubelet, with this message: the pod has failed.
+    pub evicted: Option<String>,
 }
 
 /// The pod's phase: Pending until every container has started once; Succeeded or
 /// Failed when all have stopped for good under the restart policy; else Running.
 fn phase(pod: &Pod, observed: &Observed) -> &'static str {
-    if observed.init_failed {
+    if observed.init_failed || observed.evicted.is_some() {
         return "Failed";
     }
     if !observed.initialized {
@@ -216,6 +218,17 @@ pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
     if let Some(ip) = observed.pod_ip.as_ref().filter(|ip| !ip.is_empty()) {
         status["podIP"] = json!(ip);
         status["podIPs"] = json!([{"ip": ip}]);
+    }
+    if let Some(message) = &observed.evicted {
+        status["reason"] = json!("Evicted");
+        status["message"] = json!(message);
+        let mut disruption = condition("DisruptionTarget", true, None);
+        disruption["reason"] = json!("TerminationByKubelet");
+        disruption["message"] = json!(message);
+        status["conditions"]
+            .as_array_mut()
+            .expect("conditions")
+            .push(disruption);
     }
     status
 }

@@ -29,6 +29,7 @@ use super::probe::Prober;
 use super::status::{Instance, Observed, pod_status, same};
 use super::{lifecycle, security, spec, volumes};
 use crate::Config;
+use crate::eviction::Evictions;
 use krust_client::events::{EventRecorder, EventType};
 
 /// How often the runtime is relisted for this pod.
@@ -78,6 +79,8 @@ pub struct Worker {
     /// The waiting reason last announced with an event, per container (so a state
     /// that lasts is reported once, not on every pass).
     announced: HashMap<String, String>,
+    /// Pods the eviction manager has chosen.
+    evictions: Evictions,
 }
 
 /// The outcome of one pass.
@@ -93,6 +96,7 @@ impl Worker {
         runtime: Runtime,
         config: Arc<Config>,
         events: EventRecorder,
+        evictions: Evictions,
     ) -> Self {
         let observed = Observed {
             host_ip: config.node_ip.to_string(),
@@ -114,6 +118,7 @@ impl Worker {
             prober: Prober::default(),
             events,
             announced: HashMap::new(),
+            evictions,
         }
     }
 
@@ -142,6 +147,22 @@ impl Worker {
             self.tear_down(Some(pod), grace).await;
             self.delete_for_good(pod).await;
             return Pass::Finished;
+        }
+        if let Some(message) = self.evictions.message(&pod.uid().unwrap_or_default()) {
+            if self.observed.evicted.is_none() {
+                // Hard eviction: no grace period; the pod stays, Failed.
+                self.tear_down(Some(pod), 0).await;
+                for instance in self.observed.containers.values_mut() {
+                    if instance.running() {
+                        instance.state = ContainerState::ContainerExited as i32;
+                        instance.exit_code = 137;
+                    }
+                }
+                self.observed.waiting.clear();
+                self.observed.evicted = Some(message);
+            }
+            self.report(pod).await;
+            return Pass::Continue;
         }
         if let Err(err) = self.ensure_sandbox(pod).await {
             tracing::warn!(pod = %pod.name_any(), error = %err, "creating the pod sandbox failed");

@@ -39,7 +39,7 @@ impl Options {
     pub fn parse(query: Option<&str>) -> Result<Options, ApiError> {
         let mut o = Options::default();
         for (k, v) in krust_httpstream::params::pairs(query) {
-            let flag = matches!(v.as_str(), "true" | "1");
+            let flag = krust_httpstream::params::flag(&v);
             let number = |name: &str| {
                 v.parse::<i64>()
                     .ok()

@@ -35,7 +35,7 @@ impl StreamOptions {
     fn parse(query: Option<&str>) -> StreamOptions {
         let mut o = StreamOptions::default();
         for (k, v) in params::pairs(query) {
-            let on = matches!(v.as_str(), "1" | "true");
+            let on = params::flag(&v);
             match k.as_str() {
                 "command" => o.command.push(v),
                 "input" => o.stdin = on,
