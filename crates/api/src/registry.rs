@@ -13,6 +13,8 @@ pub enum Subresource {
     Binding,
     /// `eviction` (pods): create a policy/v1 Eviction.
     Eviction,
+    /// `token` (serviceaccounts): create an authentication.k8s.io/v1 TokenRequest.
+    Token,
 }
 
 impl Subresource {
@@ -22,13 +24,20 @@ impl Subresource {
             Subresource::Scale => "scale",
             Subresource::Binding => "binding",
             Subresource::Eviction => "eviction",
+            Subresource::Token => "token",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Status, Self::Scale, Self::Binding, Self::Eviction]
-            .into_iter()
-            .find(|sub| sub.name() == s)
+        [
+            Self::Status,
+            Self::Scale,
+            Self::Binding,
+            Self::Eviction,
+            Self::Token,
+        ]
+        .into_iter()
+        .find(|sub| sub.name() == s)
     }
 
     /// (group, version, kind) of the object this subresource reads and writes, when it is
@@ -39,6 +48,7 @@ impl Subresource {
             Subresource::Scale => Some(("autoscaling", "v1", "Scale")),
             Subresource::Binding => Some(("", "v1", "Binding")),
             Subresource::Eviction => Some(("policy", "v1", "Eviction")),
+            Subresource::Token => Some(("authentication.k8s.io", "v1", "TokenRequest")),
         }
     }
 
@@ -46,7 +56,7 @@ impl Subresource {
     pub fn verbs(self) -> &'static [&'static str] {
         match self {
             Subresource::Status | Subresource::Scale => &["get", "patch", "update"],
-            Subresource::Binding | Subresource::Eviction => &["create"],
+            Subresource::Binding | Subresource::Eviction | Subresource::Token => &["create"],
         }
     }
 }
@@ -158,7 +168,7 @@ resources! {
     "" "v1" "PodTemplate" "podtemplates" "podtemplate" [] [] true [] "podtemplates";
     "" "v1" "ResourceQuota" "resourcequotas" "resourcequota" ["quota"] [] true [Status] "resourcequotas";
     "" "v1" "Secret" "secrets" "secret" [] [] true [] "secrets";
-    "" "v1" "ServiceAccount" "serviceaccounts" "serviceaccount" ["sa"] [] true [] "serviceaccounts";
+    "" "v1" "ServiceAccount" "serviceaccounts" "serviceaccount" ["sa"] [] true [Token] "serviceaccounts";
     "" "v1" "Service" "services" "service" ["svc"] ["all"] true [Status] "services/specs";
     "apps" "v1" "ControllerRevision" "controllerrevisions" "controllerrevision" [] [] true [] "controllerrevisions";
     "apps" "v1" "DaemonSet" "daemonsets" "daemonset" ["ds"] ["all"] true [Status] "daemonsets";

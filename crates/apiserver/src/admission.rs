@@ -1,11 +1,12 @@
 //! Admission: the last stage before the store, where writes are mutated and checked. The
-//! built-in steps: NamespaceLifecycle, Priority (a pod's priority from its
-//! PriorityClass) and Service IP/port allocation.
+//! built-in steps: NamespaceLifecycle, ServiceAccount (a pod's account and its API
+//! credentials volume), Priority (a pod's priority from its PriorityClass) and Service
+//! IP/port allocation.
 
 use std::sync::Arc;
 
 use krust_api::status::{ApiError, Cause, Target};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::allocator::{ClaimError, ServiceAllocator, claim, claim_keys, unclaim};
 use crate::rest::Call;
@@ -25,6 +26,7 @@ impl Admission {
             self.allocate_service(call, obj, None).await?;
         }
         if info.plural == "pods" && info.group.is_empty() {
+            service_account(call, obj);
             priority(call, obj)?;
         }
         Ok(())
@@ -225,6 +227,95 @@ async fn namespace_lifecycle(call: &Call<'_>, obj: &Value) -> Result<(), ApiErro
         });
     }
     Ok(())
+}
+
+/// Where the API credentials volume is mounted, as upstream.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The ServiceAccount admission step: a pod without an account gets `default`; a pod
+/// whose account exists gets the `kube-api-access-<random>` projected volume (a token
+/// of 3607 s, the cluster CA from `kube-root-ca.crt`, the namespace) mounted read-only
+/// at [`SERVICE_ACCOUNT_DIR`] in every container, unless the pod (or else the account)
+/// says `automountServiceAccountToken: false` or a container mounts something there
+/// already. Upstream refuses a pod whose account does not exist; krust admits it
+/// without the volume, since an apiserver running without the ServiceAccount
+/// controller has no `default` accounts.
+fn service_account(call: &Call<'_>, pod: &mut Value) {
+    if pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string() {
+        return;
+    }
+    let spec = &mut pod["spec"];
+    let name = match spec["serviceAccountName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+    {
+        Some(n) => n.to_string(),
+        None => {
+            spec["serviceAccountName"] = json!("default");
+            spec["serviceAccount"] = json!("default");
+            "default".to_string()
+        }
+    };
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let key = format!("/registry/serviceaccounts/{ns}/{name}");
+    let Some(account) = call
+        .api
+        .cache
+        .cache("/registry/serviceaccounts/")
+        .and_then(|c| c.get(&key))
+        .map(|o| o.value())
+    else {
+        return;
+    };
+    let spec = &mut pod["spec"];
+    let automount = spec["automountServiceAccountToken"]
+        .as_bool()
+        .or(account["automountServiceAccountToken"].as_bool())
+        .unwrap_or(true);
+    let lists = ["initContainers", "containers"];
+    let mounted = lists
+        .iter()
+        .filter_map(|l| spec.get(l).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c["volumeMounts"].as_array())
+        .flatten()
+        .any(|m| m["mountPath"] == SERVICE_ACCOUNT_DIR);
+    if !automount || mounted {
+        return;
+    }
+    let volume = format!("kube-api-access-{}", random_suffix());
+    let projected = json!({"name": volume, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace",
+            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+    ]}});
+    match spec["volumes"].as_array_mut() {
+        Some(volumes) => volumes.push(projected),
+        None => spec["volumes"] = json!([projected]),
+    }
+    let mount = json!({"name": volume, "readOnly": true, "mountPath": SERVICE_ACCOUNT_DIR});
+    for list in lists {
+        // `get_mut`, not indexing: indexing a missing key would store a null.
+        let containers = spec.get_mut(list).and_then(Value::as_array_mut);
+        for c in containers.into_iter().flatten() {
+            match c["volumeMounts"].as_array_mut() {
+                Some(mounts) => mounts.push(mount.clone()),
+                None => c["volumeMounts"] = json!([mount]),
+            }
+        }
+    }
+}
+
+/// Five characters as upstream's name generator picks them (no vowels, no look-alikes).
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(5)
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 /// The PriorityClasses every cluster has: (name, value, description), as upstream.

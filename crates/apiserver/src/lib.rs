@@ -23,6 +23,7 @@ pub mod request;
 pub mod response;
 pub mod rest;
 mod server;
+pub mod tokens;
 pub mod watch_cache;
 
 use std::net::{IpAddr, SocketAddr};
@@ -78,6 +79,8 @@ pub struct Api {
     pub inflight: server::InflightLimits,
     /// Where pods' logs, exec, attach and port-forward go.
     pub kubelet: connect::KubeletClient,
+    /// Issues service-account tokens (and checks them, as an authenticator).
+    pub tokens: Arc<tokens::TokenIssuer>,
 }
 
 /// A started apiserver.
@@ -133,13 +136,21 @@ pub async fn start(
         .await
         .with_context(|| format!("binding {}:{}", config.bind_address, config.port))?;
     let addr = listener.local_addr()?;
+    let tokens =
+        Arc::new(tokens::TokenIssuer::new(&pki).context("loading the service-account key")?);
     let api = Arc::new(Api {
         store,
-        cache,
+        cache: cache.clone(),
         admission: Admission {
             services: services.clone(),
         },
-        authenticators: Authenticators(vec![Box::new(ClientCertificates)]),
+        authenticators: Authenticators(vec![
+            Box::new(ClientCertificates),
+            Box::new(tokens::ServiceAccountTokens {
+                issuer: tokens.clone(),
+                cache,
+            }),
+        ]),
         authorizer: Box::new(AllowAuthenticated),
         metrics: metrics::Metrics::new(),
         advertise: format!("{}:{}", config.advertise_address, addr.port()),
@@ -148,6 +159,7 @@ pub async fn start(
             config.max_mutating_requests_inflight,
         ),
         kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
+        tokens,
     });
     bootstrap::run(&api, services.first_ip(), addr.port()).await?;
     let reconciler = endpoints::EndpointReconciler::new(

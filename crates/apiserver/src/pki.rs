@@ -24,6 +24,10 @@ pub struct Pki {
     /// The apiserver's client certificate towards kubelets.
     pub kubelet_client_cert: String,
     pub kubelet_client_key: String,
+    /// The ECDSA P-256 key that signs service-account tokens (PKCS#8) and its public
+    /// half (SPKI), both PEM.
+    pub service_account_key: String,
+    pub service_account_public: String,
 }
 
 /// The user of the apiserver's client certificate towards kubelets (kubeadm's name).
@@ -90,6 +94,14 @@ impl Pki {
             write_public(&kubelet_cert_path, &cert)?;
         }
 
+        let sa_key_path = dir.join("sa.key");
+        let sa_pub_path = dir.join("sa.pub");
+        if !(sa_key_path.exists() && sa_pub_path.exists()) {
+            let key = KeyPair::generate()?;
+            write_private(&sa_key_path, &key.serialize_pem())?;
+            write_public(&sa_pub_path, &key.public_key_pem())?;
+        }
+
         Ok(Pki {
             dir: dir.to_path_buf(),
             ca_cert,
@@ -99,6 +111,8 @@ impl Pki {
             admin_key: read(&admin_key_path)?,
             kubelet_client_cert: read(&kubelet_cert_path)?,
             kubelet_client_key: read(&kubelet_key_path)?,
+            service_account_key: read(&sa_key_path)?,
+            service_account_public: read(&sa_pub_path)?,
         })
     }
 

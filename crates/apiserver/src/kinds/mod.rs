@@ -274,6 +274,10 @@ pub fn decode_eviction(v: Value) -> Result<(Value, Vec<String>), String> {
     decode::<api::policy::v1::Eviction>(v)
 }
 
+pub fn decode_token_request(v: Value) -> Result<(Value, Vec<String>), String> {
+    decode::<api::authentication::v1::TokenRequest>(v)
+}
+
 pub fn decode_delete_options(v: Value) -> Result<(Value, Vec<String>), String> {
     decode::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(v)
 }

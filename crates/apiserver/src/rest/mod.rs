@@ -289,6 +289,7 @@ impl Call<'_> {
                 .map(|k| k.decode)
                 .unwrap_or(self.kind.decode),
             "Eviction" => crate::kinds::decode_eviction,
+            "TokenRequest" => crate::kinds::decode_token_request,
             "DeleteOptions" => crate::kinds::decode_delete_options,
             _ => self.kind.decode,
         }

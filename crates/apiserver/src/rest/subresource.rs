@@ -47,6 +47,7 @@ pub async fn serve(call: &mut Call<'_>, sub: &str) -> Result<Response, ApiError>
         (Subresource::Scale, Verb::Update | Verb::Patch) => scale_write(call).await,
         (Subresource::Binding, Verb::Create) => bind(call).await,
         (Subresource::Eviction, Verb::Create) => evict(call).await,
+        (Subresource::Token, Verb::Create) => token(call).await,
         _ => Err(ApiError::method_not_allowed(verb.as_str(), sub.name())),
     }
 }
@@ -167,6 +168,60 @@ async fn bind(call: &mut Call<'_>) -> Result<Response, ApiError> {
 }
 
 /// pods/eviction: deletes the pod with the eviction's delete options.
+/// A TokenRequest for a service account, optionally bound to a pod of its namespace
+/// (which must exist, with the UID given).
+async fn token(call: &mut Call<'_>) -> Result<Response, ApiError> {
+    // The status is the answer's; clients send it empty (kubectl: a null timestamp).
+    let mut body = call.body_value()?;
+    if let Some(obj) = body.as_object_mut() {
+        obj.remove("status");
+    }
+    let request = call.decode_value(body, ("authentication.k8s.io/v1", "TokenRequest"))?;
+    let name = call.name().to_string();
+    let (sa, _) = call.current(&name).await?;
+    let bound = &request["spec"]["boundObjectRef"];
+    let pod = match bound["kind"].as_str() {
+        None => None,
+        Some("Pod") => {
+            let pod_name = bound["name"].as_str().unwrap_or_default();
+            let pods = crate::kinds::find("", "v1", "pods")
+                .ok_or_else(|| ApiError::internal("no pods kind"))?;
+            let key = pods.info.storage_key(call.namespace(), pod_name);
+            let pod = call
+                .api
+                .cache
+                .cache(&pods.info.storage_prefix())
+                .and_then(|c| c.get(&key))
+                .map(|o| o.value())
+                .ok_or_else(|| {
+                    ApiError::not_found(krust_api::status::Target {
+                        group: "",
+                        resource: "pods",
+                        name: pod_name,
+                    })
+                })?;
+            if let Some(uid) = bound["uid"].as_str().filter(|u| !u.is_empty())
+                && pod["metadata"]["uid"] != uid
+            {
+                return Err(ApiError::conflict(
+                    call.target(&name),
+                    &format!(
+                        "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+                    ),
+                ));
+            }
+            Some(pod)
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "cannot bind token to object of type {other}"
+            )));
+        }
+    };
+    let answer = call.api.tokens.token_request(&sa, &request, pod.as_ref())?;
+    Ok(response::json(StatusCode::CREATED, &answer))
+}
+
 async fn evict(call: &mut Call<'_>) -> Result<Response, ApiError> {
     let eviction = call.decode_body(("policy/v1", "Eviction"))?;
     let mut del = call.clone();

@@ -23,10 +23,12 @@ fn text(v: &[u8]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
 
-/// Reads ConfigMaps and Secrets of the pod's namespace, once per container start.
+/// Reads ConfigMaps and Secrets of the pod's namespace, once per container start, and
+/// holds the pod's service-account tokens.
 pub struct Sources<'a> {
     pub client: &'a Client,
     pub namespace: String,
+    pub tokens: &'a super::tokens::Tokens,
 }
 
 impl Sources<'_> {

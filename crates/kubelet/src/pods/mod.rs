@@ -7,6 +7,7 @@ pub mod probe;
 pub mod security;
 pub mod spec;
 pub mod status;
+pub mod tokens;
 pub mod volumes;
 pub mod worker;
 

@@ -1,7 +1,8 @@
 //! A pod's volumes as directories on the node, bind-mounted into its containers:
 //! emptyDir (disk, or tmpfs for `medium: Memory`), hostPath (with its type checks and
 //! `...OrCreate`), configMap, secret, downwardAPI and projected (configMap, secret,
-//! downwardAPI sources), honouring `items`, `defaultMode` and per-item `mode`.
+//! downwardAPI and serviceAccountToken sources), honouring `items`, `defaultMode` and
+//! per-item `mode`.
 //!
 //! Content volumes are written as upstream's atomic writer does: the files go into a
 //! fresh `..<timestamp>` directory, the `..data` symlink is swapped to it in one rename,
@@ -112,6 +113,12 @@ enum Source<'a> {
         items: Option<&'a Vec<KeyToPath>>,
     },
     Downward(&'a [DownwardAPIVolumeFile]),
+    /// A service-account token at `path`.
+    Token {
+        audience: &'a str,
+        expiration: i64,
+        path: &'a str,
+    },
 }
 
 /// A content volume's default file mode and sources (one, or a projection's several).
@@ -160,8 +167,14 @@ fn sources_of(v: &Volume) -> (u32, Vec<Source<'_>>) {
                         sec.optional,
                         sec.items.as_ref(),
                     ))
+                } else if let Some(t) = &s.service_account_token {
+                    Some(Source::Token {
+                        audience: t.audience.as_deref().unwrap_or_default(),
+                        // Upstream's default lifetime of projected tokens.
+                        expiration: t.expiration_seconds.unwrap_or(3600),
+                        path: t.path.as_str(),
+                    })
                 } else {
-                    // serviceAccountToken needs the TokenRequest API (not served yet).
                     s.downward_api
                         .as_ref()
                         .map(|d| Source::Downward(d.items.as_deref().unwrap_or_default()))
@@ -198,6 +211,17 @@ async fn content(
             }
             Source::Downward(items) => {
                 downward_files(&mut files, pod, items, mode, pod_ip, host_ip);
+            }
+            Source::Token {
+                audience,
+                expiration,
+                path,
+            } => {
+                let token = sources
+                    .tokens
+                    .get(sources.client, pod, audience, expiration)
+                    .await?;
+                files.insert(path.to_string(), (token.into_bytes(), mode));
             }
         }
     }

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use super::env::{self, ConfigError, Sources};
 use super::probe::Prober;
 use super::status::{Instance, Observed, pod_status, same};
+use super::tokens::Tokens;
 use super::{lifecycle, security, spec, volumes};
 use crate::Config;
 use crate::eviction::Evictions;
@@ -81,6 +82,8 @@ pub struct Worker {
     announced: HashMap<String, String>,
     /// Pods the eviction manager has chosen.
     evictions: Evictions,
+    /// The pod's service-account tokens (projected volumes).
+    tokens: Tokens,
 }
 
 /// The outcome of one pass.
@@ -119,6 +122,7 @@ impl Worker {
             events,
             announced: HashMap::new(),
             evictions,
+            tokens: Tokens::default(),
         }
     }
 
@@ -196,6 +200,7 @@ impl Worker {
         let sources = Sources {
             client: &self.client,
             namespace: pod.namespace().unwrap_or_default(),
+            tokens: &self.tokens,
         };
         let pod_ip = self.observed.pod_ip.clone().unwrap_or_default();
         let dir = spec::pod_dir(&self.config, pod);
@@ -630,6 +635,7 @@ impl Worker {
         let sources = Sources {
             client: &self.client,
             namespace: pod.namespace().unwrap_or_default(),
+            tokens: &self.tokens,
         };
         let env = env::environment(&sources, pod, container, &ip, &self.observed.host_ip)
             .await
