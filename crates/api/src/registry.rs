@@ -15,6 +15,12 @@ pub enum Subresource {
     Eviction,
     /// `token` (serviceaccounts): create an authentication.k8s.io/v1 TokenRequest.
     Token,
+    /// The connect subresources of pods, served by the node's kubelet through the
+    /// apiserver: `log`, `exec`, `attach`, `portforward`.
+    Log,
+    Exec,
+    Attach,
+    PortForward,
 }
 
 impl Subresource {
@@ -25,6 +31,10 @@ impl Subresource {
             Subresource::Binding => "binding",
             Subresource::Eviction => "eviction",
             Subresource::Token => "token",
+            Subresource::Log => "log",
+            Subresource::Exec => "exec",
+            Subresource::Attach => "attach",
+            Subresource::PortForward => "portforward",
         }
     }
 
@@ -35,6 +45,10 @@ impl Subresource {
             Self::Binding,
             Self::Eviction,
             Self::Token,
+            Self::Log,
+            Self::Exec,
+            Self::Attach,
+            Self::PortForward,
         ]
         .into_iter()
         .find(|sub| sub.name() == s)
@@ -49,6 +63,10 @@ impl Subresource {
             Subresource::Binding => Some(("", "v1", "Binding")),
             Subresource::Eviction => Some(("policy", "v1", "Eviction")),
             Subresource::Token => Some(("authentication.k8s.io", "v1", "TokenRequest")),
+            Subresource::Log => None,
+            Subresource::Exec => Some(("", "v1", "PodExecOptions")),
+            Subresource::Attach => Some(("", "v1", "PodAttachOptions")),
+            Subresource::PortForward => Some(("", "v1", "PodPortForwardOptions")),
         }
     }
 
@@ -57,6 +75,10 @@ impl Subresource {
         match self {
             Subresource::Status | Subresource::Scale => &["get", "patch", "update"],
             Subresource::Binding | Subresource::Eviction | Subresource::Token => &["create"],
+            Subresource::Log => &["get"],
+            Subresource::Exec | Subresource::Attach | Subresource::PortForward => {
+                &["create", "get"]
+            }
         }
     }
 }
@@ -164,7 +186,7 @@ resources! {
     "" "v1" "LimitRange" "limitranges" "limitrange" ["limits"] [] true [] "limitranges";
     "" "v1" "Namespace" "namespaces" "namespace" ["ns"] [] false [Status] "namespaces";
     "" "v1" "Node" "nodes" "node" ["no"] [] false [Status] "minions";
-    "" "v1" "Pod" "pods" "pod" ["po"] ["all"] true [Status, Binding, Eviction] "pods";
+    "" "v1" "Pod" "pods" "pod" ["po"] ["all"] true [Status, Binding, Eviction, Log, Exec, Attach, PortForward] "pods";
     "" "v1" "PodTemplate" "podtemplates" "podtemplate" [] [] true [] "podtemplates";
     "" "v1" "ResourceQuota" "resourcequotas" "resourcequota" ["quota"] [] true [Status] "resourcequotas";
     "" "v1" "Secret" "secrets" "secret" [] [] true [] "secrets";

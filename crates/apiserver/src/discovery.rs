@@ -192,6 +192,8 @@ mod tests {
             names.contains(&"pods")
                 && names.contains(&"pods/status")
                 && names.contains(&"pods/binding")
+                && names.contains(&"pods/exec")
+                && names.contains(&"serviceaccounts/token")
         );
         let apps = api_resource_list("apps", "v1").unwrap();
         let scale = apps["resources"]

@@ -2,16 +2,95 @@
 //! show) as upstream's controllers do, e.g. reason `SuccessfulCreate`, message
 //! `Created pod: web-7d9c5-abcde`. Events are sent from a background task through a
 //! bounded channel, so a slow apiserver never holds a reconcile back; when the channel
-//! is full, events are dropped (as client-go's broadcaster does).
+//! is full, events are dropped (as client-go's broadcaster does). An event that repeats
+//! one already sent (same source, object, type, reason and message) raises that Event's
+//! `count` and `lastTimestamp` instead of adding another, as client-go's event logger
+//! does ("x5 over 2m" in `kubectl describe`).
+
+use std::collections::{HashMap, VecDeque};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 const QUEUE: usize = 4096;
+/// How many distinct events are remembered for counting repeats (client-go: 4096).
+const REMEMBERED: usize = 4096;
+
+/// What makes two events the same one, repeated.
+type EventKey = [Option<String>; 9];
+
+fn key(e: &Event) -> EventKey {
+    let source = e.source.clone().unwrap_or_default();
+    let o = &e.involved_object;
+    [
+        source.component,
+        source.host,
+        o.kind.clone(),
+        o.namespace.clone(),
+        o.name.clone(),
+        o.uid.clone(),
+        e.type_.clone(),
+        e.reason.clone(),
+        e.message.clone(),
+    ]
+}
+
+/// The events sent lately: key → (namespace, name, count), oldest forgotten first.
+#[derive(Default)]
+struct Sent {
+    events: HashMap<EventKey, (String, String, i32)>,
+    order: VecDeque<EventKey>,
+}
+
+impl Sent {
+    fn remember(&mut self, key: EventKey, ns: String, name: String) {
+        if self.events.insert(key.clone(), (ns, name, 1)).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.events.remove(&old);
+            }
+        }
+    }
+}
+
+/// Sends core/v1 Events, counting repeats into the Event already sent.
+async fn send_events(client: Client, mut rx: mpsc::Receiver<Event>) {
+    let mut sent = Sent::default();
+    while let Some(event) = rx.recv().await {
+        let key = key(&event);
+        if let Some((ns, name, count)) = sent.events.get_mut(&key) {
+            let api: Api<Event> = Api::namespaced(client.clone(), ns);
+            let patch = k8s_openapi::serde_json::json!({"count": *count + 1, "lastTimestamp": event.last_timestamp});
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    *count += 1;
+                    continue;
+                }
+                // Gone (expired, deleted): record it afresh below.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(err) => {
+                    tracing::debug!(error = %err, "event count not updated");
+                    continue;
+                }
+            }
+        }
+        let ns = event.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+        match api.create(&PostParams::default(), &event).await {
+            Ok(created) => sent.remember(key, ns, created.name_any()),
+            Err(err) => tracing::debug!(error = %err, "event not recorded"),
+        }
+    }
+}
 
 /// Normal or Warning, as in `Event.type`.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +146,8 @@ impl EventRecorder {
         client: Client,
         component: &'static str,
     ) -> (Self, impl std::future::Future<Output = ()> + Send) {
-        let (tx, sender) = queue::<Event>(client);
+        let (tx, rx) = mpsc::channel::<Event>(QUEUE);
+        let sender = send_events(client, rx);
         (
             EventRecorder {
                 component,
@@ -139,5 +219,43 @@ impl EventRecorder {
         if self.tx.try_send(event).is_err() {
             tracing::debug!(reason, "event queue full; event dropped");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(reason: &str, message: &str) -> Event {
+        Event {
+            involved_object: ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some("p".into()),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn repeats_share_a_key_and_old_events_are_forgotten() {
+        assert_eq!(key(&event("Unhealthy", "m")), key(&event("Unhealthy", "m")));
+        assert_ne!(key(&event("Unhealthy", "m")), key(&event("Unhealthy", "n")));
+        let mut sent = Sent::default();
+        for i in 0..REMEMBERED + 10 {
+            sent.remember(
+                key(&event("R", &i.to_string())),
+                "ns".into(),
+                format!("e{i}"),
+            );
+        }
+        assert_eq!(sent.events.len(), REMEMBERED);
+        assert!(!sent.events.contains_key(&key(&event("R", "0"))));
+        assert_eq!(
+            sent.events[&key(&event("R", &(REMEMBERED + 9).to_string()))].1,
+            format!("e{}", REMEMBERED + 9)
+        );
     }
 }

@@ -333,6 +333,23 @@ fn probes_gate_readiness_and_restart_unhealthy_containers() {
     assert!(!ready(&s, "slow"), "ready before its probe passed");
     assert_eq!(container_status(&s, "slow")["ready"], false);
     wait_for("slow ready", DEADLINE, || ready(&s, "slow").then_some(()));
+    // Its repeated probe failures are one Event with a count, as client-go records them.
+    let unhealthy = wait_for("a counted Unhealthy event", DEADLINE, || {
+        let events = s.get_json(&[
+            "events",
+            "--field-selector",
+            "involvedObject.name=slow,reason=Unhealthy",
+        ]);
+        let items = events["items"].as_array()?.clone();
+        (items.len() == 1 && items[0]["count"].as_i64()? >= 2).then(|| items[0].clone())
+    });
+    assert!(
+        unhealthy["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Readiness probe failed: ")
+    );
+    assert_ne!(unhealthy["firstTimestamp"], unhealthy["lastTimestamp"]);
     wait_for("web ready", DEADLINE, || ready(&s, "web").then_some(()));
     let restarts = wait_for("sick restarted", DEADLINE, || {
         let n = container_status(&s, "sick")["restartCount"]
