@@ -3,6 +3,7 @@
 
 pub mod env;
 pub mod lifecycle;
+pub mod pleg;
 pub mod probe;
 pub mod security;
 pub mod spec;
@@ -40,6 +41,8 @@ pub async fn run(
     let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
         .default_backoff()
         .boxed();
+    let (relisted, relist) = watch::channel(Arc::new(pleg::Snapshot::empty()));
+    tokio::spawn(pleg::run(runtime.clone(), relisted));
     let mut workers: HashMap<String, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
     let mut relisted: Vec<String> = Vec::new();
     while let Some(event) = events.next().await {
@@ -68,6 +71,7 @@ pub async fn run(
                             config.clone(),
                             recorder.clone(),
                             evictions.clone(),
+                            relist.clone(),
                         );
                         tokio::spawn(worker.run(rx));
                         workers.insert(uid, tx);

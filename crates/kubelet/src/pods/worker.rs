@@ -1,8 +1,10 @@
 //! One worker per pod: a level-triggered loop that brings the runtime in line with the
 //! pod — a sandbox, each container running (restarted under the restart policy with
 //! back-off 10 s doubling to 5 min, reset after 10 min of running) — and reports the
-//! status when it changes. The runtime is relisted every [`RESYNC`] (containerd 1.6
-//! has no CRI events), which is how exits are noticed. A pod being deleted has its
+//! status when it changes. A pass runs when the pod changes and after each relist of
+//! the runtime ([`super::pleg`]; containerd 1.6 has no CRI events), which is how exits
+//! are noticed; it reads the shared snapshot and asks the runtime only about what
+//! changed. A pod being deleted has its
 //! containers stopped within its grace period, its sandbox removed, and is then
 //! deleted for good.
 
@@ -25,6 +27,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use super::env::{self, ConfigError, Sources};
+use super::pleg::Relisted;
 use super::probe::Prober;
 use super::status::{Instance, Observed, pod_status, same};
 use super::tokens::Tokens;
@@ -33,7 +36,7 @@ use crate::Config;
 use crate::eviction::Evictions;
 use krust_client::events::{EventRecorder, EventType};
 
-/// How often the runtime is relisted for this pod.
+/// The longest a worker waits between passes (relists normally wake it sooner).
 pub const RESYNC: Duration = Duration::from_secs(1);
 const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -84,6 +87,14 @@ pub struct Worker {
     evictions: Evictions,
     /// The pod's service-account tokens (projected volumes).
     tokens: Tokens,
+    /// The runtime's latest relist.
+    relist: Relisted,
+    /// When this worker last changed the runtime (a relist taken earlier does not show
+    /// it yet).
+    changed_at: Instant,
+    /// What the runtime said about each container instance, by ID, while its state
+    /// stays the same.
+    known: HashMap<String, Instance>,
 }
 
 /// The outcome of one pass.
@@ -100,6 +111,7 @@ impl Worker {
         config: Arc<Config>,
         events: EventRecorder,
         evictions: Evictions,
+        relist: Relisted,
     ) -> Self {
         let observed = Observed {
             host_ip: config.node_ip.to_string(),
@@ -123,6 +135,9 @@ impl Worker {
             announced: HashMap::new(),
             evictions,
             tokens: Tokens::default(),
+            relist,
+            changed_at: Instant::now(),
+            known: HashMap::new(),
         }
     }
 
@@ -141,7 +156,16 @@ impl Worker {
             if matches!(pass, Pass::Finished) {
                 return;
             }
-            let _ = tokio::time::timeout(RESYNC, pods.changed()).await;
+            let relisted = async {
+                if self.relist.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                _ = pods.changed() => {}
+                _ = relisted => {}
+                _ = tokio::time::sleep(RESYNC) => {}
+            }
         }
     }
 
@@ -250,6 +274,7 @@ impl Worker {
         let id = match &self.sandbox {
             Some(id) => id.clone(),
             None => {
+                self.changed_at = Instant::now();
                 let config = spec::sandbox_config(&self.config, pod, 0);
                 let id = rt
                     .run_pod_sandbox(RunPodSandboxRequest {
@@ -264,6 +289,20 @@ impl Worker {
                 id
             }
         };
+        // A recent relist answers for a sandbox whose address is known already.
+        let snapshot = self.relist.borrow().clone();
+        if snapshot.taken > self.changed_at && self.observed.pod_ip.is_some() {
+            let ready = snapshot
+                .sandboxes
+                .get(&id)
+                .is_some_and(|s| s.state == PodSandboxState::SandboxReady as i32);
+            self.observed.sandbox_ready = ready;
+            if !ready {
+                // Gone or stopped underneath us: start over with a new one next pass.
+                self.sandbox = None;
+            }
+            return Ok(());
+        }
         let status = rt
             .pod_sandbox_status(PodSandboxStatusRequest {
                 pod_sandbox_id: id,
@@ -292,22 +331,35 @@ impl Worker {
     }
 
     /// The newest instance of each container in the sandbox, with the termination
-    /// message of those that exited.
-    async fn instances(&self, pod: &Pod) -> Result<HashMap<String, Instance>, tonic::Status> {
-        let Some(sandbox) = &self.sandbox else {
+    /// message of those that exited: from the latest relist unless this worker changed
+    /// the runtime since, with the details asked only for instances not seen before in
+    /// their current state.
+    async fn instances(&mut self, pod: &Pod) -> Result<HashMap<String, Instance>, tonic::Status> {
+        let Some(sandbox) = self.sandbox.clone() else {
             return Ok(HashMap::new());
         };
         let mut rt = self.runtime.runtime.clone();
-        let listed = rt
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    pod_sandbox_id: sandbox.clone(),
-                    ..ContainerFilter::default()
-                }),
-            })
-            .await?
-            .into_inner()
-            .containers;
+        let snapshot = self.relist.borrow().clone();
+        let listed =
+            if snapshot.taken > self.changed_at && snapshot.sandboxes.contains_key(&sandbox) {
+                snapshot
+                    .containers
+                    .get(&sandbox)
+                    .cloned()
+                    .unwrap_or_default()
+            } else {
+                rt.list_containers(ListContainersRequest {
+                    filter: Some(ContainerFilter {
+                        pod_sandbox_id: sandbox.clone(),
+                        ..ContainerFilter::default()
+                    }),
+                })
+                .await?
+                .into_inner()
+                .containers
+            };
+        self.known
+            .retain(|id, _| listed.iter().any(|c| &c.id == id));
         let mut newest: HashMap<String, Instance> = HashMap::new();
         for c in listed {
             let Some(meta) = c.metadata else { continue };
@@ -315,6 +367,10 @@ impl Worker {
                 .get(&meta.name)
                 .is_some_and(|i| i.attempt >= meta.attempt)
             {
+                continue;
+            }
+            if let Some(known) = self.known.get(&c.id).filter(|k| k.state == c.state) {
+                newest.insert(meta.name, known.clone());
                 continue;
             }
             let status = rt
@@ -338,20 +394,19 @@ impl Worker {
                 .unwrap_or(status.message),
                 None => status.message,
             };
-            newest.insert(
-                meta.name,
-                Instance {
-                    id: c.id,
-                    attempt: meta.attempt,
-                    state: status.state,
-                    started_at: status.started_at,
-                    finished_at: status.finished_at,
-                    exit_code: status.exit_code,
-                    reason: status.reason,
-                    message,
-                    image_ref: status.image_ref,
-                },
-            );
+            let instance = Instance {
+                id: c.id.clone(),
+                attempt: meta.attempt,
+                state: status.state,
+                started_at: status.started_at,
+                finished_at: status.finished_at,
+                exit_code: status.exit_code,
+                reason: status.reason,
+                message,
+                image_ref: status.image_ref,
+            };
+            self.known.insert(c.id, instance.clone());
+            newest.insert(meta.name, instance);
         }
         Ok(newest)
     }
@@ -489,6 +544,7 @@ impl Worker {
                 .insert(name.clone(), previous.terminated());
         }
         let started = self.start_container(pod, container, attempt).await;
+        self.changed_at = Instant::now();
         if let Err((reason, message)) = &started {
             self.announce(pod, &name, reason, message);
         } else {
@@ -548,6 +604,7 @@ impl Worker {
                 .unwrap_or(30);
             self.stop(Some(pod), &container.name, &instance.id, grace)
                 .await;
+            self.changed_at = Instant::now();
         }
     }
 
@@ -928,6 +985,7 @@ impl Worker {
             }
         }
         self.sandbox = None;
+        self.changed_at = Instant::now();
         if let Some(pod) = pod {
             let dir = spec::pod_dir(&self.config, pod);
             volumes::unmount_all(&dir);
