@@ -279,7 +279,27 @@ fn config_maps_secrets_and_the_downward_api_reach_containers_and_follow_updates(
         waiting["message"],
         "couldn't find key nope in ConfigMap default/site"
     );
-    s.ok(&["delete", "pod", "app", "broken", "--timeout=60s"]);
+    // A volume whose ConfigMap does not exist: FailedMount, the pod waits.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nomount"},
+            "spec": {"volumes": [{"name": "cfg", "configMap": {"name": "absent"}}],
+                "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}),
+    );
+    let failed = wait_for("FailedMount", DEADLINE, || {
+        event_reasons(&s, "nomount")
+            .into_iter()
+            .find(|(r, _)| r == "FailedMount")
+    });
+    assert_eq!(
+        failed.1,
+        "MountVolume.SetUp failed for volume \"cfg\" : configmap \"absent\" not found"
+    );
+    assert_eq!(
+        container_status(&s, "nomount")["state"]["waiting"]["reason"],
+        "ContainerCreating"
+    );
+    s.ok(&["delete", "pod", "app", "broken", "nomount", "--timeout=60s"]);
 }
 
 fn ready(s: &Server, pod: &str) -> bool {

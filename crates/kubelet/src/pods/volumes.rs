@@ -322,52 +322,76 @@ pub async fn prepare(
     host_ip: &str,
 ) -> Result<HashMap<String, PathBuf>, ConfigError> {
     let mut paths = HashMap::new();
-    let io = |what: &str, e: std::io::Error| ConfigError(format!("{what}: {e}"));
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        let path = if let Some(empty) = &v.empty_dir {
-            let dir = pod_dir.join("volumes/empty-dir").join(&v.name);
-            std::fs::create_dir_all(&dir).map_err(|e| io("creating emptyDir", e))?;
-            if empty.medium.as_deref() == Some("Memory") {
-                mount_tmpfs(&dir, empty.size_limit.as_ref().map(|q| q.0.as_str()))
-                    .map_err(|e| io("mounting the memory emptyDir", e))?;
-            }
-            dir
-        } else if let Some(host) = &v.host_path {
-            let path = PathBuf::from(&host.path);
-            match host.type_.as_deref().unwrap_or("") {
-                "DirectoryOrCreate" => {
-                    std::fs::create_dir_all(&path).map_err(|e| io("creating hostPath", e))?
-                }
-                "FileOrCreate" if !path.exists() => {
-                    std::fs::write(&path, b"").map_err(|e| io("creating hostPath", e))?;
-                }
-                "Directory" if !path.is_dir() => {
-                    return Err(ConfigError(format!(
-                        "hostPath type check failed: {} is not a directory",
-                        host.path
-                    )));
-                }
-                "File" if !path.is_file() => {
-                    return Err(ConfigError(format!(
-                        "hostPath type check failed: {} is not a file",
-                        host.path
-                    )));
-                }
-                _ => {}
-            }
-            path
-        } else if is_content(v) {
-            let dir = pod_dir.join("volumes/content").join(&v.name);
-            let files = content(sources, pod, v, pod_ip, host_ip).await?;
-            write_atomic(&dir, &files).map_err(|e| io("writing volume", e))?;
-            dir
-        } else {
-            tracing::debug!(pod = %pod.name_any(), volume = %v.name, "volume type not supported; skipped");
-            continue;
+        // Upstream's wording for a volume that cannot be set up.
+        let failed = |ConfigError(why)| {
+            ConfigError(format!(
+                "MountVolume.SetUp failed for volume \"{}\" : {why}",
+                v.name
+            ))
         };
-        paths.insert(v.name.clone(), path);
+        if let Some(path) = set_up(sources, pod_dir, pod, v, pod_ip, host_ip)
+            .await
+            .map_err(failed)?
+        {
+            paths.insert(v.name.clone(), path);
+        }
     }
     Ok(paths)
+}
+
+/// Makes one volume exist on the node; `None` for kinds the kubelet does not serve.
+async fn set_up(
+    sources: &Sources<'_>,
+    pod_dir: &Path,
+    pod: &Pod,
+    v: &Volume,
+    pod_ip: &str,
+    host_ip: &str,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let io = |what: &str, e: std::io::Error| ConfigError(format!("{what}: {e}"));
+    let path = if let Some(empty) = &v.empty_dir {
+        let dir = pod_dir.join("volumes/empty-dir").join(&v.name);
+        std::fs::create_dir_all(&dir).map_err(|e| io("creating emptyDir", e))?;
+        if empty.medium.as_deref() == Some("Memory") {
+            mount_tmpfs(&dir, empty.size_limit.as_ref().map(|q| q.0.as_str()))
+                .map_err(|e| io("mounting the memory emptyDir", e))?;
+        }
+        dir
+    } else if let Some(host) = &v.host_path {
+        let path = PathBuf::from(&host.path);
+        match host.type_.as_deref().unwrap_or("") {
+            "DirectoryOrCreate" => {
+                std::fs::create_dir_all(&path).map_err(|e| io("creating hostPath", e))?
+            }
+            "FileOrCreate" if !path.exists() => {
+                std::fs::write(&path, b"").map_err(|e| io("creating hostPath", e))?;
+            }
+            "Directory" if !path.is_dir() => {
+                return Err(ConfigError(format!(
+                    "hostPath type check failed: {} is not a directory",
+                    host.path
+                )));
+            }
+            "File" if !path.is_file() => {
+                return Err(ConfigError(format!(
+                    "hostPath type check failed: {} is not a file",
+                    host.path
+                )));
+            }
+            _ => {}
+        }
+        path
+    } else if is_content(v) {
+        let dir = pod_dir.join("volumes/content").join(&v.name);
+        let files = content(sources, pod, v, pod_ip, host_ip).await?;
+        write_atomic(&dir, &files).map_err(|e| io("writing volume", e))?;
+        dir
+    } else {
+        tracing::debug!(pod = %pod.name_any(), volume = %v.name, "volume type not supported; skipped");
+        return Ok(None);
+    };
+    Ok(Some(path))
 }
 
 /// Whether the pod has volumes whose content can change (and so are refreshed).

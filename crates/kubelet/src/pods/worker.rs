@@ -42,6 +42,9 @@ const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long starts its back-off afresh.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
+/// How often the same volume failure is reported again (upstream's volume manager
+/// retries with a growing back-off; the event count grows with each report).
+const FAILED_MOUNT_REPEAT: Duration = Duration::from_secs(30);
 /// How often configMap, secret and downwardAPI volumes are brought up to date.
 const VOLUME_REFRESH: Duration = Duration::from_secs(10);
 
@@ -95,6 +98,8 @@ pub struct Worker {
     /// What the runtime said about each container instance, by ID, while its state
     /// stays the same.
     known: HashMap<String, Instance>,
+    /// The last FailedMount reported, and when.
+    failed_mount: Option<(String, Instant)>,
 }
 
 /// The outcome of one pass.
@@ -138,6 +143,7 @@ impl Worker {
             relist,
             changed_at: Instant::now(),
             known: HashMap::new(),
+            failed_mount: None,
         }
     }
 
@@ -235,6 +241,14 @@ impl Worker {
             }
             Err(ConfigError(message)) => {
                 tracing::warn!(pod = %pod.name_any(), %message, "volumes not ready");
+                let repeat = self
+                    .failed_mount
+                    .as_ref()
+                    .is_some_and(|(m, at)| *m == message && at.elapsed() < FAILED_MOUNT_REPEAT);
+                if !repeat {
+                    self.event(pod, EventType::Warning, "FailedMount", message.clone());
+                    self.failed_mount = Some((message.clone(), Instant::now()));
+                }
                 if self.volumes.is_some() {
                     // Already running: keep the last content, try again later.
                     return true;
