@@ -1,7 +1,7 @@
 //! Admission: the last stage before the store, where writes are mutated and checked. The
 //! built-in steps: NamespaceLifecycle, ServiceAccount (a pod's account and its API
-//! credentials volume), Priority (a pod's priority from its PriorityClass) and Service
-//! IP/port allocation.
+//! credentials volume), DefaultTolerationSeconds, Priority (a pod's priority from its
+//! PriorityClass) and Service IP/port allocation.
 
 use std::sync::Arc;
 
@@ -27,6 +27,7 @@ impl Admission {
         }
         if info.plural == "pods" && info.group.is_empty() {
             service_account(call, obj);
+            default_toleration_seconds(obj);
             priority(call, obj)?;
         }
         Ok(())
@@ -307,6 +308,43 @@ fn service_account(call: &Call<'_>, pod: &mut Value) {
     }
 }
 
+/// The DefaultTolerationSeconds step: a pod that does not say otherwise tolerates a
+/// not-ready or unreachable node for 300 s before it is evicted from it.
+fn default_toleration_seconds(pod: &mut Value) {
+    const DEFAULT_SECONDS: i64 = 300;
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let existing: Vec<Value> = spec
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut added = Vec::new();
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerated = existing.iter().any(|t| {
+            let effect = t["effect"].as_str().unwrap_or_default();
+            let t_key = t["key"].as_str().unwrap_or_default();
+            (effect.is_empty() || effect == "NoExecute")
+                && (t_key == key || (t_key.is_empty() && t["operator"] == "Exists"))
+        });
+        if !tolerated {
+            added.push(
+                json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": DEFAULT_SECONDS}),
+            );
+        }
+    }
+    if !added.is_empty() {
+        let mut all = existing;
+        all.extend(added);
+        spec.insert("tolerations".into(), Value::Array(all));
+    }
+}
+
 /// Five characters as upstream's name generator picks them (no vowels, no look-alikes).
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -411,4 +449,32 @@ fn priority(call: &Call<'_>, pod: &mut Value) -> Result<(), ApiError> {
     pod["spec"]["priority"] = serde_json::json!(value);
     pod["spec"]["preemptionPolicy"] = serde_json::json!(policy);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_tolerate_not_ready_and_unreachable_nodes_for_five_minutes() {
+        let mut pod = json!({"spec": {"tolerations": [
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]}});
+        default_toleration_seconds(&mut pod);
+        assert_eq!(
+            pod["spec"]["tolerations"],
+            json!([
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ])
+        );
+        let mut everything = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
+        default_toleration_seconds(&mut everything);
+        assert_eq!(
+            everything["spec"]["tolerations"],
+            json!([{"operator": "Exists"}])
+        );
+        let mut bare = json!({"spec": {}});
+        default_toleration_seconds(&mut bare);
+        assert_eq!(bare["spec"]["tolerations"].as_array().unwrap().len(), 2);
+    }
 }

@@ -181,6 +181,14 @@ fn pods_bind_once_and_delete_gracefully_when_scheduled() {
         .find(|c| c["type"] == "PodScheduled")
         .unwrap();
     assert_eq!(scheduled["status"], "True");
+    // DefaultTolerationSeconds: five minutes on a not-ready or unreachable node.
+    assert_eq!(
+        bound["spec"]["tolerations"],
+        json!([
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        ])
+    );
     // Defaulting adds no nulls for absent lists, and a running pod's image can change.
     assert!(bound["spec"].get("initContainers").is_none(), "{bound}");
     assert!(
