@@ -17,12 +17,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
 use kube::{Client, Resource};
 
 /// What a controller does when an object of a watched kind changes. Handlers must be
