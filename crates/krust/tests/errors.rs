@@ -320,7 +320,7 @@ fn too_many_requests_when_in_flight_budget_is_spent() {
     writer.write_all(b"{\"apiVersion\":\"v1\",").unwrap();
     writer.flush().unwrap();
     let mut probe = 0;
-    let got = common::wait_for("a 429", std::time::Duration::from_secs(10), || {
+    let got = common::wait_for("a 429", std::time::Duration::from_secs(30), || {
         probe += 1;
         let r = s.curl(
             "POST",
