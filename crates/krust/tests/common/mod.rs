@@ -397,6 +397,15 @@ impl Component {
     pub fn leads(&self) -> bool {
         self.log().contains("acquired leader lease")
     }
+
+    /// Stops the component with SIGTERM (a clean stop) and waits for it.
+    pub fn terminate(&mut self) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Component {
@@ -561,7 +570,7 @@ impl Drop for Server {
 /// Ends whatever a test node left running under `data_dir` (containers whose pods a
 /// failed test never deleted, their shims, mounts), so that no test leaks processes
 /// or keeps its temp dir from being removed.
-fn reap_node(data_dir: &Path) {
+pub fn reap_node(data_dir: &Path) {
     let containerd = data_dir.join("agent/containerd");
     let runc_root = containerd.join("runc/k8s.io");
     let ids = Command::new("runc")
