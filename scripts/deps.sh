@@ -20,6 +20,8 @@ have runc || need_apt+=(runc)
 [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 have nft || need_apt+=(nftables)
+# The CNI bridge (masquerade) and portmap (hostPort) plugins program iptables.
+have iptables || need_apt+=(iptables)
 # The official Python client, which the tests drive too (Debian's python3).
 /usr/bin/python3 -c 'import kubernetes' >/dev/null 2>&1 || need_apt+=(python3-kubernetes)
 

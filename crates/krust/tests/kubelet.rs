@@ -766,3 +766,65 @@ fn disk_pressure_taints_the_node_and_evicts_all_but_critical_pods() {
     assert_eq!(critical["phase"], "Running", "{critical}");
     assert!(critical["reason"].is_null());
 }
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn host_ports_and_host_network_pods_answer_on_the_node() {
+    let s = Server::with_agent(&["--cluster-cidr=10.76.0.0/16"]);
+    let serve = |port: u16| {
+        format!(
+            "mkdir -p /www && echo on-{port} > /www/index.html && exec httpd -f -p {port} -h /www"
+        )
+    };
+    // hostPort: the node's address and that port reach the container's port.
+    let host_port = free_port();
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hp"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", serve(8080)],
+                "ports": [{"containerPort": 8080, "hostPort": host_port}]}]}}),
+    );
+    // hostNetwork: the pod shares the node's network namespace and address.
+    let node_port = free_port();
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hn"},
+            "spec": {"terminationGracePeriodSeconds": 1, "hostNetwork": true,
+                "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", serve(node_port)]}]}}),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/hp",
+        "pod/hn",
+        "--timeout=60s",
+    ]);
+    let host_ip = s.get_json(&["pod", "hp"])["status"]["hostIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        wait_for("the hostPort", DEADLINE, || curl(&format!(
+            "http://{host_ip}:{host_port}/"
+        ))),
+        "on-8080"
+    );
+    let hn = s.get_json(&["pod", "hn"]);
+    assert_eq!(hn["status"]["podIP"], hn["status"]["hostIP"]);
+    assert_eq!(
+        wait_for("the host-network pod", DEADLINE, || curl(&format!(
+            "http://127.0.0.1:{node_port}/"
+        ))),
+        format!("on-{node_port}")
+    );
+    s.ok(&["delete", "pod", "hp", "hn", "--timeout=60s"]);
+}
