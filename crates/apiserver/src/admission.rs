@@ -258,13 +258,10 @@ fn service_account(call: &Call<'_>, pod: &mut Value) {
         }
     };
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
-    let key = format!("/registry/serviceaccounts/{ns}/{name}");
     let Some(account) = call
         .api
         .cache
-        .cache("/registry/serviceaccounts/")
-        .and_then(|c| c.get(&key))
-        .map(|o| o.value())
+        .core_object("serviceaccounts", Some(ns), &name)
     else {
         return;
     };

@@ -21,9 +21,9 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde_json::Value;
 use tokio_rustls::TlsConnector;
 
+use crate::Api;
 use crate::request::RequestInfo;
 use crate::response::Response;
-use crate::{Api, kinds};
 
 /// Which connect subresource a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,13 +145,16 @@ pub async fn serve(
     }
     let ns = info.namespace.as_deref().unwrap_or_default();
     let name = info.name.as_deref().unwrap_or_default();
-    let pod = object(api, "pods", Some(ns), name).ok_or_else(|| {
-        ApiError::not_found(krust_api::status::Target {
-            group: "",
-            resource: "pods",
-            name,
-        })
-    })?;
+    let pod = api
+        .cache
+        .core_object("pods", Some(ns), name)
+        .ok_or_else(|| {
+            ApiError::not_found(krust_api::status::Target {
+                group: "",
+                resource: "pods",
+                name,
+            })
+        })?;
     let params = params::pairs(req.uri().query());
     let param = |key: &str| {
         params
@@ -225,7 +228,9 @@ pub async fn serve(
             )
         }
     };
-    let node = object(api, "nodes", None, node_name)
+    let node = api
+        .cache
+        .core_object("nodes", None, node_name)
         .ok_or_else(|| ApiError::internal(format!("node {node_name} of pod {name} not found")))?;
     let (host, port) = kubelet_address(&node)
         .ok_or_else(|| ApiError::internal(format!("node {node_name} reports no address")))?;
@@ -257,14 +262,6 @@ pub async fn serve(
             .map(|chunk| Ok(Frame::data(chunk.unwrap_or_else(|_| Bytes::new()))));
         BodyExt::boxed(StreamBody::new(frames))
     }))
-}
-
-fn object(api: &Api, plural: &str, ns: Option<&str>, name: &str) -> Option<Value> {
-    let kind = kinds::find("", "v1", plural)?;
-    let cache = api.cache.cache(&kind.info.storage_prefix())?;
-    cache
-        .get(&kind.info.storage_key(ns, name))
-        .map(|obj| obj.value())
 }
 
 /// The container a request names, or the pod's only one; upstream's messages.

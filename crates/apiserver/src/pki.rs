@@ -14,6 +14,7 @@ use rcgen::{
 };
 
 /// PEM-encoded certificates and keys the apiserver and its clients use.
+#[derive(Clone)]
 pub struct Pki {
     pub dir: PathBuf,
     pub ca_cert: String,

@@ -198,21 +198,23 @@ async fn handle(api: &Api, connection_user: &User, req: http::Request<Incoming>)
                     drain(body).await;
                     Err(e)
                 }
-                Ok((_, _permit)) if crate::connect::Connect::of(&info).is_some() => {
-                    let connect = crate::connect::Connect::of(&info).expect("checked above");
-                    let req = http::Request::from_parts(parts, body);
-                    crate::connect::serve(api, connect, &info, req).await
-                }
-                Ok((user, _permit)) => {
-                    // Read the whole body first: answering before it is consumed makes
-                    // clients that are still sending see a reset instead of the Status.
-                    match read_body(body).await {
-                        Ok(body) => {
-                            serve_resource(api, user, info, query, &parts.headers, body).await
-                        }
-                        Err(e) => Err(e),
+                Ok((user, _permit)) => match crate::connect::Connect::of(&info) {
+                    // Streams and upgrades go to the kubelet with their body unread.
+                    Some(connect) => {
+                        let req = http::Request::from_parts(parts, body);
+                        crate::connect::serve(api, connect, &info, req).await
                     }
-                }
+                    None => {
+                        // Read the whole body first: answering before it is consumed
+                        // makes clients still sending see a reset instead of the Status.
+                        match read_body(body).await {
+                            Ok(body) => {
+                                serve_resource(api, user, info, query, &parts.headers, body).await
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                },
             };
             (
                 verb,

@@ -171,12 +171,11 @@ pub struct ServiceAccountTokens {
 }
 
 impl ServiceAccountTokens {
-    /// Whether the object at `key` exists with `uid`.
-    fn exists(&self, prefix: &str, key: &str, uid: &str) -> bool {
+    /// Whether the core/v1 object exists with `uid`.
+    fn exists(&self, plural: &str, namespace: &str, object: &ObjectClaim) -> bool {
         self.cache
-            .cache(prefix)
-            .and_then(|c| c.get(key))
-            .is_some_and(|o| o.value()["metadata"]["uid"] == uid)
+            .core_object(plural, Some(namespace), &object.name)
+            .is_some_and(|o| o["metadata"]["uid"] == object.uid.as_str())
     }
 }
 
@@ -184,16 +183,13 @@ impl Authenticator for ServiceAccountTokens {
     fn authenticate(&self, creds: &Credentials<'_>) -> Option<User> {
         let claims = self.issuer.verify(creds.bearer?, ISSUER)?;
         let k = &claims.kubernetes;
-        let sa = &k.serviceaccount;
-        let sa_key = format!("/registry/serviceaccounts/{}/{}", k.namespace, sa.name);
-        if !self.exists("/registry/serviceaccounts/", &sa_key, &sa.uid) {
+        if !self.exists("serviceaccounts", &k.namespace, &k.serviceaccount) {
             return None;
         }
-        if let Some(pod) = &k.pod {
-            let pod_key = format!("/registry/pods/{}/{}", k.namespace, pod.name);
-            if !self.exists("/registry/pods/", &pod_key, &pod.uid) {
-                return None;
-            }
+        if let Some(pod) = &k.pod
+            && !self.exists("pods", &k.namespace, pod)
+        {
+            return None;
         }
         Some(User {
             name: claims.sub,

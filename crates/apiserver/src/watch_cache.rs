@@ -427,6 +427,15 @@ impl WatchCache {
         self.caches.iter().find(|c| c.prefix() == prefix).cloned()
     }
 
+    /// The cached object `name` (in `namespace`) of a core/v1 resource (`pods`,
+    /// `serviceaccounts`, ...), as admission and connect requests look them up.
+    pub fn core_object(&self, plural: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let info = krust_api::registry::find("", "v1", plural)?;
+        self.cache(&info.storage_prefix())?
+            .get(&info.storage_key(namespace, name))
+            .map(|obj| obj.value())
+    }
+
     pub fn revision(&self) -> Revision {
         *self.revision.borrow()
     }

@@ -90,10 +90,9 @@ where
     let headers = out.headers_mut().expect("builder without errors so far");
     for (name, value) in &parts.headers {
         let hop = HOP_BY_HOP.contains(&name.as_str());
-        if name == header::HOST || name == header::AUTHORIZATION || (hop && !upgrade) {
-            continue;
-        }
-        if hop && upgrade && name != header::CONNECTION && name != header::UPGRADE {
+        let ours =
+            name == header::HOST || name == header::AUTHORIZATION || name == header::CONNECTION;
+        if ours || (hop && !(upgrade && name == header::UPGRADE)) {
             continue;
         }
         headers.append(name, value.clone());

@@ -158,8 +158,8 @@ async fn server(args: ServerArgs) -> Result<()> {
         let data_dir = args.api.data_dir.clone();
         // With node IPAM off, the one node takes the cluster range's first /24.
         let fallback = args.controllers.cluster_cidr.subnet(24, 0);
+        let pki = apiserver.running.pki.clone();
         components.push(InProcess::spawn("agent", move |stop| async move {
-            let pki = Pki::load_or_create(&tls_dir(&data_dir), &[])?;
             crate::agent::run_with_kubeconfig(
                 &kubeconfig,
                 &data_dir,

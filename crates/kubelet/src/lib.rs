@@ -10,6 +10,7 @@
 //! It talks only to the apiserver and the container runtime.
 
 pub mod eviction;
+pub mod logfile;
 pub mod machine;
 pub mod node;
 pub mod pods;

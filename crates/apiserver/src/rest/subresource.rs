@@ -184,15 +184,10 @@ async fn token(call: &mut Call<'_>) -> Result<Response, ApiError> {
         None => None,
         Some("Pod") => {
             let pod_name = bound["name"].as_str().unwrap_or_default();
-            let pods = crate::kinds::find("", "v1", "pods")
-                .ok_or_else(|| ApiError::internal("no pods kind"))?;
-            let key = pods.info.storage_key(call.namespace(), pod_name);
             let pod = call
                 .api
                 .cache
-                .cache(&pods.info.storage_prefix())
-                .and_then(|c| c.get(&key))
-                .map(|o| o.value())
+                .core_object("pods", call.namespace(), pod_name)
                 .ok_or_else(|| {
                     ApiError::not_found(krust_api::status::Target {
                         group: "",

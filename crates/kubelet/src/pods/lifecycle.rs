@@ -19,6 +19,7 @@ use krust_cri::api::Mount;
 use super::probe;
 use super::spec::pod_dir;
 use crate::Config;
+use crate::logfile::{self, Record};
 
 /// How long a postStart hook may take (upstream waits without a bound; a hook that
 /// hangs would hold the pod worker forever).
@@ -94,12 +95,11 @@ pub fn message(file: &Path, log: &Path, container: &Container, exit_code: i32) -
     }
     let log = std::fs::read(log).unwrap_or_default();
     let mut text = Vec::new();
-    let records: Vec<&[u8]> = log
-        .split(|b| *b == b'\n')
-        .filter(|r| !r.is_empty())
-        .collect();
-    for record in &records[records.len().saturating_sub(FALLBACK_LINES)..] {
-        crate::server::logs::render(record, &Default::default(), &mut text);
+    let lines: Vec<&[u8]> = logfile::lines(&log).collect();
+    for line in &lines[lines.len().saturating_sub(FALLBACK_LINES)..] {
+        if let Some(record) = Record::parse(line) {
+            record.write_to(false, &mut text);
+        }
     }
     let start = text.len().saturating_sub(FALLBACK_BYTES);
     String::from_utf8_lossy(&text[start..]).into_owned()

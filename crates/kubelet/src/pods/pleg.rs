@@ -27,10 +27,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A snapshot that knows nothing (before the first relist).
+    /// A snapshot that knows nothing (before the first relist); taken before any worker
+    /// exists, so no worker trusts it.
     pub fn empty() -> Snapshot {
         Snapshot {
-            taken: Instant::now() - RELIST * 3600,
+            taken: Instant::now(),
             sandboxes: HashMap::new(),
             containers: HashMap::new(),
         }

@@ -1,6 +1,4 @@
-//! Container logs from the CRI log files containerd writes: one record per line,
-//! `<RFC 3339 time> <stdout|stderr> <P|F> <content>`, where `P` marks a partial line
-//! continued by the next record. Options as upstream's `PodLogOptions`: `follow` (until
+//! Container logs from the CRI log files containerd writes ([`crate::logfile`]). Options as upstream's `PodLogOptions`: `follow` (until
 //! the container stops), `previous`, `timestamps`, `tailLines`, `sinceSeconds` /
 //! `sinceTime` and `limitBytes`.
 
@@ -18,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
 use super::{Body, containers};
+use crate::logfile::{self, Record};
 
 /// How often a followed log file is read again.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
@@ -145,10 +144,7 @@ async fn copy(
         .rposition(|b| *b == b'\n')
         .map_or(0, |i| i + 1);
     let rest = pending.split_off(complete);
-    let records: Vec<&[u8]> = pending
-        .split(|b| *b == b'\n')
-        .filter(|r| !r.is_empty())
-        .collect();
+    let records: Vec<&[u8]> = logfile::lines(&pending).collect();
     let skip = options
         .tail_lines
         .map_or(0, |n| records.len().saturating_sub(n));
@@ -169,7 +165,7 @@ async fn copy(
         offset += read as u64;
         if let Some(end) = pending.iter().rposition(|b| *b == b'\n') {
             let rest = pending.split_off(end + 1);
-            for record in pending.split(|b| *b == b'\n').filter(|r| !r.is_empty()) {
+            for record in logfile::lines(&pending) {
                 render(record, &options, &mut out);
             }
             pending = rest;
@@ -213,32 +209,18 @@ async fn running(runtime: &Runtime, id: &str) -> bool {
     })
 }
 
-/// Appends one CRI log record as the client sees it: the content, a newline unless the
-/// record is a partial line, the time in front with `timestamps`. Records before
-/// `since` and malformed ones are left out.
-pub(crate) fn render(record: &[u8], options: &Options, out: &mut Vec<u8>) {
-    let mut fields = record.splitn(4, |b| *b == b' ');
-    let (Some(time), Some(_stream), Some(tag), content) =
-        (fields.next(), fields.next(), fields.next(), fields.next())
-    else {
-        return;
-    };
-    let Ok(time) = std::str::from_utf8(time) else {
+/// Appends one CRI log record as the client sees it; records before `since` and
+/// malformed ones are left out.
+fn render(line: &[u8], options: &Options, out: &mut Vec<u8>) {
+    let Some(record) = Record::parse(line) else {
         return;
     };
     if let Some(since) = options.since
-        && time.parse::<Timestamp>().is_ok_and(|t| t < since)
+        && record.time.parse::<Timestamp>().is_ok_and(|t| t < since)
     {
         return;
     }
-    if options.timestamps {
-        out.extend_from_slice(time.as_bytes());
-        out.push(b' ');
-    }
-    out.extend_from_slice(content.unwrap_or_default());
-    if tag != b"P" {
-        out.push(b'\n');
-    }
+    record.write_to(options.timestamps, out);
 }
 
 #[cfg(test)]

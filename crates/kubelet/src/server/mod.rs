@@ -4,7 +4,7 @@
 //! from the cluster CA that names the apiserver's kubelet client or a `system:masters`
 //! member (upstream authorizes the same callers through its webhook).
 
-pub(crate) mod logs;
+mod logs;
 mod streams;
 mod tls;
 
