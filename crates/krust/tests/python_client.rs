@@ -19,7 +19,8 @@ fn the_python_client_creates_watches_reads_logs_and_execs() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.trim() == "ok",
-        "the Python client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "the Python client failed:\n{stdout}\n{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.diagnostics()
     );
 }

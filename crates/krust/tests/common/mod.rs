@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
-/// Eviction thresholds for test nodes: upstream's memory threshold, 1% of disk.
-const TEST_EVICTION_HARD: &str = "memory.available<100Mi,nodefs.available<1%,imagefs.available<1%";
+/// Eviction thresholds for test nodes: upstream's memory threshold and no disk signals.
+/// These machines' disks are 95% full and CI's build fills them further, so any share of
+/// the disk would put test nodes under DiskPressure (the disk-pressure test sets its own).
+const TEST_EVICTION_HARD: &str = "memory.available<100Mi";
 
 /// A running `krust server`.
 pub struct Server {
@@ -121,8 +123,6 @@ impl Server {
             } else {
                 &[]
             })
-            // Test machines may have less free disk than upstream's defaults want
-            // (nodefs 10%, imagefs 15%): pods would be evicted under disk pressure.
             .args(
                 (self.agent
                     && !self
@@ -229,7 +229,7 @@ impl Server {
             out.status.success(),
             "kubectl {args:?} failed: {}{}",
             String::from_utf8_lossy(&out.stderr),
-            self.log_tail()
+            self.diagnostics()
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -275,12 +275,32 @@ impl Server {
         serde_json::from_str(&self.ok(&a)).expect("kubectl JSON")
     }
 
-    fn log_tail(&self) -> String {
-        let log = self.log();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+    /// What a failed step needs to be understood from CI output alone: the pods, the
+    /// nodes' conditions and the latest events, then the end of the server log.
+    pub fn diagnostics(&self) -> String {
+        let state = |args: &[&str]| {
+            let out = self.kubectl(args);
+            String::from_utf8_lossy(if out.status.success() {
+                &out.stdout
+            } else {
+                &out.stderr
+            })
+            .into_owned()
+        };
         format!(
-            "\n--- server log tail ---\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            "\n--- pods ---\n{}--- node conditions ---\n{}\n--- events ---\n{}--- server log tail ---\n{}",
+            state(&["get", "pods", "-A", "-o", "wide"]),
+            state(&[
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}: {range .status.conditions[?(@.status==\"True\")]}{.type} {end}{.spec.taints}{\"\\n\"}{end}",
+            ]),
+            last_lines(
+                &state(&["get", "events", "-A", "--sort-by=.lastTimestamp"]),
+                15
+            ),
+            last_lines(&self.log(), 20),
         )
     }
 
@@ -622,4 +642,13 @@ pub fn manifest(server: &Server, name: &str, contents: &str) -> String {
     let p = path.join(name);
     std::fs::write(&p, contents).expect("writing manifest");
     p.to_string_lossy().into_owned()
+}
+
+/// The last `n` lines of `text`, each ending in a newline.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
