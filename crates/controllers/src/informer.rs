@@ -17,7 +17,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -115,7 +114,8 @@ impl<K: Watched> Informer<K> {
                         .map(|o| (ObjectRef::from_obj(&*o), o))
                         .collect();
                     writer.apply_watcher_event(&event);
-                    for obj in relisted.drain(..) {
+                    // Taken, not drained: the buffer's capacity would outlive the relist.
+                    for obj in std::mem::take(&mut relisted) {
                         let old = before.remove(&ObjectRef::from_obj(&obj));
                         handlers
                             .iter()
@@ -132,58 +132,11 @@ impl<K: Watched> Informer<K> {
 
 /// The list+watch of a kind, without managedFields: no controller reads them, and they
 /// are often the larger part of an object (kube-controller-manager drops them too).
-/// Pods, by far the most numerous, are cut down further ([`trim_pod`]).
+/// Pods, by far the most numerous, are cached as [`CachedPod`](crate::pods::CachedPod)s.
 fn watcher<K: Watched>(api: Api<K>) -> impl futures::Stream<Item = watcher::Result<Event<K>>> {
     watcher::watcher(api, watcher::Config::default()).modify(|obj| {
         obj.meta_mut().managed_fields = None;
-        if let Some(pod) = (obj as &mut dyn Any).downcast_mut::<Pod>() {
-            trim_pod(pod);
-        }
     })
-}
-
-/// Keeps of a pod only what the controllers read — metadata; the node, hostname,
-/// subdomain and container ports; phase, IPs, conditions, start time and restart
-/// counts — so each cached pod holds no volumes, environments, probes or container
-/// states (client-go's informer transforms serve the same end).
-fn trim_pod(pod: &mut Pod) {
-    if let Some(spec) = pod.spec.take() {
-        pod.spec = Some(PodSpec {
-            node_name: spec.node_name,
-            hostname: spec.hostname,
-            subdomain: spec.subdomain,
-            containers: spec
-                .containers
-                .into_iter()
-                .map(|c| Container {
-                    name: c.name,
-                    ports: c.ports,
-                    ..Container::default()
-                })
-                .collect(),
-            ..PodSpec::default()
-        });
-    }
-    if let Some(status) = pod.status.take() {
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            pod_ip: status.pod_ip,
-            pod_ips: status.pod_ips,
-            conditions: status.conditions,
-            start_time: status.start_time,
-            container_statuses: status.container_statuses.map(|cs| {
-                cs.into_iter()
-                    .map(|c| ContainerStatus {
-                        name: c.name,
-                        ready: c.ready,
-                        restart_count: c.restart_count,
-                        ..ContainerStatus::default()
-                    })
-                    .collect()
-            }),
-            ..PodStatus::default()
-        });
-    }
 }
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -3,42 +3,230 @@
 //! ranking: unscheduled, then pending, then not ready, then the most recently ready,
 //! then the most restarted, then the newest go first).
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::{NamespaceResourceScope, Resource as _};
+use kube::Resource;
+use serde::{Deserialize, Deserializer};
 
-/// Counts towards a ReplicaSet: neither terminating nor finished.
-pub fn is_active(pod: &Pod) -> bool {
-    let phase = phase(pod);
-    pod.metadata.deletion_timestamp.is_none() && phase != "Succeeded" && phase != "Failed"
+/// A pod as the controllers cache it: its metadata and the few spec and status fields
+/// that the ReplicaSet and endpoints controllers decide on, read straight from the
+/// apiserver's JSON (everything else is skipped while parsing). A full `Pod` is several
+/// kilobytes in memory even when most fields are empty; tens of thousands are cached.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CachedPod {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CachedSpec,
+    #[serde(default)]
+    pub status: CachedStatus,
 }
 
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedSpec {
+    pub node_name: Option<String>,
+    pub hostname: Option<String>,
+    pub subdomain: Option<String>,
+    /// The named ports of every container (Services may target a port by its name).
+    #[serde(rename = "containers", default, deserialize_with = "named_ports")]
+    pub named_ports: Vec<NamedPort>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedPort {
+    pub name: String,
+    pub port: i32,
+    pub protocol: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedStatus {
+    pub phase: Option<Phase>,
+    /// `podIP` and then `podIPs`, as the kubelet reports them (the first of `podIPs` is
+    /// `podIP`).
+    #[serde(rename = "podIP", default, deserialize_with = "ip")]
+    pub pod_ip: Option<IpAddr>,
+    #[serde(rename = "podIPs", default, deserialize_with = "ips")]
+    pub pod_ips: Vec<IpAddr>,
+    /// The Ready condition.
+    #[serde(rename = "conditions", default, deserialize_with = "readiness")]
+    pub ready: Readiness,
+    /// The most restarts of any container.
+    #[serde(rename = "containerStatuses", default, deserialize_with = "restarts")]
+    pub restarts: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    #[serde(other)]
+    Unknown,
+}
+
+/// The pod's Ready condition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readiness {
+    #[default]
+    NotReady,
+    /// Ready, since the condition's lastTransitionTime (if it has one).
+    ReadySince(Option<Timestamp>),
+}
+
+impl Resource for CachedPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(Pod::KIND)
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(Pod::GROUP)
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(Pod::VERSION)
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(Pod::URL_PATH_SEGMENT)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+fn named_ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NamedPort>, D::Error> {
+    #[derive(Deserialize)]
+    struct Container {
+        #[serde(default)]
+        ports: Option<Vec<Port>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Port {
+        name: Option<String>,
+        container_port: i32,
+        protocol: Option<String>,
+    }
+    let containers = Option::<Vec<Container>>::deserialize(d)?.unwrap_or_default();
+    Ok(containers
+        .into_iter()
+        .flat_map(|c| c.ports.unwrap_or_default())
+        .filter_map(|p| {
+            Some(NamedPort {
+                name: p.name.filter(|n| !n.is_empty())?,
+                port: p.container_port,
+                protocol: p.protocol.unwrap_or_else(|| "TCP".into()),
+            })
+        })
+        .collect())
+}
+
+/// An address the apiserver accepted; anything unparsable counts as none.
+fn ip<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.and_then(|s| s.parse().ok()))
+}
+
+fn ips<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpAddr>, D::Error> {
+    #[derive(Deserialize)]
+    struct PodIp {
+        ip: String,
+    }
+    Ok(Option::<Vec<PodIp>>::deserialize(d)?
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| p.ip.parse().ok())
+        .collect())
+}
+
+fn readiness<'de, D: Deserializer<'de>>(d: D) -> Result<Readiness, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Condition {
+        #[serde(rename = "type")]
+        type_: String,
+        status: String,
+        last_transition_time: Option<Time>,
+    }
+    let conditions = Option::<Vec<Condition>>::deserialize(d)?.unwrap_or_default();
+    Ok(conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .filter(|c| c.status == "True")
+        .map_or(Readiness::NotReady, |c| {
+            Readiness::ReadySince(c.last_transition_time.map(|t| t.0))
+        }))
+}
+
+fn restarts<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ContainerStatus {
+        #[serde(default)]
+        restart_count: i32,
+    }
+    Ok(Option::<Vec<ContainerStatus>>::deserialize(d)?
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.restart_count)
+        .max()
+        .unwrap_or(0))
+}
+
+impl CachedPod {
+    /// Every IP of the pod, `podIP` first, without repeats.
+    pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.status.pod_ip.into_iter().chain(
+            self.status
+                .pod_ips
+                .iter()
+                .copied()
+                .filter(|ip| Some(*ip) != self.status.pod_ip),
+        )
+    }
+
+    fn is_scheduled(&self) -> bool {
+        self.spec
+            .node_name
+            .as_deref()
+            .is_some_and(|n| !n.is_empty())
+    }
+
+    fn is_finished(&self) -> bool {
+        matches!(self.status.phase, Some(Phase::Succeeded | Phase::Failed))
+    }
+}
+
+/// Counts towards a ReplicaSet: neither terminating nor finished.
+pub fn is_active(pod: &CachedPod) -> bool {
+    pod.metadata.deletion_timestamp.is_none() && !pod.is_finished()
 }
 
 /// When the pod's Ready condition became True, if it is True.
-pub fn ready_since(pod: &Pod) -> Option<Option<Timestamp>> {
-    let cond = pod
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")?;
-    (cond.status == "True").then(|| cond.last_transition_time.as_ref().map(|t| t.0))
+pub fn ready_since(pod: &CachedPod) -> Option<Option<Timestamp>> {
+    match pod.status.ready {
+        Readiness::NotReady => None,
+        Readiness::ReadySince(at) => Some(at),
+    }
 }
 
-pub fn is_ready(pod: &Pod) -> bool {
+pub fn is_ready(pod: &CachedPod) -> bool {
     ready_since(pod).is_some()
 }
 
 /// Ready for at least `min_ready_seconds` at `now`.
-pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+pub fn is_available(pod: &CachedPod, min_ready_seconds: i32, now: Timestamp) -> bool {
     match ready_since(pod) {
         None => false,
         Some(_) if min_ready_seconds <= 0 => true,
@@ -49,7 +237,7 @@ pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
 
 /// How long until a ready pod becomes available, if it is ready and not yet available.
 pub fn until_available(
-    pod: &Pod,
+    pod: &CachedPod,
     min_ready_seconds: i32,
     now: Timestamp,
 ) -> Option<std::time::Duration> {
@@ -58,34 +246,19 @@ pub fn until_available(
     (at > now).then(|| at.duration_since(now).unsigned_abs())
 }
 
-fn phase_rank(pod: &Pod) -> u8 {
-    match phase(pod) {
-        "Pending" | "" => 0,
-        "Unknown" => 1,
-        "Running" => 2,
-        _ => 3,
+fn phase_rank(pod: &CachedPod) -> u8 {
+    match pod.status.phase {
+        Some(Phase::Pending) | None => 0,
+        Some(Phase::Unknown) => 1,
+        Some(Phase::Running) => 2,
+        Some(Phase::Succeeded | Phase::Failed) => 3,
     }
 }
 
-fn restarts(pod: &Pod) -> i32 {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .map_or(0, |cs| {
-            cs.iter().map(|c| c.restart_count).max().unwrap_or(0)
-        })
-}
-
 /// Orders pods so that the ones to delete first come first.
-pub fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
-    let scheduled = |p: &Pod| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty())
-    };
-    scheduled(a)
-        .cmp(&scheduled(b))
+pub fn deletion_order(a: &CachedPod, b: &CachedPod) -> Ordering {
+    a.is_scheduled()
+        .cmp(&b.is_scheduled())
         .then_with(|| phase_rank(a).cmp(&phase_rank(b)))
         .then_with(|| is_ready(a).cmp(&is_ready(b)))
         // Both ready: the one ready for less time goes first (an absent time counts as
@@ -98,9 +271,9 @@ pub fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
                 _ => Ordering::Equal,
             },
         )
-        .then_with(|| restarts(b).cmp(&restarts(a)))
+        .then_with(|| b.status.restarts.cmp(&a.status.restarts))
         .then_with(|| {
-            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let created = |p: &CachedPod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
             match (created(a), created(b)) {
                 (Some(x), Some(y)) => y.cmp(&x),
                 (None, Some(_)) => Ordering::Less,
@@ -113,54 +286,39 @@ pub fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::serde_json::{self, json};
+    use kube::ResourceExt;
 
     pub(crate) fn ts(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()
     }
 
     /// A pod created at `created`, on `node` or unscheduled, in `phase`, ready since
-    /// `ready` if given.
+    /// `ready` if given, read from the JSON the apiserver would send.
     pub(crate) fn pod(
         name: &str,
         created: i64,
         node: Option<&str>,
         phase: &str,
         ready: Option<i64>,
-    ) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                creation_timestamp: Some(Time(ts(created))),
-                ..Default::default()
+    ) -> CachedPod {
+        let conditions: Vec<_> = ready
+            .map(|r| json!({"type": "Ready", "status": "True", "lastTransitionTime": ts(r).to_string()}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "creationTimestamp": ts(created).to_string()},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {
+                "phase": phase,
+                "conditions": conditions,
+                "containerStatuses": [{"name": "c", "restartCount": 0, "ready": ready.is_some()}],
             },
-            spec: Some(PodSpec {
-                node_name: node.map(Into::into),
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some(phase.into()),
-                conditions: ready.map(|r| {
-                    vec![PodCondition {
-                        type_: "Ready".into(),
-                        status: "True".into(),
-                        last_transition_time: Some(Time(ts(r))),
-                        ..Default::default()
-                    }]
-                }),
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "c".into(),
-                    restart_count: 0,
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
+        }))
+        .expect("a pod")
     }
 
-    fn order(mut pods: Vec<Pod>) -> Vec<String> {
+    fn order(mut pods: Vec<CachedPod>) -> Vec<String> {
         pods.sort_by(deletion_order);
         pods.into_iter().map(|p| p.metadata.name.unwrap()).collect()
     }
@@ -220,5 +378,76 @@ pub(crate) mod tests {
         p.metadata.deletion_timestamp = Some(Time(ts(1)));
         assert!(!is_active(&p));
         assert!(!is_active(&pod("b", 0, None, "Succeeded", None)));
+    }
+
+    #[test]
+    fn a_full_pod_is_read_into_the_fields_the_controllers_use() {
+        let p: CachedPod = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {
+                "nodeName": "n1",
+                "hostname": "h",
+                "subdomain": "web",
+                "containers": [
+                    {"name": "a", "image": "x", "ports": [
+                        {"name": "http", "containerPort": 8080},
+                        {"containerPort": 9000},
+                    ]},
+                    {"name": "b", "image": "x", "ports": [
+                        {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                    ], "env": [{"name": "A", "value": "1"}]},
+                ],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.5",
+                "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}],
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": ts(3).to_string()},
+                ],
+                "containerStatuses": [
+                    {"name": "a", "restartCount": 2, "ready": true, "state": {"running": {}}},
+                    {"name": "b", "restartCount": 5, "ready": true},
+                ],
+            },
+        }))
+        .unwrap();
+        assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
+        assert!(p.is_scheduled());
+        assert_eq!(
+            p.spec.named_ports,
+            [
+                NamedPort {
+                    name: "http".into(),
+                    port: 8080,
+                    protocol: "TCP".into()
+                },
+                NamedPort {
+                    name: "dns".into(),
+                    port: 53,
+                    protocol: "UDP".into()
+                },
+            ]
+        );
+        assert_eq!(p.status.phase, Some(Phase::Running));
+        assert_eq!(
+            p.ips().map(|ip| ip.to_string()).collect::<Vec<_>>(),
+            ["10.0.0.5", "fd00::5"]
+        );
+        assert_eq!(p.status.ready, Readiness::ReadySince(Some(ts(3))));
+        assert_eq!(p.status.restarts, 5);
+
+        let unready: CachedPod = serde_json::from_value(json!({
+            "metadata": {"name": "x"},
+            "status": {"phase": "Evicting", "conditions": [{"type": "Ready", "status": "False"}]},
+        }))
+        .unwrap();
+        assert_eq!(unready.status.phase, Some(Phase::Unknown));
+        assert_eq!(unready.status.ready, Readiness::NotReady);
+        assert!(!unready.is_scheduled());
     }
 }

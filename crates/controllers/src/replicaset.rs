@@ -27,7 +27,7 @@ use crate::Error;
 use crate::expectations::Expectations;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
-use crate::pods::{deletion_order, is_active, is_available, is_ready, until_available};
+use crate::pods::{CachedPod, deletion_order, is_active, is_available, is_ready, until_available};
 use crate::queue::{Reconciler, WorkQueue};
 use krust_client::events::{EventRecorder, EventType};
 use krust_client::is_status;
@@ -38,7 +38,7 @@ pub const BURST_REPLICAS: usize = 500;
 pub struct ReplicaSetController {
     client: Client,
     replicasets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     queue: Arc<WorkQueue>,
     expectations: Arc<Expectations>,
     events: EventRecorder,
@@ -48,7 +48,7 @@ impl ReplicaSetController {
     /// Registers the controller's handlers on the shared informers.
     pub fn new(client: Client, informers: &SharedInformers, events: EventRecorder) -> Arc<Self> {
         let rs_informer = informers.get::<ReplicaSet>();
-        let pod_informer = informers.get::<Pod>();
+        let pod_informer = informers.get::<CachedPod>();
         let controller = Arc::new(ReplicaSetController {
             client,
             replicasets: rs_informer.store(),
@@ -68,14 +68,14 @@ impl ReplicaSetController {
     }
 
     /// The ReplicaSet that controls `pod`, if it is in the cache.
-    fn owner_of(&self, pod: &Pod) -> Option<Arc<ReplicaSet>> {
+    fn owner_of(&self, pod: &CachedPod) -> Option<Arc<ReplicaSet>> {
         let r = controller_of(&pod.metadata).filter(|r| r.kind == "ReplicaSet")?;
         let rs = self.replicaset(&pod.namespace().unwrap_or_default(), &r.name)?;
         (rs.uid().as_deref() == Some(r.uid.as_str())).then_some(rs)
     }
 
     /// ReplicaSets in the pod's namespace whose selector matches it (for orphans).
-    fn matching(&self, pod: &Pod) -> Vec<Arc<ReplicaSet>> {
+    fn matching(&self, pod: &CachedPod) -> Vec<Arc<ReplicaSet>> {
         let ns = pod.namespace();
         self.replicasets.state_filter(|rs| {
             rs.namespace() == ns
@@ -105,7 +105,7 @@ impl Reconciler for ReplicaSetController {
             manage_err = Some(err);
         }
         let pending = self.expectations.pending_deletions(key);
-        let counted: Vec<&Pod> = pods
+        let counted: Vec<&CachedPod> = pods
             .iter()
             .filter(|p| !pending.contains(&key_of(&p.metadata)))
             .map(|p| &**p)
@@ -142,13 +142,14 @@ impl ReplicaSetController {
         &self,
         rs: &ReplicaSet,
         selector: &Selector,
-    ) -> Result<Vec<Arc<Pod>>, Error> {
+    ) -> Result<Vec<Arc<CachedPod>>, Error> {
         let ns = rs.namespace();
         let uid = rs.uid().unwrap_or_default();
         let candidates = self
             .pods
             .state_filter(|p| p.namespace() == ns && is_active(p));
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns.as_deref().unwrap_or_default());
+        let api: Api<CachedPod> =
+            Api::namespaced(self.client.clone(), ns.as_deref().unwrap_or_default());
         let mut claimed = Vec::new();
         for pod in candidates {
             let matches = selector.matches(pod.labels());
@@ -204,7 +205,7 @@ impl ReplicaSetController {
         &self,
         key: &str,
         rs: &ReplicaSet,
-        pods: &[Arc<Pod>],
+        pods: &[Arc<CachedPod>],
     ) -> Result<(), Error> {
         let want = rs
             .spec
@@ -248,7 +249,7 @@ impl ReplicaSetController {
             }
         } else if pods.len() > want {
             let count = (pods.len() - want).min(BURST_REPLICAS);
-            let mut ranked: Vec<&Arc<Pod>> = pods.iter().collect();
+            let mut ranked: Vec<&Arc<CachedPod>> = pods.iter().collect();
             ranked.sort_by(|a, b| deletion_order(a, b));
             let doomed = &ranked[..count];
             self.expectations
@@ -371,7 +372,7 @@ pub fn pod_from_template(rs: &ReplicaSet) -> Pod {
 /// The status a ReplicaSet should show for the active pods it controls.
 pub fn calculate_status(
     rs: &ReplicaSet,
-    pods: &[&Pod],
+    pods: &[&CachedPod],
     manage_err: Option<&Error>,
     now: Timestamp,
 ) -> ReplicaSetStatus {
@@ -387,7 +388,7 @@ pub fn calculate_status(
         .as_ref()
         .and_then(|s| s.min_ready_seconds)
         .unwrap_or(0);
-    let count = |f: &dyn Fn(&Pod) -> bool| pods.iter().filter(|p| f(p)).count() as i32;
+    let count = |f: &dyn Fn(&CachedPod) -> bool| pods.iter().filter(|p| f(p)).count() as i32;
     let old = rs.status.clone().unwrap_or_default();
     let mut conditions: Vec<ReplicaSetCondition> = old
         .conditions
@@ -441,7 +442,7 @@ impl EventHandler<ReplicaSet> for ReplicaSetEvents {
 struct PodEvents(Arc<ReplicaSetController>);
 
 impl PodEvents {
-    fn deleted(&self, pod: &Pod) {
+    fn deleted(&self, pod: &CachedPod) {
         if let Some(rs) = self.0.owner_of(pod) {
             let key = key_of(&rs.metadata);
             self.0
@@ -451,7 +452,7 @@ impl PodEvents {
         }
     }
 
-    fn enqueue_owner_or_matching(&self, pod: &Pod) {
+    fn enqueue_owner_or_matching(&self, pod: &CachedPod) {
         match self.0.owner_of(pod) {
             Some(rs) => self.0.queue.add(key_of(&rs.metadata)),
             None if controller_of(&pod.metadata).is_none() => {
@@ -464,8 +465,8 @@ impl PodEvents {
     }
 }
 
-impl EventHandler<Pod> for PodEvents {
-    fn on_apply(&self, old: Option<&Pod>, new: &Pod) {
+impl EventHandler<CachedPod> for PodEvents {
+    fn on_apply(&self, old: Option<&CachedPod>, new: &CachedPod) {
         let Some(old) = old else {
             if new.metadata.deletion_timestamp.is_some() {
                 return self.deleted(new);
@@ -491,7 +492,7 @@ impl EventHandler<Pod> for PodEvents {
         self.enqueue_owner_or_matching(new);
     }
 
-    fn on_delete(&self, pod: &Pod) {
+    fn on_delete(&self, pod: &CachedPod) {
         self.deleted(pod);
     }
 }

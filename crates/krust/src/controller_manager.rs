@@ -160,7 +160,7 @@ pub async fn client(kubeconfig: &str) -> Result<(kube::Client, Option<String>)> 
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .context("loading the kubeconfig")?;
-    let client = kube::Client::try_from(client_config).context("building the API client")?;
+    let client = krust_client::connect::client(client_config).context("building the API client")?;
     Ok((client, ca))
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
@@ -24,6 +24,7 @@ use kube::{Client, ResourceExt};
 use crate::Error;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{key_of, split_key};
+use crate::pods::CachedPod;
 use crate::queue::{Reconciler, WorkQueue};
 use krust_client::is_status;
 
@@ -34,7 +35,7 @@ pub const OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
 pub struct EndpointsController {
     client: Client,
     services: Store<Service>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     endpoints: Store<Endpoints>,
     queue: Arc<WorkQueue>,
 }
@@ -134,7 +135,7 @@ impl Reconciler for EndpointsController {
 }
 
 /// The Service's subsets, and whether addresses had to be left out.
-fn subsets(svc: &Service, pods: &[Arc<Pod>]) -> (Vec<EndpointSubset>, bool) {
+fn subsets(svc: &Service, pods: &[Arc<CachedPod>]) -> (Vec<EndpointSubset>, bool) {
     let spec = svc.spec.clone().unwrap_or_default();
     let publish_not_ready = spec.publish_not_ready_addresses.unwrap_or(false);
     let family = spec
@@ -162,7 +163,7 @@ fn subsets(svc: &Service, pods: &[Arc<Pod>]) -> (Vec<EndpointSubset>, bool) {
         let address = EndpointAddress {
             ip,
             hostname: super::hostname(pod, svc),
-            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            node_name: pod.spec.node_name.clone(),
             target_ref: Some(ObjectReference {
                 kind: Some("Pod".into()),
                 namespace: pod.namespace(),
@@ -240,42 +241,23 @@ impl EventHandler<Endpoints> for EndpointsEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        Container, ContainerPort, PodCondition, PodSpec, PodStatus, ServicePort, ServiceSpec,
-    };
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use k8s_openapi::serde_json::{self, json};
 
-    fn pod(name: &str, ip: &str, ready: bool, http_port: i32) -> Arc<Pod> {
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                uid: Some(format!("uid-{name}")),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "c".into(),
-                    ports: Some(vec![ContainerPort {
-                        name: Some("http".into()),
-                        container_port: http_port,
-                        ..ContainerPort::default()
-                    }]),
-                    ..Container::default()
-                }],
-                ..PodSpec::default()
-            }),
-            status: Some(PodStatus {
-                pod_ip: Some(ip.into()),
-                phase: Some("Running".into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
-        })
+    fn pod(name: &str, ip: &str, ready: bool, http_port: i32) -> Arc<CachedPod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+                "spec": {"containers": [{"name": "c", "ports": [{"name": "http", "containerPort": http_port}]}]},
+                "status": {
+                    "podIP": ip,
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                },
+            }))
+            .expect("a pod"),
+        )
     }
 
     fn service(publish_not_ready: bool) -> Service {
@@ -327,7 +309,7 @@ mod tests {
 
     #[test]
     fn more_than_the_cap_is_truncated() {
-        let pods: Vec<Arc<Pod>> = (0..MAX_ADDRESSES + 5)
+        let pods: Vec<Arc<CachedPod>> = (0..MAX_ADDRESSES + 5)
             .map(|i| {
                 pod(
                     &format!("p{i}"),

@@ -13,13 +13,14 @@ pub mod slice;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::key_of;
+use crate::pods::{CachedPod, Phase};
 use crate::queue::WorkQueue;
 
 /// The label that says a Service is headless, on its EndpointSlices and Endpoints.
@@ -34,13 +35,13 @@ pub fn selector(svc: &Service) -> Option<&BTreeMap<String, String>> {
         .filter(|s| !s.is_empty())
 }
 
-fn selects(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {
+fn selects(selector: &BTreeMap<String, String>, pod: &CachedPod) -> bool {
     let labels = pod.labels();
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 /// The pods of the Service's namespace that its selector matches.
-pub fn selected_pods(svc: &Service, pods: &Store<Pod>) -> Vec<Arc<Pod>> {
+pub fn selected_pods(svc: &Service, pods: &Store<CachedPod>) -> Vec<Arc<CachedPod>> {
     let Some(selector) = selector(svc) else {
         return Vec::new();
     };
@@ -54,54 +55,39 @@ pub fn selected_pods(svc: &Service, pods: &Store<Pod>) -> Vec<Arc<Pod>> {
 /// Whether a pod belongs in a Service's endpoints at all: it has an IP and has not
 /// finished (phase Succeeded or Failed); terminating pods only when
 /// `include_terminating`.
-pub fn should_be_in_endpoints(pod: &Pod, include_terminating: bool) -> bool {
-    let Some(status) = pod.status.as_ref() else {
-        return false;
-    };
-    let terminal = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
-    let has_ip = status.pod_ip.as_deref().is_some_and(|ip| !ip.is_empty())
-        || status.pod_ips.as_ref().is_some_and(|ips| !ips.is_empty());
+pub fn should_be_in_endpoints(pod: &CachedPod, include_terminating: bool) -> bool {
+    let terminal = matches!(pod.status.phase, Some(Phase::Succeeded | Phase::Failed));
+    let has_ip = pod.ips().next().is_some();
     !terminal && has_ip && (include_terminating || pod.metadata.deletion_timestamp.is_none())
 }
 
 /// The pod's IP of the given family (`IPv4` or `IPv6`).
-pub fn pod_ip(pod: &Pod, family: &str) -> Option<String> {
-    let status = pod.status.as_ref()?;
-    let ips = status
-        .pod_ips
-        .iter()
-        .flatten()
-        .map(|ip| ip.ip.clone())
-        .chain(status.pod_ip.clone());
-    ips.into_iter()
-        .find(|ip| ip.contains(':') == (family == "IPv6"))
+pub fn pod_ip(pod: &CachedPod, family: &str) -> Option<String> {
+    pod.ips()
+        .find(|ip| ip.is_ipv6() == (family == "IPv6"))
+        .map(|ip| ip.to_string())
 }
 
 /// The container port a Service port reaches on this pod: the number itself, or the
 /// container port with that name (`None` if the pod has none).
-pub fn target_port(pod: &Pod, port: &ServicePort) -> Option<i32> {
+pub fn target_port(pod: &CachedPod, port: &ServicePort) -> Option<i32> {
     let protocol = port.protocol.as_deref().unwrap_or("TCP");
     match &port.target_port {
         None => Some(port.port),
         Some(IntOrString::Int(n)) => Some(*n),
         Some(IntOrString::String(name)) => pod
             .spec
-            .as_ref()?
-            .containers
+            .named_ports
             .iter()
-            .flat_map(|c| c.ports.iter().flatten())
-            .find(|p| {
-                p.name.as_deref() == Some(name.as_str())
-                    && p.protocol.as_deref().unwrap_or("TCP") == protocol
-            })
-            .map(|p| p.container_port),
+            .find(|p| p.name == *name && p.protocol == protocol)
+            .map(|p| p.port),
     }
 }
 
 /// The hostname a pod has in a Service's DNS records: only when its `subdomain` names
 /// the Service.
-pub fn hostname(pod: &Pod, svc: &Service) -> Option<String> {
-    let spec = pod.spec.as_ref()?;
+pub fn hostname(pod: &CachedPod, svc: &Service) -> Option<String> {
+    let spec = &pod.spec;
     (spec.subdomain.as_deref() == Some(svc.name_any().as_str()))
         .then(|| spec.hostname.clone())
         .flatten()
@@ -131,9 +117,9 @@ pub fn published_labels(svc: &Service, extra: &[(&str, &str)]) -> BTreeMap<Strin
 pub fn watch_services_and_pods(
     informers: &SharedInformers,
     queue: &Arc<WorkQueue>,
-) -> (Store<Service>, Store<Pod>) {
+) -> (Store<Service>, Store<CachedPod>) {
     let services = informers.get::<Service>();
-    let pods = informers.get::<Pod>();
+    let pods = informers.get::<CachedPod>();
     services.add_handler(Arc::new(ServiceEvents(queue.clone())));
     pods.add_handler(Arc::new(PodEvents {
         services: services.store(),
@@ -161,7 +147,7 @@ struct PodEvents {
 }
 
 impl PodEvents {
-    fn enqueue_selecting(&self, pods: &[&Pod]) {
+    fn enqueue_selecting(&self, pods: &[&CachedPod]) {
         for svc in self.services.state() {
             let Some(sel) = selector(&svc) else { continue };
             if pods
@@ -174,8 +160,8 @@ impl PodEvents {
     }
 }
 
-impl EventHandler<Pod> for PodEvents {
-    fn on_apply(&self, old: Option<&Pod>, new: &Pod) {
+impl EventHandler<CachedPod> for PodEvents {
+    fn on_apply(&self, old: Option<&CachedPod>, new: &CachedPod) {
         // A pod that changed only where endpoints do not look (e.g. a container
         // restart count) still costs a pass; passes that change nothing write nothing.
         match old {
@@ -183,7 +169,7 @@ impl EventHandler<Pod> for PodEvents {
             None => self.enqueue_selecting(&[new]),
         }
     }
-    fn on_delete(&self, obj: &Pod) {
+    fn on_delete(&self, obj: &CachedPod) {
         self.enqueue_selecting(&[obj]);
     }
 }

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
@@ -32,6 +32,7 @@ use kube::{Client, ResourceExt};
 use crate::Error;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{controller_ref, key_of, split_key};
+use crate::pods::CachedPod;
 use crate::queue::{Reconciler, WorkQueue};
 use krust_client::is_status;
 
@@ -249,7 +250,7 @@ impl Tracker {
 pub struct EndpointSliceController {
     client: Client,
     services: Store<Service>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
     tracker: Tracker,
@@ -342,7 +343,7 @@ impl Reconciler for EndpointSliceController {
 }
 
 impl EndpointSliceController {
-    fn desired(&self, svc: &Service, pods: &[Arc<Pod>], family: &str) -> Vec<PortGroup> {
+    fn desired(&self, svc: &Service, pods: &[Arc<CachedPod>], family: &str) -> Vec<PortGroup> {
         let publish_not_ready = svc
             .spec
             .as_ref()
@@ -354,7 +355,7 @@ impl EndpointSliceController {
             .and_then(|s| s.ports.clone())
             .unwrap_or_default();
         let mut groups: BTreeMap<String, PortGroup> = BTreeMap::new();
-        let mut sorted: Vec<&Arc<Pod>> = pods.iter().collect();
+        let mut sorted: Vec<&Arc<CachedPod>> = pods.iter().collect();
         sorted.sort_by_key(|p| p.name_any());
         for pod in sorted {
             if !super::should_be_in_endpoints(pod, true) {
@@ -376,7 +377,7 @@ impl EndpointSliceController {
                 .collect();
             let ready = crate::pods::is_ready(pod);
             let terminating = pod.metadata.deletion_timestamp.is_some();
-            let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+            let node_name = pod.spec.node_name.clone();
             let zone = node_name.as_ref().and_then(|n| {
                 self.nodes
                     .get(&ObjectRef::new(n))

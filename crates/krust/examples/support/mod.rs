@@ -63,6 +63,21 @@ pub fn proc_stat(pid: u32) -> (f64, f64) {
     (cpu, rss_kib as f64 / 1024.0)
 }
 
+/// A process's resident memory split into its own pages (heap, stacks) and the pages of
+/// files it maps (mostly the krust binary's code), in MB, from /proc/<pid>/status.
+pub fn rss_split(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0) as f64
+            / 1024.0
+    };
+    (kib("RssAnon:"), kib("RssFile:") + kib("RssShmem:"))
+}
+
 /// CPU seconds the whole machine has spent busy (all cores), from /proc/stat.
 pub fn machine_cpu() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
