@@ -8,39 +8,44 @@
 //! virtual node asks for exactly that check.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The finalizer that makes the collector orphan an object's dependents first.
 pub const ORPHAN: &str = "orphan";
 /// The finalizer that makes the collector delete an object's dependents first.
 pub const FOREGROUND: &str = "foregroundDeletion";
 
+/// An object's UID, shared by the graph's index, the edges that point at the object and
+/// its identity (tens of thousands of pods would otherwise hold several copies each).
+pub type Uid = Arc<str>;
+
 /// Where an object lives in the API. A virtual node's namespace is its first
 /// dependent's (owners are in the dependent's namespace or cluster-scoped; the collector
-/// resolves the scope from discovery when it looks the owner up).
+/// resolves the scope from discovery when it looks the owner up). API versions, kinds
+/// and namespaces are interned by the graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
-    pub uid: String,
+    pub api_version: Arc<str>,
+    pub kind: Arc<str>,
+    pub namespace: Option<Arc<str>>,
+    pub name: Box<str>,
+    pub uid: Uid,
 }
 
 impl std::fmt::Display for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Identity {
+            api_version,
+            kind,
+            name,
+            uid,
+            ..
+        } = self;
         match &self.namespace {
-            Some(ns) => write!(
-                f,
-                "{}/{} {ns}/{} ({})",
-                self.api_version, self.kind, self.name, self.uid
-            ),
-            None => write!(
-                f,
-                "{}/{} {} ({})",
-                self.api_version, self.kind, self.name, self.uid
-            ),
+            Some(ns) => write!(f, "{api_version}/{kind} {ns}/{name} ({uid})"),
+            None => write!(f, "{api_version}/{kind} {name} ({uid})"),
         }
     }
 }
@@ -79,9 +84,17 @@ pub struct Node {
     pub identity: Identity,
     /// False for a virtual node (referenced as an owner, never seen on a watch).
     pub observed: bool,
-    pub owners: Vec<OwnerReference>,
-    pub dependents: HashSet<String>,
+    pub owners: Vec<OwnerEdge>,
+    pub dependents: HashSet<Uid>,
     pub deletion: Deletion,
+}
+
+/// A dependent's reference to one owner, as far as the graph needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerEdge {
+    pub uid: Uid,
+    /// `blockOwnerDeletion`: a foreground deletion of the owner waits for the dependent.
+    pub blocks: bool,
 }
 
 /// Work the collector must do, by UID.
@@ -97,7 +110,9 @@ pub enum Work {
 
 #[derive(Debug, Default)]
 pub struct Graph {
-    nodes: HashMap<String, Node>,
+    nodes: HashMap<Uid, Node>,
+    /// API versions, kinds and namespaces: few distinct values, each stored once.
+    interned: HashSet<Arc<str>>,
 }
 
 impl Graph {
@@ -122,13 +137,11 @@ impl Graph {
         node.dependents
             .iter()
             .filter(|d| {
-                self.nodes.get(*d).is_some_and(|dep| {
-                    dep.owners
-                        .iter()
-                        .any(|r| r.uid == uid && r.block_owner_deletion == Some(true))
-                })
+                self.nodes
+                    .get(*d)
+                    .is_some_and(|dep| dep.owners.iter().any(|r| &*r.uid == uid && r.blocks))
             })
-            .cloned()
+            .map(|d| d.to_string())
             .collect()
     }
 
@@ -138,16 +151,50 @@ impl Graph {
         self.nodes
             .values()
             .filter(|n| {
-                n.observed && n.identity.api_version == api_version && n.identity.kind == kind
+                n.observed && &*n.identity.api_version == api_version && &*n.identity.kind == kind
             })
-            .map(|n| n.identity.uid.clone())
+            .map(|n| n.identity.uid.to_string())
             .collect()
     }
 
-    /// An object was added or changed.
-    pub fn observe(&mut self, identity: Identity, meta: &ObjectMeta) -> Vec<Work> {
-        let uid = identity.uid.clone();
-        let owners = meta.owner_references.clone().unwrap_or_default();
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(known) = self.interned.get(s) {
+            return known.clone();
+        }
+        let new: Arc<str> = Arc::from(s);
+        self.interned.insert(new.clone());
+        new
+    }
+
+    /// The shared UID of a node, or a new one for an object not in the graph.
+    fn uid(&self, uid: &str) -> Uid {
+        self.nodes
+            .get_key_value(uid)
+            .map_or_else(|| Arc::from(uid), |(k, _)| k.clone())
+    }
+
+    /// An object of `api_version`/`kind` was added or changed.
+    pub fn observe(&mut self, api_version: &str, kind: &str, meta: &ObjectMeta) -> Vec<Work> {
+        let Some(uid) = meta.uid.as_deref() else {
+            return Vec::new();
+        };
+        let uid = self.uid(uid);
+        let namespace = meta.namespace.as_deref().map(|ns| self.intern(ns));
+        let identity = Identity {
+            api_version: self.intern(api_version),
+            kind: self.intern(kind),
+            namespace: namespace.clone(),
+            name: meta.name.as_deref().unwrap_or_default().into(),
+            uid: uid.clone(),
+        };
+        let refs = meta.owner_references.as_deref().unwrap_or_default();
+        let owners: Vec<OwnerEdge> = refs
+            .iter()
+            .map(|r| OwnerEdge {
+                uid: self.uid(&r.uid),
+                blocks: r.block_owner_deletion == Some(true),
+            })
+            .collect();
         let deletion = Deletion::of(meta);
         let mut work = Vec::new();
         let (old_owners, old_deletion) = match self.nodes.get_mut(&uid) {
@@ -175,36 +222,40 @@ impl Graph {
 
         // Owner edges that appeared, disappeared or changed whether they block.
         let mut needs_check = false;
-        for owner in &owners {
+        for (owner, r) in owners.iter().zip(refs) {
             let old = old_owners.iter().find(|o| o.uid == owner.uid);
             if old == Some(owner) {
                 continue;
             }
-            let namespace = meta.namespace.clone();
-            let owner_node = self.nodes.entry(owner.uid.clone()).or_insert_with(|| {
+            if !self.nodes.contains_key(&owner.uid) {
                 // Not seen (yet): find out whether it exists.
-                work.push(Work::AttemptToDelete(owner.uid.clone()));
-                Node {
-                    identity: Identity {
-                        api_version: owner.api_version.clone(),
-                        kind: owner.kind.clone(),
-                        namespace,
-                        name: owner.name.clone(),
-                        uid: owner.uid.clone(),
+                work.push(Work::AttemptToDelete(owner.uid.to_string()));
+                let identity = Identity {
+                    api_version: self.intern(&r.api_version),
+                    kind: self.intern(&r.kind),
+                    namespace: namespace.clone(),
+                    name: r.name.as_str().into(),
+                    uid: owner.uid.clone(),
+                };
+                self.nodes.insert(
+                    owner.uid.clone(),
+                    Node {
+                        identity,
+                        observed: false,
+                        owners: Vec::new(),
+                        dependents: HashSet::new(),
+                        deletion: Deletion::None,
                     },
-                    observed: false,
-                    owners: Vec::new(),
-                    dependents: HashSet::new(),
-                    deletion: Deletion::None,
-                }
-            });
+                );
+            }
+            let owner_node = self.nodes.get_mut(&owner.uid).expect("inserted above");
             owner_node.dependents.insert(uid.clone());
             // A new dependent of an owner in foreground deletion must go too, and the
             // owner must now wait for it. (A virtual owner's check queues its
             // dependents if it turns out to be gone.)
             if owner_node.deletion == Deletion::DeletingDependents {
                 needs_check = true;
-                work.push(Work::AttemptToDelete(owner.uid.clone()));
+                work.push(Work::AttemptToDelete(owner.uid.to_string()));
             }
         }
         for gone in old_owners
@@ -214,20 +265,20 @@ impl Graph {
             work.extend(self.unlink(&gone.uid, &uid));
         }
         if needs_check {
-            work.push(Work::AttemptToDelete(uid.clone()));
+            work.push(Work::AttemptToDelete(uid.to_string()));
         }
 
         if deletion != old_deletion {
             match deletion {
-                Deletion::Orphaning => work.push(Work::AttemptToOrphan(uid.clone())),
+                Deletion::Orphaning => work.push(Work::AttemptToOrphan(uid.to_string())),
                 Deletion::DeletingDependents => {
                     let node = &self.nodes[&uid];
                     work.extend(
                         node.dependents
                             .iter()
-                            .map(|d| Work::AttemptToDelete(d.clone())),
+                            .map(|d| Work::AttemptToDelete(d.to_string())),
                     );
-                    work.push(Work::AttemptToDelete(uid));
+                    work.push(Work::AttemptToDelete(uid.to_string()));
                 }
                 Deletion::None => {}
             }
@@ -243,7 +294,7 @@ impl Graph {
         let mut work: Vec<Work> = node
             .dependents
             .iter()
-            .map(|d| Work::AttemptToDelete(d.clone()))
+            .map(|d| Work::AttemptToDelete(d.to_string()))
             .collect();
         for owner in &node.owners {
             work.extend(self.unlink(&owner.uid, uid));
@@ -272,7 +323,7 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     fn owner_ref(uid: &str, block: bool) -> OwnerReference {
         OwnerReference {
@@ -285,22 +336,19 @@ mod tests {
         }
     }
 
-    fn meta(uid: &str, owners: &[OwnerReference]) -> (Identity, ObjectMeta) {
-        let identity = Identity {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            namespace: Some("default".into()),
-            name: format!("pod-{uid}"),
-            uid: uid.into(),
-        };
-        let meta = ObjectMeta {
-            name: Some(identity.name.clone()),
+    fn meta(uid: &str, owners: &[OwnerReference]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(format!("pod-{uid}")),
             namespace: Some("default".into()),
             uid: Some(uid.into()),
             owner_references: Some(owners.to_vec()),
             ..ObjectMeta::default()
-        };
-        (identity, meta)
+        }
+    }
+
+    /// Observes a pod.
+    fn pod(g: &mut Graph, meta: &ObjectMeta) -> Vec<Work> {
+        g.observe("v1", "Pod", meta)
     }
 
     fn deleting(mut meta: ObjectMeta, finalizer: &str) -> ObjectMeta {
@@ -312,24 +360,31 @@ mod tests {
     #[test]
     fn an_unseen_owner_is_virtual_and_checked() {
         let mut g = Graph::default();
-        let (id, m) = meta("p1", &[owner_ref("rs1", true)]);
-        let work = g.observe(id, &m);
+        let m = meta("p1", &[owner_ref("rs1", true)]);
+        let work = pod(&mut g, &m);
         assert_eq!(work, vec![Work::AttemptToDelete("rs1".into())]);
         let owner = g.node("rs1").unwrap();
         assert!(!owner.observed);
         assert_eq!(owner.identity.namespace.as_deref(), Some("default"));
+        assert_eq!(
+            (&*owner.identity.kind, &*owner.identity.name),
+            ("ReplicaSet", "rs-rs1")
+        );
         assert!(owner.dependents.contains("p1"));
+        // The pod's edge and the owner's index share one UID.
+        let edge = &g.node("p1").unwrap().owners[0];
+        assert!(Arc::ptr_eq(&edge.uid, &owner.identity.uid));
     }
 
     #[test]
     fn a_seen_owner_gives_no_work_and_its_deletion_queues_dependents() {
         let mut g = Graph::default();
-        let (rs_id, rs_meta) = meta("rs1", &[]);
-        assert!(g.observe(rs_id, &rs_meta).is_empty());
-        let (id, m) = meta("p1", &[owner_ref("rs1", true)]);
-        assert!(g.observe(id.clone(), &m).is_empty());
+        let rs_meta = meta("rs1", &[]);
+        assert!(pod(&mut g, &rs_meta).is_empty());
+        let m = meta("p1", &[owner_ref("rs1", true)]);
+        assert!(pod(&mut g, &m).is_empty());
         // Seeing the same object again changes nothing.
-        assert!(g.observe(id, &m).is_empty());
+        assert!(pod(&mut g, &m).is_empty());
         assert_eq!(g.forget("rs1"), vec![Work::AttemptToDelete("p1".into())]);
         assert!(g.node("rs1").is_none());
     }
@@ -337,10 +392,8 @@ mod tests {
     #[test]
     fn a_virtual_owner_without_dependents_is_dropped() {
         let mut g = Graph::default();
-        let (id, m) = meta("p1", &[owner_ref("rs1", true)]);
-        g.observe(id.clone(), &m);
-        let (_, released) = meta("p1", &[]);
-        g.observe(id, &released);
+        pod(&mut g, &meta("p1", &[owner_ref("rs1", true)]));
+        pod(&mut g, &meta("p1", &[]));
         assert!(g.node("rs1").is_none());
         assert_eq!(g.len(), 1);
     }
@@ -348,25 +401,23 @@ mod tests {
     #[test]
     fn orphan_and_foreground_transitions_ask_for_work_once() {
         let mut g = Graph::default();
-        let (rs_id, rs_meta) = meta("rs1", &[]);
-        g.observe(rs_id.clone(), &rs_meta);
-        let (p_id, p_meta) = meta("p1", &[owner_ref("rs1", true)]);
-        g.observe(p_id, &p_meta);
+        let rs_meta = meta("rs1", &[]);
+        pod(&mut g, &rs_meta);
+        pod(&mut g, &meta("p1", &[owner_ref("rs1", true)]));
 
         let orphaning = deleting(rs_meta.clone(), ORPHAN);
         assert_eq!(
-            g.observe(rs_id.clone(), &orphaning),
+            pod(&mut g, &orphaning),
             vec![Work::AttemptToOrphan("rs1".into())]
         );
-        assert!(g.observe(rs_id.clone(), &orphaning).is_empty());
+        assert!(pod(&mut g, &orphaning).is_empty());
 
         let mut g = Graph::default();
-        g.observe(rs_id.clone(), &rs_meta);
-        let (p_id, p_meta) = meta("p1", &[owner_ref("rs1", true)]);
-        g.observe(p_id, &p_meta);
+        pod(&mut g, &rs_meta);
+        pod(&mut g, &meta("p1", &[owner_ref("rs1", true)]));
         let fg = deleting(rs_meta, FOREGROUND);
         assert_eq!(
-            g.observe(rs_id, &fg),
+            pod(&mut g, &fg),
             vec![
                 Work::AttemptToDelete("p1".into()),
                 Work::AttemptToDelete("rs1".into())
@@ -381,13 +432,9 @@ mod tests {
     #[test]
     fn only_blocking_references_block() {
         let mut g = Graph::default();
-        let (mut rs_id, rs_meta) = meta("rs1", &[]);
-        (rs_id.api_version, rs_id.kind) = ("apps/v1".into(), "ReplicaSet".into());
-        g.observe(rs_id, &rs_meta);
-        let (a, am) = meta("a", &[owner_ref("rs1", true)]);
-        let (b, bm) = meta("b", &[owner_ref("rs1", false)]);
-        g.observe(a, &am);
-        g.observe(b, &bm);
+        g.observe("apps/v1", "ReplicaSet", &meta("rs1", &[]));
+        pod(&mut g, &meta("a", &[owner_ref("rs1", true)]));
+        pod(&mut g, &meta("b", &[owner_ref("rs1", false)]));
         assert_eq!(g.blocking_dependents("rs1"), vec!["a".to_string()]);
         assert_eq!(g.observed_of("v1", "Pod").len(), 2);
     }

@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 use crate::Error;
 use crate::owner::release_patch;
 use crate::queue::WorkQueue;
-use graph::{Deletion, FOREGROUND, Graph, Identity, ORPHAN, Work};
+use graph::{Deletion, FOREGROUND, Graph, Identity, ORPHAN, Uid, Work};
 use krust_client::is_status;
 
 /// Resources the collector leaves alone, as upstream does: events come and go in bulk
@@ -104,7 +104,7 @@ pub struct GarbageCollector {
     graph: Mutex<Graph>,
     deletes: Arc<WorkQueue>,
     orphans: Arc<WorkQueue>,
-    absent: Mutex<HashSet<String>>,
+    absent: Mutex<HashSet<Uid>>,
 }
 
 impl GarbageCollector {
@@ -189,7 +189,7 @@ impl GarbageCollector {
                     for uid in known.iter().filter(|u| !relisted.contains(*u)) {
                         self.forget(uid);
                     }
-                    relisted.clear();
+                    relisted = HashSet::new();
                     if let Some(tx) = synced.take() {
                         let _ = tx.send(());
                     }
@@ -199,15 +199,11 @@ impl GarbageCollector {
     }
 
     fn observe(&self, ar: &ApiResource, meta: &ObjectMeta) {
-        let Some(uid) = meta.uid.clone() else { return };
-        let identity = Identity {
-            api_version: ar.api_version.clone(),
-            kind: ar.kind.clone(),
-            namespace: meta.namespace.clone(),
-            name: meta.name.clone().unwrap_or_default(),
-            uid,
-        };
-        let work = self.graph.lock().expect("graph").observe(identity, meta);
+        let work = self
+            .graph
+            .lock()
+            .expect("graph")
+            .observe(&ar.api_version, &ar.kind, meta);
         self.enqueue(work);
     }
 
@@ -227,7 +223,7 @@ impl GarbageCollector {
 
     /// The API of an object's kind, in its namespace if the kind is namespaced.
     fn api(&self, identity: &Identity) -> Result<Api<DynamicObject>, Error> {
-        let key = (identity.api_version.clone(), identity.kind.clone());
+        let key = (identity.api_version.to_string(), identity.kind.to_string());
         let Some((ar, namespaced)) = self.resources.by_kind.get(&key) else {
             return Err(Error::InvalidSpec {
                 object: identity.to_string(),
@@ -243,7 +239,7 @@ impl GarbageCollector {
     /// The object's current metadata, or `None` if it is gone (deleted, or its name now
     /// belongs to another UID).
     async fn live(&self, identity: &Identity) -> Result<Option<ObjectMeta>, Error> {
-        if self.absent.lock().expect("absent").contains(&identity.uid) {
+        if self.absent.lock().expect("absent").contains(&*identity.uid) {
             return Ok(None);
         }
         let found = self
@@ -252,7 +248,7 @@ impl GarbageCollector {
             .await
             .map_err(|e| Error::api("getting", identity.to_string(), e))?;
         match found {
-            Some(obj) if obj.metadata.uid.as_deref() == Some(identity.uid.as_str()) => {
+            Some(obj) if obj.metadata.uid.as_deref() == Some(&*identity.uid) => {
                 Ok(Some(obj.metadata))
             }
             _ => {
@@ -284,11 +280,11 @@ impl GarbageCollector {
             return Ok(OwnerState::Present(deletion));
         }
         let identity = Identity {
-            api_version: owner.api_version.clone(),
-            kind: owner.kind.clone(),
-            namespace: namespace.map(str::to_string),
-            name: owner.name.clone(),
-            uid: owner.uid.clone(),
+            api_version: owner.api_version.as_str().into(),
+            kind: owner.kind.as_str().into(),
+            namespace: namespace.map(Into::into),
+            name: owner.name.as_str().into(),
+            uid: owner.uid.as_str().into(),
         };
         Ok(match self.live(&identity).await? {
             Some(meta) => OwnerState::Present(Deletion::of(&meta)),
@@ -434,7 +430,7 @@ impl GarbageCollector {
         let params = DeleteParams {
             propagation_policy: Some(policy),
             preconditions: Some(Preconditions {
-                uid: Some(identity.uid.clone()),
+                uid: Some(identity.uid.to_string()),
                 resource_version: None,
             }),
             ..DeleteParams::default()
