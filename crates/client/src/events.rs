@@ -8,6 +8,7 @@
 //! does ("x5 over 2m" in `kubectl describe`).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -20,23 +21,28 @@ const QUEUE: usize = 4096;
 /// How many distinct events are remembered for counting repeats (client-go: 4096).
 const REMEMBERED: usize = 4096;
 
-/// What makes two events the same one, repeated.
-type EventKey = [Option<String>; 9];
+/// What makes two events the same one, repeated: source, involved object, type, reason
+/// and message, in one string (a single allocation, shared by the map and the queue of
+/// [`Sent`]: thousands are remembered).
+type EventKey = Arc<str>;
 
 fn key(e: &Event) -> EventKey {
     let source = e.source.clone().unwrap_or_default();
     let o = &e.involved_object;
-    [
-        source.component,
-        source.host,
-        o.kind.clone(),
-        o.namespace.clone(),
-        o.name.clone(),
-        o.uid.clone(),
-        e.type_.clone(),
-        e.reason.clone(),
-        e.message.clone(),
-    ]
+    let parts = [
+        &source.component,
+        &source.host,
+        &o.kind,
+        &o.namespace,
+        &o.name,
+        &o.uid,
+        &e.type_,
+        &e.reason,
+        &e.message,
+    ];
+    // Joined with NUL, which object names, reasons and component names cannot hold.
+    let joined: Vec<&str> = parts.iter().map(|p| p.as_deref().unwrap_or("")).collect();
+    joined.join("\0").into()
 }
 
 /// The events sent lately: key → (namespace, name, count), oldest forgotten first.

@@ -5,7 +5,9 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -18,13 +20,77 @@ use serde::{Deserialize, Deserializer};
 /// that the ReplicaSet and endpoints controllers decide on, read straight from the
 /// apiserver's JSON (everything else is skipped while parsing). A full `Pod` is several
 /// kilobytes in memory even when most fields are empty; tens of thousands are cached.
+///
+/// The labels are kept apart from `metadata` (whose `labels` is empty), shared with
+/// every other cached pod that has the same ones: the pods of a ReplicaSet all do, and a
+/// label map costs more than half a kilobyte. [`CachedPod::labels`] answers for them.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(from = "WirePod")]
 pub struct CachedPod {
     pub metadata: ObjectMeta,
-    #[serde(default)]
+    labels: Arc<BTreeMap<String, String>>,
     pub spec: CachedSpec,
-    #[serde(default)]
     pub status: CachedStatus,
+}
+
+#[derive(Deserialize)]
+struct WirePod {
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: CachedSpec,
+    #[serde(default)]
+    status: CachedStatus,
+}
+
+impl From<WirePod> for CachedPod {
+    fn from(mut pod: WirePod) -> Self {
+        let labels = shared_labels(pod.metadata.labels.take().unwrap_or_default());
+        // Usually `podIPs` is `[podIP]`: keep no second copy (see `CachedPod::ips`).
+        if pod
+            .status
+            .pod_ips
+            .iter()
+            .all(|ip| Some(*ip) == pod.status.pod_ip)
+        {
+            pod.status.pod_ips = Vec::new();
+        }
+        CachedPod {
+            metadata: pod.metadata,
+            labels,
+            spec: pod.spec,
+            status: pod.status,
+        }
+    }
+}
+
+/// Every distinct label map of the cached pods, once.
+struct LabelSets {
+    sets: HashSet<Arc<BTreeMap<String, String>>>,
+    /// How many sets were left after the last sweep.
+    after_sweep: usize,
+}
+
+static LABEL_SETS: LazyLock<Mutex<LabelSets>> = LazyLock::new(|| {
+    Mutex::new(LabelSets {
+        sets: HashSet::new(),
+        after_sweep: 0,
+    })
+});
+
+/// The shared copy of `labels`. Sets that no pod holds any more are dropped whenever the
+/// table has doubled since the last sweep, so it stays within twice what is in use.
+fn shared_labels(labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
+    let mut table = LABEL_SETS.lock().expect("label sets");
+    if let Some(known) = table.sets.get(&labels) {
+        return known.clone();
+    }
+    if table.sets.len() >= 2 * table.after_sweep.max(64) {
+        table.sets.retain(|set| Arc::strong_count(set) > 1);
+        table.after_sweep = table.sets.len();
+    }
+    let shared = Arc::new(labels);
+    table.sets.insert(shared.clone());
+    shared
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -49,7 +115,7 @@ pub struct NamedPort {
 #[serde(rename_all = "camelCase")]
 pub struct CachedStatus {
     pub phase: Option<Phase>,
-    /// `podIP` and then `podIPs`, as the kubelet reports them (the first of `podIPs` is
+    /// `podIP`, and `podIPs` when it holds more than `podIP` (the first of `podIPs` is
     /// `podIP`).
     #[serde(rename = "podIP", default, deserialize_with = "ip")]
     pub pod_ip: Option<IpAddr>,
@@ -185,6 +251,11 @@ fn restarts<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
 }
 
 impl CachedPod {
+    /// The pod's labels (`metadata.labels` is always empty: see [`CachedPod`]).
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
     /// Every IP of the pod, `podIP` first, without repeats.
     pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.status.pod_ip.into_iter().chain(
@@ -287,7 +358,6 @@ pub fn deletion_order(a: &CachedPod, b: &CachedPod) -> Ordering {
 pub(crate) mod tests {
     use super::*;
     use k8s_openapi::serde_json::{self, json};
-    use kube::ResourceExt;
 
     pub(crate) fn ts(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()
@@ -417,6 +487,7 @@ pub(crate) mod tests {
         }))
         .unwrap();
         assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
+        assert_eq!(p.metadata.labels, None, "kept once, outside the metadata");
         assert!(p.is_scheduled());
         assert_eq!(
             p.spec.named_ports,
@@ -449,5 +520,19 @@ pub(crate) mod tests {
         assert_eq!(unready.status.phase, Some(Phase::Unknown));
         assert_eq!(unready.status.ready, Readiness::NotReady);
         assert!(!unready.is_scheduled());
+    }
+
+    #[test]
+    fn pods_with_the_same_labels_share_one_map() {
+        let with = |name: &str, app: &str| -> CachedPod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"app": app, "pod-template-hash": "abc"}},
+            }))
+            .unwrap()
+        };
+        let (a, b, c) = (with("a", "web"), with("b", "web"), with("c", "db"));
+        assert!(Arc::ptr_eq(&a.labels, &b.labels));
+        assert!(!Arc::ptr_eq(&a.labels, &c.labels));
+        assert_eq!(c.labels().get("app").map(String::as_str), Some("db"));
     }
 }
