@@ -27,21 +27,21 @@ const REMEMBERED: usize = 4096;
 type EventKey = Arc<str>;
 
 fn key(e: &Event) -> EventKey {
-    let source = e.source.clone().unwrap_or_default();
+    let source = e.source.as_ref();
     let o = &e.involved_object;
     let parts = [
-        &source.component,
-        &source.host,
-        &o.kind,
-        &o.namespace,
-        &o.name,
-        &o.uid,
-        &e.type_,
-        &e.reason,
-        &e.message,
+        source.and_then(|s| s.component.as_ref()),
+        source.and_then(|s| s.host.as_ref()),
+        o.kind.as_ref(),
+        o.namespace.as_ref(),
+        o.name.as_ref(),
+        o.uid.as_ref(),
+        e.type_.as_ref(),
+        e.reason.as_ref(),
+        e.message.as_ref(),
     ];
     // Joined with NUL, which object names, reasons and component names cannot hold.
-    let joined: Vec<&str> = parts.iter().map(|p| p.as_deref().unwrap_or("")).collect();
+    let joined: Vec<&str> = parts.iter().map(|p| p.map_or("", String::as_str)).collect();
     joined.join("\0").into()
 }
 

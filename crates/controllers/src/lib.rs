@@ -22,6 +22,7 @@ mod error;
 pub mod expectations;
 pub mod gc;
 pub mod informer;
+pub mod intern;
 pub mod namespace;
 pub mod nodeipam;
 pub mod owner;

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -15,6 +15,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{NamespaceResourceScope, Resource as _};
 use kube::Resource;
 use serde::{Deserialize, Deserializer};
+
+use crate::intern::Interner;
 
 /// A pod as the controllers cache it: its metadata and the few spec and status fields
 /// that the ReplicaSet and endpoints controllers decide on, read straight from the
@@ -63,34 +65,13 @@ impl From<WirePod> for CachedPod {
     }
 }
 
-/// Every distinct label map of the cached pods, once.
-struct LabelSets {
-    sets: HashSet<Arc<BTreeMap<String, String>>>,
-    /// How many sets were left after the last sweep.
-    after_sweep: usize,
-}
+/// Every distinct label map of the cached pods, once. Global because pods are decoded by
+/// serde, which has no context to pass a table in.
+static LABEL_SETS: LazyLock<Mutex<Interner<BTreeMap<String, String>>>> =
+    LazyLock::new(Mutex::default);
 
-static LABEL_SETS: LazyLock<Mutex<LabelSets>> = LazyLock::new(|| {
-    Mutex::new(LabelSets {
-        sets: HashSet::new(),
-        after_sweep: 0,
-    })
-});
-
-/// The shared copy of `labels`. Sets that no pod holds any more are dropped whenever the
-/// table has doubled since the last sweep, so it stays within twice what is in use.
 fn shared_labels(labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
-    let mut table = LABEL_SETS.lock().expect("label sets");
-    if let Some(known) = table.sets.get(&labels) {
-        return known.clone();
-    }
-    if table.sets.len() >= 2 * table.after_sweep.max(64) {
-        table.sets.retain(|set| Arc::strong_count(set) > 1);
-        table.after_sweep = table.sets.len();
-    }
-    let shared = Arc::new(labels);
-    table.sets.insert(shared.clone());
-    shared
+    LABEL_SETS.lock().expect("label sets").intern(labels)
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

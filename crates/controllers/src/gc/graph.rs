@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::intern::Interner;
+
 /// The finalizer that makes the collector orphan an object's dependents first.
 pub const ORPHAN: &str = "orphan";
 /// The finalizer that makes the collector delete an object's dependents first.
@@ -112,7 +114,7 @@ pub enum Work {
 pub struct Graph {
     nodes: HashMap<Uid, Node>,
     /// API versions, kinds and namespaces: few distinct values, each stored once.
-    interned: HashSet<Arc<str>>,
+    interned: Interner<str>,
 }
 
 impl Graph {
@@ -157,15 +159,6 @@ impl Graph {
             .collect()
     }
 
-    fn intern(&mut self, s: &str) -> Arc<str> {
-        if let Some(known) = self.interned.get(s) {
-            return known.clone();
-        }
-        let new: Arc<str> = Arc::from(s);
-        self.interned.insert(new.clone());
-        new
-    }
-
     /// The shared UID of a node, or a new one for an object not in the graph.
     fn uid(&self, uid: &str) -> Uid {
         self.nodes
@@ -179,10 +172,10 @@ impl Graph {
             return Vec::new();
         };
         let uid = self.uid(uid);
-        let namespace = meta.namespace.as_deref().map(|ns| self.intern(ns));
+        let namespace = meta.namespace.as_deref().map(|ns| self.interned.intern(ns));
         let identity = Identity {
-            api_version: self.intern(api_version),
-            kind: self.intern(kind),
+            api_version: self.interned.intern(api_version),
+            kind: self.interned.intern(kind),
             namespace: namespace.clone(),
             name: meta.name.as_deref().unwrap_or_default().into(),
             uid: uid.clone(),
@@ -231,8 +224,8 @@ impl Graph {
                 // Not seen (yet): find out whether it exists.
                 work.push(Work::AttemptToDelete(owner.uid.to_string()));
                 let identity = Identity {
-                    api_version: self.intern(&r.api_version),
-                    kind: self.intern(&r.kind),
+                    api_version: self.interned.intern(r.api_version.as_str()),
+                    kind: self.interned.intern(r.kind.as_str()),
                     namespace: namespace.clone(),
                     name: r.name.as_str().into(),
                     uid: owner.uid.clone(),
