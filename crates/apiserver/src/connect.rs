@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use http::{Method, Request};
+use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use krust_api::status::ApiError;
@@ -23,7 +23,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::Api;
 use crate::request::RequestInfo;
-use crate::response::Response;
+use crate::response::{Response, full};
 
 /// Which connect subresource a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,13 +163,12 @@ pub async fn serve(
             .map(|(_, v)| v.as_str())
     };
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or_default();
-    if node_name.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
+    let no_host = || ApiError::bad_request(format!("pod {name} does not have a host assigned"));
     let path = match connect {
         Connect::PortForward => {
+            if node_name.is_empty() {
+                return Err(no_host());
+            }
             let ports: Vec<(String, String)> = params
                 .iter()
                 .filter(|(k, _)| k == "ports")
@@ -179,6 +178,14 @@ pub async fn serve(
         }
         _ => {
             let container = container(&pod, name, param("container"))?;
+            // As upstream, the container is checked before the node: a pod not yet
+            // scheduled has no logs (204 No Content) and nothing to exec into.
+            if node_name.is_empty() {
+                return match connect {
+                    Connect::Log => Ok(full(StatusCode::NO_CONTENT, Bytes::new(), "text/plain")),
+                    _ => Err(no_host()),
+                };
+            }
             let mut query = Vec::new();
             if connect == Connect::Log {
                 check_logs(

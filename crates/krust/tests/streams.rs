@@ -140,6 +140,31 @@ fn logs_exec_cp_attach_and_port_forward_reach_containers() {
         status["message"],
         "a container name must be specified for pod two, choose one of: [a b]"
     );
+
+    // A pod no node can take: upstream answers a log request with 204 No Content and an
+    // exec with "no host"; a wrong container name is reported first all the same.
+    create(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nowhere"},
+            "spec": {"nodeSelector": {"krust.test/none": "x"},
+                "containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    let logs = "/api/v1/namespaces/default/pods/nowhere/log";
+    assert_eq!(
+        s.curl("GET", logs, None, None),
+        (204, Value::String(String::new()))
+    );
+    let exec = "/api/v1/namespaces/default/pods/nowhere/exec?command=true&stdout=true";
+    let (code, status) = s.curl("POST", exec, None, None);
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (400, Some("pod nowhere does not have a host assigned"))
+    );
+    let (code, status) = s.curl("GET", &format!("{logs}?container=x"), None, None);
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (400, Some("container x is not valid for pod nowhere"))
+    );
     let waiting = wait_for("b waiting with a reason", DEADLINE, || {
         let out = s.kubectl(&["logs", "two", "-c", "b"]);
         let err = stderr(&out);
