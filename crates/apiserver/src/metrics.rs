@@ -1,9 +1,10 @@
-//! Prometheus metrics of the apiserver: requests by verb, resource and code, and request
-//! latency, in the text exposition format on `/metrics`.
+//! Prometheus metrics of the apiserver: requests by verb, resource and code, request
+//! latency and requests in flight, in the text exposition format on `/metrics`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -20,10 +21,17 @@ pub struct LatencyLabels {
     pub resource: String,
 }
 
+/// Upstream's `request_kind` values: the two max-in-flight budgets.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InflightLabels {
+    pub request_kind: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
     pub latency: Family<LatencyLabels, Histogram>,
+    inflight: Family<InflightLabels, Gauge>,
 }
 
 impl Metrics {
@@ -45,10 +53,17 @@ impl Metrics {
             "Response latency distribution in seconds for each verb and resource.",
             latency.clone(),
         );
+        let inflight = Family::<InflightLabels, Gauge>::default();
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "Requests holding a slot of the max-in-flight budget of their kind.",
+            inflight.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
+            inflight,
         }
     }
 
@@ -68,7 +83,14 @@ impl Metrics {
             .observe(seconds);
     }
 
-    pub fn render(&self) -> String {
+    /// The exposition text, with the in-flight gauges read at this moment as
+    /// (read-only, mutating) requests holding a slot.
+    pub fn render(&self, inflight: (usize, usize)) -> String {
+        for (kind, n) in [("readOnly", inflight.0), ("mutating", inflight.1)] {
+            self.inflight
+                .get_or_create(&InflightLabels { request_kind: kind })
+                .set(n as i64);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -49,16 +49,40 @@ pub fn tls_acceptor(pki: &crate::pki::Pki) -> Result<TlsAcceptor> {
 /// Upstream's max-in-flight filter: separate budgets for reads and writes; long-running
 /// requests (watches) are exempt. A request over budget gets 429 with Retry-After.
 pub struct InflightLimits {
-    readonly: tokio::sync::Semaphore,
-    mutating: tokio::sync::Semaphore,
+    readonly: Budget,
+    mutating: Budget,
+}
+
+struct Budget {
+    slots: tokio::sync::Semaphore,
+    size: usize,
+}
+
+impl Budget {
+    fn new(size: usize) -> Budget {
+        let size = size.max(1);
+        Budget {
+            slots: tokio::sync::Semaphore::new(size),
+            size,
+        }
+    }
+
+    fn in_use(&self) -> usize {
+        self.size - self.slots.available_permits()
+    }
 }
 
 impl InflightLimits {
     pub fn new(readonly: usize, mutating: usize) -> Self {
         InflightLimits {
-            readonly: tokio::sync::Semaphore::new(readonly.max(1)),
-            mutating: tokio::sync::Semaphore::new(mutating.max(1)),
+            readonly: Budget::new(readonly),
+            mutating: Budget::new(mutating),
         }
+    }
+
+    /// Requests holding a slot now: (read-only, mutating).
+    fn in_use(&self) -> (usize, usize) {
+        (self.readonly.in_use(), self.mutating.in_use())
     }
 
     fn admit(
@@ -72,6 +96,7 @@ impl InflightLimits {
             Create | Update | Patch | Delete | DeleteCollection => &self.mutating,
         };
         budget
+            .slots
             .try_acquire()
             .map(Some)
             .map_err(|_| ApiError::too_many_requests(1))
@@ -308,7 +333,7 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
         ["version"] => response::json(StatusCode::OK, &crate::version_info()),
         ["metrics"] => response::full(
             StatusCode::OK,
-            api.metrics.render(),
+            api.metrics.render(api.inflight.in_use()),
             "text/plain; version=0.0.4; charset=utf-8",
         ),
         ["api"] => match discovery::wants_aggregated(accept) {

@@ -311,25 +311,28 @@ fn too_many_requests_when_in_flight_budget_is_spent() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Opening the fifo for writing blocks until curl opens it for reading: curl is then
-    // about to connect; until its request reaches the server, probes may still succeed
-    // (each probe uses its own name, so an early success does not turn later ones into
-    // 409s).
+    // Opening the fifo for writing blocks until curl opens it for reading; its request
+    // holds the only slot once the gauge says so (probing earlier could take the slot
+    // first and turn the slow request away).
     let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
     use std::io::Write;
     writer.write_all(b"{\"apiVersion\":\"v1\",").unwrap();
     writer.flush().unwrap();
-    let mut probe = 0;
-    let got = common::wait_for("a 429", std::time::Duration::from_secs(30), || {
-        probe += 1;
-        let r = s.curl(
-            "POST",
-            CMS,
-            Some("application/json"),
-            Some(&cm(&format!("probe{probe}"))),
-        );
-        (r.0 == 429).then_some(r)
-    });
+    let inflight = |s: &Server| {
+        let (_, text) = s.curl("GET", "/metrics", None, None);
+        let text = text.as_str().unwrap_or_default().to_string();
+        metric(
+            &text,
+            "apiserver_current_inflight_requests",
+            "request_kind=\"mutating\"",
+        )
+    };
+    common::wait_for(
+        "the slow request to hold the mutating slot",
+        std::time::Duration::from_secs(30),
+        || (inflight(&s).as_deref() == Some("1")).then_some(()),
+    );
+    let got = s.curl("POST", CMS, Some("application/json"), Some(&cm("probe")));
     let b = assert_status(got, 429, "TooManyRequests");
     assert_eq!(b["details"]["retryAfterSeconds"], 1);
     // Reads have their own budget.
@@ -340,11 +343,19 @@ fn too_many_requests_when_in_flight_budget_is_spent() {
     drop(writer);
     slow.wait().unwrap();
     assert_eq!(s.curl("GET", &format!("{CMS}/slow"), None, None).0, 200);
+    assert_eq!(inflight(&s).as_deref(), Some("0"));
     assert_eq!(
         s.curl("POST", CMS, Some("application/json"), Some(&cm("after")))
             .0,
         201
     );
+}
+
+/// The value of the sample of `name` whose labels contain `labels`.
+fn metric(text: &str, name: &str, labels: &str) -> Option<String> {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
+        .map(|l| l.rsplit(' ').next().unwrap().to_string())
 }
 
 /// The first event line of a watch that ends by itself (timeoutSeconds).
@@ -431,16 +442,23 @@ fn metrics_count_requests_by_verb_resource_and_code() {
     assert_eq!(code, 200);
     let text = text.as_str().unwrap_or_default().to_string();
     let line = |verb: &str, code: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with("apiserver_request_total{")
-                    && l.contains(&format!("verb=\"{verb}\""))
-                    && l.contains("resource=\"configmaps\"")
-                    && l.contains(&format!("code=\"{code}\""))
-            })
-            .map(|l| l.rsplit(' ').next().unwrap().to_string())
+        metric(
+            &text,
+            "apiserver_request_total",
+            &format!("verb=\"{verb}\",resource=\"configmaps\",code=\"{code}\""),
+        )
     };
     assert_eq!(line("get", "404").as_deref(), Some("1"), "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            "apiserver_current_inflight_requests",
+            "request_kind=\"readOnly\""
+        )
+        .as_deref(),
+        Some("0"),
+        "{text}"
+    );
     assert_eq!(line("list", "200").as_deref(), Some("1"), "{text}");
     assert!(
         text.contains("apiserver_request_duration_seconds_bucket"),
