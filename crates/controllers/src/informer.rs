@@ -1,5 +1,5 @@
 //! `Informer<K>`: one list+watch of a kind (kube-runtime's `watcher`, which resumes and
-//! re-lists with backoff), one reflector `Store` fed from it, and the event handlers of
+//! re-lists with backoff), one [`Store`](crate::cache::Store) fed from it, and the event handlers of
 //! every controller that watches the kind. `SharedInformers` hands out one informer per
 //! kind, so the ReplicaSet and Deployment controllers share a single ReplicaSet cache
 //! and watch, like client-go's shared informer factory.
@@ -11,18 +11,17 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::serde::de::DeserializeOwned;
+use kube::Client;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Resource};
+
+use crate::cache::{Cached, Store, Table, Watched, Writer};
 
 /// What a controller does when an object of a watched kind changes. Handlers must be
 /// quick (they run on the informer's task): enqueue keys, note expectations.
@@ -32,27 +31,17 @@ pub trait EventHandler<K>: Send + Sync {
     fn on_delete(&self, obj: &K);
 }
 
-/// The kinds an informer can hold.
-pub trait Watched:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
-{
-}
-impl<K> Watched for K where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
-{
-}
-
 /// One kind's watch, cache and handlers.
-pub struct Informer<K: Watched> {
-    api: Api<K>,
+pub struct Informer<K: Cached> {
+    api: Api<K::Wire>,
     store: Store<K>,
-    writer: Mutex<Option<reflector::store::Writer<K>>>,
+    writer: Mutex<Option<Writer<K>>>,
     handlers: Mutex<Vec<Arc<dyn EventHandler<K>>>>,
 }
 
-impl<K: Watched> Informer<K> {
-    fn new(api: Api<K>) -> Arc<Self> {
-        let (store, writer) = reflector::store();
+impl<K: Cached> Informer<K> {
+    fn new(api: Api<K::Wire>) -> Arc<Self> {
+        let (store, writer) = Writer::new();
         Arc::new(Informer {
             api,
             store,
@@ -72,51 +61,43 @@ impl<K: Watched> Informer<K> {
     }
 
     async fn run(self: Arc<Self>) {
-        let Some(mut writer) = self.writer.lock().expect("writer").take() else {
+        let Some(writer) = self.writer.lock().expect("writer").take() else {
             return;
         };
         let handlers: Vec<_> = self.handlers.lock().expect("handlers").clone();
         let mut stream = watcher(self.api.clone()).default_backoff().boxed();
-        let mut relisted: Vec<K> = Vec::new();
+        // A re-list fills a fresh table, swapped in whole once the list is complete.
+        let mut relisted = Table::new();
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(event) => event,
                 Err(err) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %err, "watch failed; retrying");
+                    tracing::warn!(kind = %<K::Wire as kube::Resource>::kind(&()), error = %err, "watch failed; retrying");
                     continue;
                 }
             };
-            match &event {
+            match event {
                 Event::Apply(obj) => {
-                    let old = self.store.get(&ObjectRef::from_obj(obj));
-                    writer.apply_watcher_event(&event);
+                    let obj = Arc::new(K::from_wire(obj));
+                    let old = writer.apply(obj.clone());
                     handlers
                         .iter()
-                        .for_each(|h| h.on_apply(old.as_deref(), obj));
+                        .for_each(|h| h.on_apply(old.as_deref(), &obj));
                 }
                 Event::Delete(obj) => {
-                    writer.apply_watcher_event(&event);
-                    handlers.iter().for_each(|h| h.on_delete(obj));
+                    let obj = K::from_wire(obj);
+                    writer.delete(&obj);
+                    handlers.iter().for_each(|h| h.on_delete(&obj));
                 }
-                Event::Init => {
-                    relisted.clear();
-                    writer.apply_watcher_event(&event);
-                }
+                Event::Init => relisted = Table::new(),
                 Event::InitApply(obj) => {
-                    writer.apply_watcher_event(&event);
-                    relisted.push(obj.clone());
+                    relisted.insert(Arc::new(K::from_wire(obj)));
                 }
                 Event::InitDone => {
-                    let mut before: HashMap<ObjectRef<K>, Arc<K>> = self
-                        .store
-                        .state()
-                        .into_iter()
-                        .map(|o| (ObjectRef::from_obj(&*o), o))
-                        .collect();
-                    writer.apply_watcher_event(&event);
-                    // Taken, not drained: the buffer's capacity would outlive the relist.
-                    for obj in std::mem::take(&mut relisted) {
-                        let old = before.remove(&ObjectRef::from_obj(&obj));
+                    let fresh: Vec<Arc<K>> = relisted.iter().cloned().collect();
+                    let mut before = writer.replace(std::mem::take(&mut relisted));
+                    for obj in fresh {
+                        let old = before.remove(obj.namespace(), obj.name());
                         handlers
                             .iter()
                             .for_each(|h| h.on_apply(old.as_deref(), &obj));
@@ -158,10 +139,7 @@ impl SharedInformers {
     }
 
     /// The informer of kind `K` across all namespaces.
-    pub fn get<K>(&self) -> Arc<Informer<K>>
-    where
-        K: Watched,
-    {
+    pub fn get<K: Cached>(&self) -> Arc<Informer<K>> {
         let mut informers = self.informers.lock().expect("informers");
         if let Some(existing) = informers.get(&TypeId::of::<K>()) {
             return existing
@@ -172,9 +150,7 @@ impl SharedInformers {
         let informer = Informer::<K>::new(Api::all(self.client.clone()));
         informers.insert(TypeId::of::<K>(), informer.clone());
         let store = informer.store();
-        let synced: Task = Box::pin(async move {
-            let _ = store.wait_until_ready().await;
-        });
+        let synced: Task = Box::pin(async move { store.wait_until_ready().await });
         self.pending
             .lock()
             .expect("pending")

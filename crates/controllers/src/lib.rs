@@ -3,7 +3,7 @@
 //!
 //! The machinery, read top to bottom:
 //! - [`informer`]: one watch and one cache per kind, shared by every controller that
-//!   watches the kind; handlers turn events into work-queue keys.
+//!   watches the kind; handlers turn events into work-queue keys. [`cache`] is the cache.
 //! - [`queue`]: a deduplicating, rate-limited work queue and its worker loops.
 //! - [`expectations`]: what a controller wrote and has not yet seen in its cache.
 //! - `krust_client::leader` and `krust_client::events`: active/standby through a Lease,
@@ -16,6 +16,7 @@
 //! `default` ServiceAccount and `kube-root-ca.crt` in every namespace) and [`nodeipam`]
 //! (a pod range per Node). [`run`] puts them together.
 
+pub mod cache;
 pub mod deployment;
 pub mod endpoints;
 mod error;

@@ -18,12 +18,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::Store;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, NamespaceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::{Discovery, Scope, verbs};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
@@ -64,7 +64,7 @@ impl Reconciler for NamespaceController {
     }
 
     async fn reconcile(&self, name: &str) -> Result<Option<Duration>, Error> {
-        let Some(ns) = self.namespaces.get(&ObjectRef::new(name)) else {
+        let Some(ns) = self.namespaces.get(None, name) else {
             return Ok(None);
         };
         if ns.metadata.deletion_timestamp.is_none() || !has_finalizer(&ns) {

@@ -13,11 +13,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::cache::Store;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::serde_json::json;
 use krust_api::cidr::Ipv4Cidr;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
@@ -141,7 +141,7 @@ impl Reconciler for NodeIpamController {
     }
 
     async fn reconcile(&self, name: &str) -> Result<Option<Duration>, Error> {
-        let Some(node) = self.nodes.get(&ObjectRef::new(name)) else {
+        let Some(node) = self.nodes.get(None, name) else {
             return Ok(None);
         };
         if let Some(cidr) = pod_cidr(&node) {

@@ -6,10 +6,32 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::serde_json::{Value, json};
 use kube::{Resource, ResourceExt};
 
+/// What the ownership helpers read of an object's metadata: a full `ObjectMeta`, or the
+/// compact metadata of a cached pod.
+pub trait Owned {
+    fn namespace_and_name(&self) -> (&str, &str);
+    fn owner_refs(&self) -> &[OwnerReference];
+    fn version(&self) -> Option<&str>;
+}
+
+impl Owned for ObjectMeta {
+    fn namespace_and_name(&self) -> (&str, &str) {
+        (
+            self.namespace.as_deref().unwrap_or_default(),
+            self.name.as_deref().unwrap_or_default(),
+        )
+    }
+    fn owner_refs(&self) -> &[OwnerReference] {
+        self.owner_references.as_deref().unwrap_or_default()
+    }
+    fn version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+}
+
 /// The ownerReference with `controller: true`, if any.
-pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references
-        .as_ref()?
+pub fn controller_of(meta: &impl Owned) -> Option<&OwnerReference> {
+    meta.owner_refs()
         .iter()
         .find(|r| r.controller == Some(true))
 }
@@ -30,31 +52,27 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReferenc
 /// A merge patch that makes `owner` the controller of `obj`. The resourceVersion makes it
 /// a compare-and-swap: if the object changed since it was cached, the patch fails with a
 /// conflict and the owner looks again.
-pub fn adopt_patch<O: Resource<DynamicType = ()>>(obj: &ObjectMeta, owner: &O) -> Value {
-    let mut refs: Vec<OwnerReference> = obj.owner_references.clone().unwrap_or_default();
+pub fn adopt_patch<O: Resource<DynamicType = ()>>(obj: &impl Owned, owner: &O) -> Value {
+    let mut refs: Vec<OwnerReference> = obj.owner_refs().to_vec();
     refs.push(controller_ref(owner));
-    json!({"metadata": {"ownerReferences": refs, "resourceVersion": obj.resource_version}})
+    json!({"metadata": {"ownerReferences": refs, "resourceVersion": obj.version()}})
 }
 
 /// A merge patch that removes the references to `owner_uids` from the object's
 /// ownerReferences (compare-and-swap on the resourceVersion, as [`adopt_patch`]).
-pub fn release_patch(obj: &ObjectMeta, owner_uids: &[&str]) -> Value {
+pub fn release_patch(obj: &impl Owned, owner_uids: &[&str]) -> Value {
     let refs: Vec<&OwnerReference> = obj
-        .owner_references
+        .owner_refs()
         .iter()
-        .flatten()
         .filter(|r| !owner_uids.contains(&r.uid.as_str()))
         .collect();
-    json!({"metadata": {"ownerReferences": refs, "resourceVersion": obj.resource_version}})
+    json!({"metadata": {"ownerReferences": refs, "resourceVersion": obj.version()}})
 }
 
 /// `namespace/name`, the work-queue key of an object.
-pub fn key_of(meta: &ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default()
-    )
+pub fn key_of(meta: &impl Owned) -> String {
+    let (namespace, name) = meta.namespace_and_name();
+    format!("{namespace}/{name}")
 }
 
 /// Splits a work-queue key into namespace and name.

@@ -10,33 +10,80 @@ use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{NamespaceResourceScope, Resource as _};
 use kube::Resource;
 use serde::{Deserialize, Deserializer};
 
+use crate::cache::Cached;
 use crate::intern::Interner;
+use crate::owner::Owned;
 
-/// A pod as the controllers cache it: its metadata and the few spec and status fields
+/// A pod as the controllers cache it: the metadata and the few spec and status fields
 /// that the ReplicaSet and endpoints controllers decide on, read straight from the
 /// apiserver's JSON (everything else is skipped while parsing). A full `Pod` is several
 /// kilobytes in memory even when most fields are empty; tens of thousands are cached.
 ///
-/// The labels are kept apart from `metadata` (whose `labels` is empty), shared with
-/// every other cached pod that has the same ones: the pods of a ReplicaSet all do, and a
-/// label map costs more than half a kilobyte. [`CachedPod::labels`] answers for them.
+/// The labels are shared with every other cached pod that has the same ones: the pods of
+/// a ReplicaSet all do, and a label map costs more than half a kilobyte.
+/// [`CachedPod::labels`] answers for them.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(from = "WirePod")]
 pub struct CachedPod {
-    pub metadata: ObjectMeta,
+    pub metadata: PodMeta,
     labels: Arc<BTreeMap<String, String>>,
     pub spec: CachedSpec,
     pub status: CachedStatus,
 }
 
-#[derive(Deserialize)]
-struct WirePod {
+/// The metadata of a cached pod that the controllers read (a third of the size of an
+/// `ObjectMeta`, which has room for every field).
+#[derive(Clone, Debug, Default)]
+pub struct PodMeta {
+    pub name: Box<str>,
+    /// Shared by the pods of a namespace.
+    pub namespace: Arc<str>,
+    pub uid: Box<str>,
+    pub resource_version: Box<str>,
+    pub creation_timestamp: Option<Timestamp>,
+    pub deletion_timestamp: Option<Timestamp>,
+    pub owner_references: Box<[OwnerReference]>,
+}
+
+impl From<ObjectMeta> for PodMeta {
+    fn from(meta: ObjectMeta) -> Self {
+        let boxed = |s: Option<String>| s.unwrap_or_default().into_boxed_str();
+        PodMeta {
+            namespace: NAMESPACES
+                .lock()
+                .expect("namespaces")
+                .intern(meta.namespace.as_deref().unwrap_or_default()),
+            name: boxed(meta.name),
+            uid: boxed(meta.uid),
+            resource_version: boxed(meta.resource_version),
+            creation_timestamp: meta.creation_timestamp.map(|t| t.0),
+            deletion_timestamp: meta.deletion_timestamp.map(|t| t.0),
+            owner_references: meta.owner_references.unwrap_or_default().into(),
+        }
+    }
+}
+
+impl Owned for PodMeta {
+    fn namespace_and_name(&self) -> (&str, &str) {
+        (&self.namespace, &self.name)
+    }
+    fn owner_refs(&self) -> &[OwnerReference] {
+        &self.owner_references
+    }
+    fn version(&self) -> Option<&str> {
+        Some(&self.resource_version)
+    }
+}
+
+/// A pod as a watch delivers it to the pod informer, made into a [`CachedPod`] at once.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WirePod {
     metadata: ObjectMeta,
     #[serde(default)]
     spec: CachedSpec,
@@ -57,7 +104,7 @@ impl From<WirePod> for CachedPod {
             pod.status.pod_ips = Vec::new();
         }
         CachedPod {
-            metadata: pod.metadata,
+            metadata: pod.metadata.into(),
             labels,
             spec: pod.spec,
             status: pod.status,
@@ -65,10 +112,27 @@ impl From<WirePod> for CachedPod {
     }
 }
 
+impl Cached for CachedPod {
+    type Wire = WirePod;
+
+    fn from_wire(wire: WirePod) -> Self {
+        wire.into()
+    }
+    fn namespace(&self) -> Option<&str> {
+        Some(&self.metadata.namespace)
+    }
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+}
+
 /// Every distinct label map of the cached pods, once. Global because pods are decoded by
 /// serde, which has no context to pass a table in.
 static LABEL_SETS: LazyLock<Mutex<Interner<BTreeMap<String, String>>>> =
     LazyLock::new(Mutex::default);
+
+/// The namespaces of the cached pods, once each.
+static NAMESPACES: LazyLock<Mutex<Interner<str>>> = LazyLock::new(Mutex::default);
 
 fn shared_labels(labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
     LABEL_SETS.lock().expect("label sets").intern(labels)
@@ -129,7 +193,7 @@ pub enum Readiness {
     ReadySince(Option<Timestamp>),
 }
 
-impl Resource for CachedPod {
+impl Resource for WirePod {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
 
@@ -232,7 +296,7 @@ fn restarts<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
 }
 
 impl CachedPod {
-    /// The pod's labels (`metadata.labels` is always empty: see [`CachedPod`]).
+    /// The pod's labels (shared: see [`CachedPod`]).
     pub fn labels(&self) -> &BTreeMap<String, String> {
         &self.labels
     }
@@ -324,15 +388,14 @@ pub fn deletion_order(a: &CachedPod, b: &CachedPod) -> Ordering {
             },
         )
         .then_with(|| b.status.restarts.cmp(&a.status.restarts))
-        .then_with(|| {
-            let created = |p: &CachedPod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            match (created(a), created(b)) {
+        .then_with(
+            || match (a.metadata.creation_timestamp, b.metadata.creation_timestamp) {
                 (Some(x), Some(y)) => y.cmp(&x),
                 (None, Some(_)) => Ordering::Less,
                 (Some(_), None) => Ordering::Greater,
                 (None, None) => Ordering::Equal,
-            }
-        })
+            },
+        )
 }
 
 #[cfg(test)]
@@ -371,7 +434,7 @@ pub(crate) mod tests {
 
     fn order(mut pods: Vec<CachedPod>) -> Vec<String> {
         pods.sort_by(deletion_order);
-        pods.into_iter().map(|p| p.metadata.name.unwrap()).collect()
+        pods.into_iter().map(|p| p.metadata.name.into()).collect()
     }
 
     #[test]
@@ -426,7 +489,7 @@ pub(crate) mod tests {
     fn terminating_and_finished_pods_are_not_active() {
         let mut p = pod("a", 0, None, "Running", None);
         assert!(is_active(&p));
-        p.metadata.deletion_timestamp = Some(Time(ts(1)));
+        p.metadata.deletion_timestamp = Some(ts(1));
         assert!(!is_active(&p));
         assert!(!is_active(&pod("b", 0, None, "Succeeded", None)));
     }
@@ -436,7 +499,14 @@ pub(crate) mod tests {
         let p: CachedPod = serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"}},
+            "metadata": {
+                "name": "web-1", "namespace": "default", "labels": {"app": "web"},
+                "uid": "u1", "resourceVersion": "7",
+                "creationTimestamp": ts(0).to_string(),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                     "name": "web", "uid": "rs1", "controller": true}],
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            },
             "spec": {
                 "nodeName": "n1",
                 "hostname": "h",
@@ -468,7 +538,17 @@ pub(crate) mod tests {
         }))
         .unwrap();
         assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
-        assert_eq!(p.metadata.labels, None, "kept once, outside the metadata");
+        let m = &p.metadata;
+        assert_eq!(
+            (&*m.namespace, &*m.name, &*m.uid, &*m.resource_version),
+            ("default", "web-1", "u1", "7")
+        );
+        assert_eq!(m.creation_timestamp, Some(ts(0)));
+        assert_eq!(m.deletion_timestamp, None);
+        assert_eq!(
+            crate::owner::controller_of(m).map(|r| r.uid.as_str()),
+            Some("rs1")
+        );
         assert!(p.is_scheduled());
         assert_eq!(
             p.spec.named_ports,

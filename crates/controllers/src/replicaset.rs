@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::Store;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -20,14 +21,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
 use crate::expectations::Expectations;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
-use crate::pods::{CachedPod, deletion_order, is_active, is_available, is_ready, until_available};
+use crate::pods::{
+    CachedPod, WirePod, deletion_order, is_active, is_available, is_ready, until_available,
+};
 use crate::queue::{Reconciler, WorkQueue};
 use krust_client::events::{EventRecorder, EventType};
 use krust_client::is_status;
@@ -63,22 +65,21 @@ impl ReplicaSetController {
     }
 
     fn replicaset(&self, namespace: &str, name: &str) -> Option<Arc<ReplicaSet>> {
-        self.replicasets
-            .get(&ObjectRef::new(name).within(namespace))
+        self.replicasets.get(Some(namespace), name)
     }
 
     /// The ReplicaSet that controls `pod`, if it is in the cache.
     fn owner_of(&self, pod: &CachedPod) -> Option<Arc<ReplicaSet>> {
         let r = controller_of(&pod.metadata).filter(|r| r.kind == "ReplicaSet")?;
-        let rs = self.replicaset(&pod.namespace().unwrap_or_default(), &r.name)?;
+        let rs = self.replicaset(&pod.metadata.namespace, &r.name)?;
         (rs.uid().as_deref() == Some(r.uid.as_str())).then_some(rs)
     }
 
     /// ReplicaSets in the pod's namespace whose selector matches it (for orphans).
     fn matching(&self, pod: &CachedPod) -> Vec<Arc<ReplicaSet>> {
-        let ns = pod.namespace();
+        let ns = &*pod.metadata.namespace;
         self.replicasets.state_filter(|rs| {
-            rs.namespace() == ns
+            rs.metadata.namespace.as_deref() == Some(ns)
                 && selector_of(rs).is_ok_and(|s| !s.selects_all() && s.matches(pod.labels()))
         })
     }
@@ -147,8 +148,8 @@ impl ReplicaSetController {
         let uid = rs.uid().unwrap_or_default();
         let candidates = self
             .pods
-            .state_filter(|p| p.namespace() == ns && is_active(p));
-        let api: Api<CachedPod> =
+            .state_filter(|p| Some(&*p.metadata.namespace) == ns.as_deref() && is_active(p));
+        let api: Api<WirePod> =
             Api::namespaced(self.client.clone(), ns.as_deref().unwrap_or_default());
         let mut claimed = Vec::new();
         for pod in candidates {
@@ -161,7 +162,7 @@ impl ReplicaSetController {
                         let patch = release_patch(&pod.metadata, &[&uid]);
                         match api
                             .patch(
-                                &pod.name_any(),
+                                &pod.metadata.name,
                                 &PatchParams::default(),
                                 &Patch::Merge(&patch),
                             )
@@ -181,7 +182,7 @@ impl ReplicaSetController {
                     let patch = adopt_patch(&pod.metadata, rs);
                     match api
                         .patch(
-                            &pod.name_any(),
+                            &pod.metadata.name,
                             &PatchParams::default(),
                             &Patch::Merge(&patch),
                         )
@@ -189,7 +190,7 @@ impl ReplicaSetController {
                     {
                         Ok(adopted) => {
                             tracing::info!(pod = %key_of(&pod.metadata), replicaset = %rs.name_any(), "adopted pod");
-                            claimed.push(Arc::new(adopted));
+                            claimed.push(Arc::new(adopted.into()));
                         }
                         Err(e) if is_status(&e, 404) => {}
                         Err(e) => return Err(Error::api("adopting pod", key_of(&pod.metadata), e)),
@@ -260,7 +261,8 @@ impl ReplicaSetController {
                 async move {
                     (
                         pod,
-                        api.delete(&pod.name_any(), &DeleteParams::default()).await,
+                        api.delete(&pod.metadata.name, &DeleteParams::default())
+                            .await,
                     )
                 }
             }))
@@ -272,7 +274,7 @@ impl ReplicaSetController {
                         rs,
                         EventType::Normal,
                         "SuccessfulDelete",
-                        format!("Deleted pod: {}", pod.name_any()),
+                        format!("Deleted pod: {}", pod.metadata.name),
                     ),
                     Err(e) => {
                         // It will not go away through us: stop waiting for it.
@@ -476,7 +478,7 @@ impl EventHandler<CachedPod> for PodEvents {
             }
             return self.enqueue_owner_or_matching(new);
         };
-        if old.resource_version() == new.resource_version() {
+        if old.metadata.resource_version == new.metadata.resource_version {
             return;
         }
         if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {

@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::Store;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
@@ -73,14 +73,17 @@ impl Reconciler for ServiceAccountController {
     }
 
     async fn reconcile(&self, namespace: &str) -> Result<Option<Duration>, Error> {
-        let Some(ns) = self.namespaces.get(&ObjectRef::new(namespace)) else {
+        let Some(ns) = self.namespaces.get(None, namespace) else {
             return Ok(None);
         };
         if !is_active(&ns) {
             return Ok(None);
         }
-        let sa_ref = ObjectRef::new(DEFAULT_SERVICE_ACCOUNT).within(namespace);
-        if self.service_accounts.get(&sa_ref).is_none() {
+        if self
+            .service_accounts
+            .get(Some(namespace), DEFAULT_SERVICE_ACCOUNT)
+            .is_none()
+        {
             let sa = ServiceAccount {
                 metadata: ObjectMeta {
                     name: Some(DEFAULT_SERVICE_ACCOUNT.into()),
@@ -114,8 +117,7 @@ impl ServiceAccountController {
         let key = format!("{namespace}/{ROOT_CA_CONFIG_MAP}");
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         let data = BTreeMap::from([(ROOT_CA_KEY.to_string(), ca.to_string())]);
-        let cm_ref = ObjectRef::new(ROOT_CA_CONFIG_MAP).within(namespace);
-        match self.config_maps.get(&cm_ref) {
+        match self.config_maps.get(Some(namespace), ROOT_CA_CONFIG_MAP) {
             None => {
                 let cm = ConfigMap {
                     metadata: ObjectMeta {

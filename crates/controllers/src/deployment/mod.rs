@@ -25,12 +25,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::Store;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use self::rollout::Counts;
@@ -86,7 +86,7 @@ impl DeploymentController {
         let r = controller_of(&rs.metadata).filter(|r| r.kind == "Deployment")?;
         let d = self
             .deployments
-            .get(&ObjectRef::new(&r.name).within(&rs.namespace().unwrap_or_default()))?;
+            .get(rs.metadata.namespace.as_deref(), &r.name)?;
         (d.uid().as_deref() == Some(r.uid.as_str())).then_some(d)
     }
 
@@ -106,7 +106,7 @@ impl Reconciler for DeploymentController {
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
         let (ns, name) = split_key(key);
-        let Some(d) = self.deployments.get(&ObjectRef::new(name).within(ns)) else {
+        let Some(d) = self.deployments.get(Some(ns), name) else {
             return Ok(None);
         };
         let selector = selector_of(&d)?;

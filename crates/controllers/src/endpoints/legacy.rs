@@ -13,12 +13,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::Store;
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
@@ -66,8 +66,8 @@ impl Reconciler for EndpointsController {
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
         let (ns, name) = split_key(key);
         let api: Api<Endpoints> = Api::namespaced(self.client.clone(), ns);
-        let current = self.endpoints.get(&ObjectRef::new(name).within(ns));
-        let Some(svc) = self.services.get(&ObjectRef::new(name).within(ns)) else {
+        let current = self.endpoints.get(Some(ns), name);
+        let Some(svc) = self.services.get(Some(ns), name) else {
             if let Some(ep) = current {
                 let params = DeleteParams {
                     preconditions: Some(Preconditions {
@@ -166,9 +166,9 @@ fn subsets(svc: &Service, pods: &[Arc<CachedPod>]) -> (Vec<EndpointSubset>, bool
             node_name: pod.spec.node_name.clone(),
             target_ref: Some(ObjectReference {
                 kind: Some("Pod".into()),
-                namespace: pod.namespace(),
-                name: Some(pod.name_any()),
-                uid: pod.uid(),
+                namespace: Some(pod.metadata.namespace.to_string()),
+                name: Some(pod.metadata.name.to_string()),
+                uid: Some(pod.metadata.uid.to_string()),
                 ..ObjectReference::default()
             }),
         };

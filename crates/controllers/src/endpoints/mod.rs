@@ -13,10 +13,10 @@ pub mod slice;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::cache::Store;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
 
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::key_of;
@@ -45,11 +45,8 @@ pub fn selected_pods(svc: &Service, pods: &Store<CachedPod>) -> Vec<Arc<CachedPo
     let Some(selector) = selector(svc) else {
         return Vec::new();
     };
-    let ns = svc.namespace();
-    pods.state()
-        .into_iter()
-        .filter(|p| p.namespace() == ns && selects(selector, p))
-        .collect()
+    let ns = svc.metadata.namespace.as_deref();
+    pods.state_filter(|p| Some(&*p.metadata.namespace) == ns && selects(selector, p))
 }
 
 /// Whether a pod belongs in a Service's endpoints at all: it has an IP and has not
@@ -150,10 +147,9 @@ impl PodEvents {
     fn enqueue_selecting(&self, pods: &[&CachedPod]) {
         for svc in self.services.state() {
             let Some(sel) = selector(&svc) else { continue };
-            if pods
-                .iter()
-                .any(|p| p.namespace() == svc.namespace() && selects(sel, p))
-            {
+            if pods.iter().any(|p| {
+                Some(&*p.metadata.namespace) == svc.metadata.namespace.as_deref() && selects(sel, p)
+            }) {
                 self.queue.add(key_of(&svc.metadata));
             }
         }

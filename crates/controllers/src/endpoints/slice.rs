@@ -22,11 +22,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::cache::Store;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
@@ -226,7 +226,7 @@ impl Tracker {
         let Some(list) = pending.get_mut(key) else {
             return false;
         };
-        let cached = |name: &str| slices.get(&ObjectRef::new(name).within(ns));
+        let cached = |name: &str| slices.get(Some(ns), name);
         list.retain(|p| match p {
             Pending::Created(name) => cached(name).is_none(),
             Pending::Updated { name, from } => cached(name)
@@ -285,7 +285,7 @@ impl Reconciler for EndpointSliceController {
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
         let (ns, name) = split_key(key);
-        let Some(svc) = self.services.get(&ObjectRef::new(name).within(ns)) else {
+        let Some(svc) = self.services.get(Some(ns), name) else {
             // The garbage collector removes the slices of a deleted Service.
             self.tracker.forget(key);
             return Ok(None);
@@ -356,7 +356,7 @@ impl EndpointSliceController {
             .unwrap_or_default();
         let mut groups: BTreeMap<String, PortGroup> = BTreeMap::new();
         let mut sorted: Vec<&Arc<CachedPod>> = pods.iter().collect();
-        sorted.sort_by_key(|p| p.name_any());
+        sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         for pod in sorted {
             if !super::should_be_in_endpoints(pod, true) {
                 continue;
@@ -380,7 +380,7 @@ impl EndpointSliceController {
             let node_name = pod.spec.node_name.clone();
             let zone = node_name.as_ref().and_then(|n| {
                 self.nodes
-                    .get(&ObjectRef::new(n))
+                    .get(None, n)
                     .and_then(|node| node.labels().get(ZONE_LABEL).cloned())
             });
             let endpoint = Endpoint {
@@ -395,9 +395,9 @@ impl EndpointSliceController {
                 zone,
                 target_ref: Some(ObjectReference {
                     kind: Some("Pod".into()),
-                    namespace: pod.namespace(),
-                    name: Some(pod.name_any()),
-                    uid: pod.uid(),
+                    namespace: Some(pod.metadata.namespace.to_string()),
+                    name: Some(pod.metadata.name.to_string()),
+                    uid: Some(pod.metadata.uid.to_string()),
                     ..ObjectReference::default()
                 }),
                 ..Endpoint::default()
