@@ -1,7 +1,9 @@
 //! Pod facts the workload controllers decide on: active, ready, available, and the order
-//! in which a ReplicaSet gives up pods when it scales down (upstream's `ActivePods`
-//! ranking: unscheduled, then pending, then not ready, then the most recently ready,
-//! then the most restarted, then the newest go first).
+//! in which a ReplicaSet gives up pods when it scales down (upstream's
+//! `ActivePodsWithRanks`: unscheduled, then pending, then not ready, then the lowest
+//! `pod-deletion-cost`, then pods doubled up on a node, then the most recently ready,
+//! then the most restarted, then the newest go first; times compared on a logarithmic
+//! scale).
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -47,9 +49,16 @@ pub struct PodMeta {
     pub uid: Box<str>,
     pub resource_version: Box<str>,
     pub creation_timestamp: Option<Timestamp>,
-    pub deletion_timestamp: Option<Timestamp>,
+    /// `deletionTimestamp` is set.
+    pub terminating: bool,
+    /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or not
+    /// an int32, as upstream).
+    pub deletion_cost: i32,
     pub owner_references: Box<[OwnerReference]>,
 }
+
+/// The annotation by which users tell a ReplicaSet which pods to give up first.
+pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
 impl From<ObjectMeta> for PodMeta {
     fn from(meta: ObjectMeta) -> Self {
@@ -63,7 +72,12 @@ impl From<ObjectMeta> for PodMeta {
             uid: boxed(meta.uid),
             resource_version: boxed(meta.resource_version),
             creation_timestamp: meta.creation_timestamp.map(|t| t.0),
-            deletion_timestamp: meta.deletion_timestamp.map(|t| t.0),
+            terminating: meta.deletion_timestamp.is_some(),
+            deletion_cost: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DELETION_COST)?.parse().ok())
+                .unwrap_or(0),
             owner_references: meta.owner_references.unwrap_or_default().into(),
         }
     }
@@ -312,11 +326,13 @@ impl CachedPod {
         )
     }
 
+    /// The node the pod is bound to, empty if none.
+    pub fn node(&self) -> &str {
+        self.spec.node_name.as_deref().unwrap_or_default()
+    }
+
     fn is_scheduled(&self) -> bool {
-        self.spec
-            .node_name
-            .as_deref()
-            .is_some_and(|n| !n.is_empty())
+        !self.node().is_empty()
     }
 
     fn is_finished(&self) -> bool {
@@ -326,7 +342,7 @@ impl CachedPod {
 
 /// Counts towards a ReplicaSet: neither terminating nor finished.
 pub fn is_active(pod: &CachedPod) -> bool {
-    pod.metadata.deletion_timestamp.is_none() && !pod.is_finished()
+    !pod.metadata.terminating && !pod.is_finished()
 }
 
 /// When the pod's Ready condition became True, if it is True.
@@ -371,31 +387,52 @@ fn phase_rank(pod: &CachedPod) -> u8 {
     }
 }
 
-/// Orders pods so that the ones to delete first come first.
-pub fn deletion_order(a: &CachedPod, b: &CachedPod) -> Ordering {
-    a.is_scheduled()
-        .cmp(&b.is_scheduled())
-        .then_with(|| phase_rank(a).cmp(&phase_rank(b)))
-        .then_with(|| is_ready(a).cmp(&is_ready(b)))
-        // Both ready: the one ready for less time goes first (an absent time counts as
-        // "just now").
-        .then_with(
-            || match (ready_since(a).flatten(), ready_since(b).flatten()) {
-                (Some(x), Some(y)) => y.cmp(&x),
-                (None, Some(_)) if is_ready(a) => Ordering::Less,
-                (Some(_), None) if is_ready(b) => Ordering::Greater,
-                _ => Ordering::Equal,
-            },
+/// A ReplicaSet's pod as a candidate for deletion, with the number of active pods of
+/// its owner's family (every ReplicaSet of the same Deployment) on its node.
+pub struct Candidate<'a> {
+    pub pod: &'a CachedPod,
+    pub colocated: usize,
+}
+
+/// Orders candidates so that the ones to delete first come first, at `now`.
+///
+/// Upstream's comparison is not a total order (two pods whose ready times differ but
+/// fall in the same power-of-two age bucket are ordered by UID at once, while equal
+/// times go on to the later rules), which Rust's sort may reject; here every rule is a
+/// key of the pod alone and the UID only breaks the last tie.
+pub fn deletion_order(a: &Candidate, b: &Candidate, now: Timestamp) -> Ordering {
+    let key = |c: &Candidate| {
+        let p = c.pod;
+        let ready_age = match p.status.ready {
+            Readiness::ReadySince(since) => age_bucket(since, now),
+            Readiness::NotReady => 0,
+        };
+        (
+            p.is_scheduled(),
+            phase_rank(p),
+            is_ready(p),
+            p.metadata.deletion_cost,
+            std::cmp::Reverse(c.colocated),
+            ready_age,
+            std::cmp::Reverse(p.status.restarts),
+            age_bucket(p.metadata.creation_timestamp, now),
         )
-        .then_with(|| b.status.restarts.cmp(&a.status.restarts))
-        .then_with(
-            || match (a.metadata.creation_timestamp, b.metadata.creation_timestamp) {
-                (Some(x), Some(y)) => y.cmp(&x),
-                (None, Some(_)) => Ordering::Less,
-                (Some(_), None) => Ordering::Greater,
-                (None, None) => Ordering::Equal,
-            },
-        )
+    };
+    key(a)
+        .cmp(&key(b))
+        .then_with(|| a.pod.metadata.uid.cmp(&b.pod.metadata.uid))
+}
+
+/// Upstream's logarithmic age: ⌊log2(nanoseconds since `t`)⌋, so that pods of similar
+/// age count as equally old; -1 for a time not in the past, and first of all for none.
+fn age_bucket(t: Option<Timestamp>, now: Timestamp) -> i64 {
+    let Some(t) = t else { return i64::MIN };
+    let nanos = now.duration_since(t).as_nanos();
+    if nanos > 0 {
+        (nanos as f64).log2() as i64
+    } else {
+        -1
+    }
 }
 
 #[cfg(test)]
@@ -432,22 +469,38 @@ pub(crate) mod tests {
         .expect("a pod")
     }
 
-    fn order(mut pods: Vec<CachedPod>) -> Vec<String> {
-        pods.sort_by(deletion_order);
-        pods.into_iter().map(|p| p.metadata.name.into()).collect()
+    /// The names in deletion order at `ts(100)`, with how many related pods share each
+    /// pod's node.
+    fn order(pods: Vec<(CachedPod, usize)>) -> Vec<String> {
+        let mut candidates: Vec<Candidate> = pods
+            .iter()
+            .map(|(pod, colocated)| Candidate {
+                pod,
+                colocated: *colocated,
+            })
+            .collect();
+        candidates.sort_by(|a, b| deletion_order(a, b, ts(100)));
+        candidates
+            .into_iter()
+            .map(|c| c.pod.metadata.name.to_string())
+            .collect()
+    }
+
+    fn alone(pods: Vec<CachedPod>) -> Vec<(CachedPod, usize)> {
+        pods.into_iter().map(|p| (p, 1)).collect()
     }
 
     #[test]
     fn scale_down_gives_up_unscheduled_then_pending_then_not_ready_then_newest() {
         let pods = vec![
             pod("ready-old", 0, Some("n1"), "Running", Some(10)),
-            pod("ready-new", 5, Some("n1"), "Running", Some(20)),
+            pod("ready-new", 5, Some("n1"), "Running", Some(90)),
             pod("running-not-ready", 1, Some("n1"), "Running", None),
             pod("pending", 2, Some("n1"), "Pending", None),
             pod("unscheduled", 3, None, "Pending", None),
         ];
         assert_eq!(
-            order(pods),
+            order(alone(pods)),
             [
                 "unscheduled",
                 "pending",
@@ -460,12 +513,46 @@ pub(crate) mod tests {
 
     #[test]
     fn among_equals_the_newest_pod_goes_first() {
+        // Ages 100 s, 40 s and 10 s: three different powers of two.
         let pods = vec![
-            pod("a", 1, None, "Pending", None),
-            pod("c", 3, None, "Pending", None),
-            pod("b", 2, None, "Pending", None),
+            pod("a", 0, None, "Pending", None),
+            pod("c", 90, None, "Pending", None),
+            pod("b", 60, None, "Pending", None),
         ];
-        assert_eq!(order(pods), ["c", "b", "a"]);
+        assert_eq!(order(alone(pods)), ["c", "b", "a"]);
+    }
+
+    #[test]
+    fn pods_of_about_the_same_age_go_in_uid_order() {
+        // Ready for 70 s and 80 s, created 75 s and 99 s ago: the same power-of-two
+        // buckets, so neither the newer readiness nor the newer creation decides.
+        let mut older = pod("ready-longer", 1, Some("n1"), "Running", Some(20));
+        let mut newer = pod("ready-shorter", 25, Some("n1"), "Running", Some(30));
+        older.metadata.uid = "a".into();
+        newer.metadata.uid = "b".into();
+        assert_eq!(
+            order(alone(vec![newer.clone(), older.clone()])),
+            ["ready-longer", "ready-shorter"]
+        );
+        older.metadata.uid = "c".into();
+        assert_eq!(
+            order(alone(vec![older, newer])),
+            ["ready-shorter", "ready-longer"]
+        );
+    }
+
+    #[test]
+    fn deletion_cost_then_doubled_up_nodes_come_before_age() {
+        let mut cheap = pod("cheap", 0, Some("n1"), "Running", Some(10));
+        cheap.metadata.deletion_cost = -5;
+        let crowded = pod("crowded", 0, Some("n2"), "Running", Some(10));
+        let newest = pod("newest", 90, Some("n3"), "Running", Some(95));
+        let mut costly = pod("costly", 95, Some("n2"), "Running", Some(99));
+        costly.metadata.deletion_cost = 10;
+        assert_eq!(
+            order(vec![(costly, 3), (newest, 1), (crowded, 3), (cheap, 1)]),
+            ["cheap", "crowded", "newest", "costly"]
+        );
     }
 
     #[test]
@@ -489,7 +576,7 @@ pub(crate) mod tests {
     fn terminating_and_finished_pods_are_not_active() {
         let mut p = pod("a", 0, None, "Running", None);
         assert!(is_active(&p));
-        p.metadata.deletion_timestamp = Some(ts(1));
+        p.metadata.terminating = true;
         assert!(!is_active(&p));
         assert!(!is_active(&pod("b", 0, None, "Succeeded", None)));
     }
@@ -502,6 +589,7 @@ pub(crate) mod tests {
             "metadata": {
                 "name": "web-1", "namespace": "default", "labels": {"app": "web"},
                 "uid": "u1", "resourceVersion": "7",
+                "annotations": {"controller.kubernetes.io/pod-deletion-cost": "-3"},
                 "creationTimestamp": ts(0).to_string(),
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                                      "name": "web", "uid": "rs1", "controller": true}],
@@ -544,7 +632,8 @@ pub(crate) mod tests {
             ("default", "web-1", "u1", "7")
         );
         assert_eq!(m.creation_timestamp, Some(ts(0)));
-        assert_eq!(m.deletion_timestamp, None);
+        assert!(!m.terminating);
+        assert_eq!(m.deletion_cost, -3);
         assert_eq!(
             crate::owner::controller_of(m).map(|r| r.uid.as_str()),
             Some("rs1")

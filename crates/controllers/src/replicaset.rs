@@ -9,7 +9,7 @@
 //! 3. write status (replicas, fullyLabeledReplicas, readyReplicas, availableReplicas,
 //!    observedGeneration) from the cache, leaving out pods it has just deleted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +28,8 @@ use crate::expectations::Expectations;
 use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
 use crate::pods::{
-    CachedPod, WirePod, deletion_order, is_active, is_available, is_ready, until_available,
+    CachedPod, Candidate, WirePod, deletion_order, is_active, is_available, is_ready,
+    until_available,
 };
 use crate::queue::{Reconciler, WorkQueue};
 use krust_client::events::{EventRecorder, EventType};
@@ -138,6 +139,27 @@ impl Reconciler for ReplicaSetController {
 }
 
 impl ReplicaSetController {
+    /// The pods of every ReplicaSet with the same controller as `rs` (the ReplicaSets of
+    /// one Deployment), each once; none for a ReplicaSet without a controller. Scale-down
+    /// ranks a pod by how many of these share its node, as upstream.
+    fn related_pods(&self, rs: &ReplicaSet) -> Vec<Arc<CachedPod>> {
+        let Some(owner) = controller_of(&rs.metadata) else {
+            return Vec::new();
+        };
+        let ns = rs.metadata.namespace.as_deref();
+        let family = self.replicasets.state_filter(|other| {
+            other.metadata.namespace.as_deref() == ns
+                && controller_of(&other.metadata).is_some_and(|r| r.uid == owner.uid)
+        });
+        let selectors: Vec<Selector> = family.iter().filter_map(|r| selector_of(r).ok()).collect();
+        self.pods.state_filter(|pod| {
+            Some(&*pod.metadata.namespace) == ns
+                && selectors
+                    .iter()
+                    .any(|s| !s.selects_all() && s.matches(pod.labels()))
+        })
+    }
+
     /// The active pods this ReplicaSet controls after adopting and releasing.
     async fn claim_pods(
         &self,
@@ -250,9 +272,21 @@ impl ReplicaSetController {
             }
         } else if pods.len() > want {
             let count = (pods.len() - want).min(BURST_REPLICAS);
-            let mut ranked: Vec<&Arc<CachedPod>> = pods.iter().collect();
-            ranked.sort_by(|a, b| deletion_order(a, b));
-            let doomed = &ranked[..count];
+            let related = self.related_pods(rs);
+            let mut on_node: HashMap<&str, usize> = HashMap::new();
+            for pod in related.iter().filter(|p| is_active(p)) {
+                *on_node.entry(pod.node()).or_default() += 1;
+            }
+            let mut ranked: Vec<Candidate> = pods
+                .iter()
+                .map(|pod| Candidate {
+                    pod,
+                    colocated: on_node.get(pod.node()).copied().unwrap_or(0),
+                })
+                .collect();
+            let now = Timestamp::now();
+            ranked.sort_by(|a, b| deletion_order(a, b, now));
+            let doomed: Vec<&CachedPod> = ranked[..count].iter().map(|c| c.pod).collect();
             self.expectations
                 .expect_deletions(key, doomed.iter().map(|p| key_of(&p.metadata)));
             tracing::debug!(replicaset = key, count, "deleting pods");
@@ -470,7 +504,7 @@ impl PodEvents {
 impl EventHandler<CachedPod> for PodEvents {
     fn on_apply(&self, old: Option<&CachedPod>, new: &CachedPod) {
         let Some(old) = old else {
-            if new.metadata.deletion_timestamp.is_some() {
+            if new.metadata.terminating {
                 return self.deleted(new);
             }
             if let Some(rs) = self.0.owner_of(new) {
@@ -481,7 +515,7 @@ impl EventHandler<CachedPod> for PodEvents {
         if old.metadata.resource_version == new.metadata.resource_version {
             return;
         }
-        if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {
+        if new.metadata.terminating && !old.metadata.terminating {
             self.deleted(new);
         }
         // The previous controller (or, for an orphan, the previous matches) must look

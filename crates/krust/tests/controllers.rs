@@ -577,6 +577,47 @@ fn kubectl_scale_goes_from_3_to_10_to_0() {
 }
 
 #[test]
+fn scale_down_gives_up_pods_in_order_of_their_deletion_cost() {
+    let s = Server::start();
+    let _ready = ReadyMarker::start(&s);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &deployment("web", 4, "nginx:1.25", rolling(1, 0)),
+    );
+    rollout_status(&s, "web");
+    let pods: Vec<String> = live_pods(&s, "web")
+        .iter()
+        .map(|p| name(p).to_string())
+        .collect();
+    assert_eq!(pods.len(), 4);
+    // Without costs the four would go newest first; the costs override that.
+    let cost = "controller.kubernetes.io/pod-deletion-cost";
+    s.ok(&["annotate", "pod", &pods[0], &format!("{cost}=-100")]);
+    s.ok(&["annotate", "pod", &pods[1], &format!("{cost}=100")]);
+    s.ok(&["annotate", "pod", &pods[2], &format!("{cost}=50")]);
+    let left = |replicas: usize| {
+        s.ok(&[
+            "scale",
+            "deployment",
+            "web",
+            &format!("--replicas={replicas}"),
+        ]);
+        wait_for(&format!("{replicas} pods"), DEADLINE, || {
+            let mut live: Vec<String> = live_pods(&s, "web")
+                .iter()
+                .map(|p| name(p).to_string())
+                .collect();
+            live.sort();
+            (live.len() == replicas).then_some(live)
+        })
+    };
+    let mut expected = vec![pods[1].clone(), pods[2].clone(), pods[3].clone()];
+    expected.sort();
+    assert_eq!(left(3), expected, "the pod with cost -100 goes first");
+    assert_eq!(left(1), vec![pods[1].clone()], "the costliest pod stays");
+}
+
+#[test]
 fn a_replicaset_adopts_matching_orphans_and_releases_pods_that_stop_matching() {
     let s = Server::start();
     s.ok_stdin(

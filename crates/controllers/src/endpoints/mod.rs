@@ -55,7 +55,7 @@ pub fn selected_pods(svc: &Service, pods: &Store<CachedPod>) -> Vec<Arc<CachedPo
 pub fn should_be_in_endpoints(pod: &CachedPod, include_terminating: bool) -> bool {
     let terminal = matches!(pod.status.phase, Some(Phase::Succeeded | Phase::Failed));
     let has_ip = pod.ips().next().is_some();
-    !terminal && has_ip && (include_terminating || pod.metadata.deletion_timestamp.is_none())
+    !terminal && has_ip && (include_terminating || !pod.metadata.terminating)
 }
 
 /// The pod's IP of the given family (`IPv4` or `IPv6`).

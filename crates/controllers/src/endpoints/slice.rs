@@ -376,7 +376,7 @@ impl EndpointSliceController {
                 })
                 .collect();
             let ready = crate::pods::is_ready(pod);
-            let terminating = pod.metadata.deletion_timestamp.is_some();
+            let terminating = pod.metadata.terminating;
             let node_name = pod.spec.node_name.clone();
             let zone = node_name.as_ref().and_then(|n| {
                 self.nodes
