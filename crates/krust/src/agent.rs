@@ -41,6 +41,8 @@ pub struct AgentArgs {
     /// How often eviction signals are measured.
     #[arg(long, default_value = "10s", value_parser = crate::cli::parse_duration)]
     housekeeping_interval: std::time::Duration,
+    #[command(flatten)]
+    proxy: crate::proxy::ProxyArgs,
 }
 
 #[derive(Args)]
@@ -50,6 +52,10 @@ pub struct AgentCommand {
     kubeconfig: PathBuf,
     #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
     data_dir: PathBuf,
+    /// The pods' address range (the server's `--cluster-cidr`): the Service proxy
+    /// masquerades traffic from outside it.
+    #[arg(long, default_value = "10.42.0.0/16")]
+    cluster_cidr: Ipv4Cidr,
     #[command(flatten)]
     agent: AgentArgs,
 }
@@ -62,6 +68,7 @@ pub async fn run(args: AgentCommand) -> Result<()> {
         &yaml,
         &args.data_dir,
         &args.agent,
+        args.cluster_cidr,
         None,
         None,
         crate::cli::shutdown_signal(),
@@ -69,8 +76,9 @@ pub async fn run(args: AgentCommand) -> Result<()> {
     .await
 }
 
-/// Runs the node agent against the apiserver of `kubeconfig` until `shutdown`;
-/// `fallback_pod_cidr` is used when node IPAM gives the node no range. With the
+/// Runs the node agent (kubelet and Service proxy) against the apiserver of
+/// `kubeconfig` until `shutdown`; `fallback_pod_cidr` is used when node IPAM gives the
+/// node no range. With the
 /// cluster's `pki` at hand (inside `krust server`), the kubelet's serving certificate is
 /// signed by the cluster CA; otherwise it is self-signed, as upstream's kubelet does
 /// without one.
@@ -78,6 +86,7 @@ pub async fn run_with_kubeconfig(
     kubeconfig: &str,
     data_dir: &Path,
     args: &AgentArgs,
+    cluster_cidr: Ipv4Cidr,
     fallback_pod_cidr: Option<Ipv4Cidr>,
     pki: Option<&krust_apiserver::pki::Pki>,
     shutdown: impl std::future::Future<Output = ()>,
@@ -128,8 +137,17 @@ pub async fn run_with_kubeconfig(
         housekeeping_interval: args.housekeeping_interval,
         image_fs: layout.root(),
     };
+    let proxy = args.proxy.config(cluster_cidr);
+    let proxy_client = client.clone();
+    let proxy = async move {
+        if let Some(config) = proxy {
+            krust_proxy::run(proxy_client, config).await;
+        }
+        std::future::pending::<()>().await
+    };
     tokio::select! {
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,
+        _ = proxy => {}
         _ = shutdown => {}
     }
     // Containers keep running under their shims; only containerd itself stops.

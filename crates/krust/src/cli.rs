@@ -33,6 +33,8 @@ enum Command {
     Agent(crate::agent::AgentCommand),
     /// Run the scheduler alone against an apiserver.
     Scheduler(crate::scheduler::SchedulerArgs),
+    /// Run the Service proxy (nftables rules for Services) alone against an apiserver.
+    Proxy(crate::proxy::ProxyCommand),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
     Sim(crate::sim::SimArgs),
     /// Manage the node's container images (offline: import tarballs).
@@ -105,6 +107,7 @@ impl Cli {
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Scheduler(args) => crate::scheduler::run(args).await,
             Command::Agent(args) => crate::agent::run(args).await,
+            Command::Proxy(args) => crate::proxy::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
             Command::Images(ImagesCommand::Import { files, data_dir }) => {
                 let socket = krust_cri::containerd::Layout::new(
@@ -157,13 +160,15 @@ async fn server(args: ServerArgs) -> Result<()> {
         let (agent, kubeconfig) = (args.agent.clone(), kubeconfig.clone());
         let data_dir = args.api.data_dir.clone();
         // With node IPAM off, the one node takes the cluster range's first /24.
-        let fallback = args.controllers.cluster_cidr.subnet(24, 0);
+        let cluster_cidr = args.controllers.cluster_cidr;
+        let fallback = cluster_cidr.subnet(24, 0);
         let pki = apiserver.running.pki.clone();
         components.push(InProcess::spawn("agent", move |stop| async move {
             crate::agent::run_with_kubeconfig(
                 &kubeconfig,
                 &data_dir,
                 &agent,
+                cluster_cidr,
                 fallback,
                 Some(&pki),
                 stop,

@@ -133,6 +133,10 @@ impl Server {
                 .into_iter()
                 .flatten(),
             )
+            // Service proxies of tests running at once would share one nftables table
+            // and overlapping cluster IPs: a node runs one only when its test names a
+            // table of its own.
+            .args((self.agent && self.nftables_table().is_none()).then_some("--disable-kube-proxy"))
             .arg("--https-listen-port")
             .arg(self.port.to_string())
             .arg("--data-dir")
@@ -164,6 +168,13 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The `--nftables-table=` the test gave its node's Service proxy, if any.
+    fn nftables_table(&self) -> Option<&str> {
+        self.extra_args
+            .iter()
+            .find_map(|a| a.strip_prefix("--nftables-table="))
     }
 
     pub fn log(&self) -> String {
@@ -569,6 +580,13 @@ impl Drop for Server {
         }
         if self.agent {
             reap_node(&self.data_dir());
+            // The proxy leaves its rules behind on exit, as kube-proxy does.
+            if let Some(table) = self.nftables_table() {
+                let _ = Command::new("nft")
+                    .args(["delete", "table", "ip", table])
+                    .stderr(Stdio::null())
+                    .status();
+            }
             // The pod bridge goes too: pods reaped above never ran their CNI teardown,
             // and their addresses would collide with the next test on this range.
             if let Some(cidr) = self

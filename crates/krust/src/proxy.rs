@@ -1,0 +1,66 @@
+//! `krust proxy`: the Service data plane alone (kube-proxy's place), against any
+//! apiserver reachable through a kubeconfig. `krust agent` and `krust server` run the
+//! same in-process unless `--disable-kube-proxy`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use krust_api::cidr::Ipv4Cidr;
+
+/// The proxy's flags, shared by `krust proxy`, `krust agent` and `krust server`.
+#[derive(Args, Clone, Debug)]
+pub struct ProxyArgs {
+    /// Do not run the Service proxy (k3s's flag): Services then need another data plane.
+    #[arg(long)]
+    disable_kube_proxy: bool,
+    /// The nftables table (family ip) that holds the Service rules.
+    #[arg(long, default_value = "krust")]
+    nftables_table: String,
+    /// The shortest time between two rule syncs (upstream's `--min-sync-period`).
+    #[arg(long, default_value = "1s", value_parser = crate::cli::parse_duration)]
+    min_sync_period: std::time::Duration,
+    /// How often the rules are loaded again even without changes (`--sync-period`).
+    #[arg(long, default_value = "30s", value_parser = crate::cli::parse_duration)]
+    sync_period: std::time::Duration,
+}
+
+impl ProxyArgs {
+    /// The proxy's configuration, or `None` when it is disabled.
+    pub fn config(&self, cluster_cidr: Ipv4Cidr) -> Option<krust_proxy::Config> {
+        (!self.disable_kube_proxy).then(|| krust_proxy::Config {
+            table: self.nftables_table.clone(),
+            cluster_cidr,
+            min_sync_period: self.min_sync_period,
+            sync_period: self.sync_period,
+        })
+    }
+}
+
+#[derive(Args)]
+pub struct ProxyCommand {
+    /// Kubeconfig of the apiserver to watch.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The pods' address range: traffic from outside it is masqueraded.
+    #[arg(long, default_value = "10.42.0.0/16")]
+    cluster_cidr: Ipv4Cidr,
+    #[command(flatten)]
+    proxy: ProxyArgs,
+}
+
+/// `krust proxy`: runs until SIGTERM or Ctrl-C.
+pub async fn run(args: ProxyCommand) -> Result<()> {
+    let yaml = std::fs::read_to_string(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let config = args
+        .proxy
+        .config(args.cluster_cidr)
+        .context("--disable-kube-proxy leaves `krust proxy` nothing to do")?;
+    let (client, _) = crate::controller_manager::client(&yaml).await?;
+    tokio::select! {
+        _ = krust_proxy::run(client, config) => {}
+        _ = crate::cli::shutdown_signal() => {}
+    }
+    Ok(())
+}

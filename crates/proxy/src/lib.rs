@@ -1,0 +1,140 @@
+//! krust's Service data plane, kube-proxy's job: every node turns Services and their
+//! EndpointSlices into nftables rules, so that a connection to a cluster IP (or a
+//! NodePort on any of the node's addresses) reaches one of the Service's ready pods.
+//!
+//! It talks only to the apiserver: two watches (Services, EndpointSlices) feed caches;
+//! any change schedules a sync, at most one per `min_sync_period` (upstream's default
+//! is 1 s), plus one every `sync_period` to repair rules changed behind its back. A sync
+//! computes the [`model`] from the caches and loads the whole [`nft`] table in one
+//! transaction when it differs from what was loaded last.
+
+pub mod model;
+pub mod nft;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::serde::de::DeserializeOwned;
+use krust_api::cidr::Ipv4Cidr;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Objects kube-proxy leaves to others: headless Services (DNS answers for them) and
+/// those that name another proxy implementation.
+const NOT_OURS: &str = "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The nftables table (family ip) the rules live in.
+    pub table: String,
+    /// Traffic from outside this range (not from a pod) is masqueraded.
+    pub cluster_cidr: Ipv4Cidr,
+    pub min_sync_period: Duration,
+    pub sync_period: Duration,
+}
+
+impl Config {
+    pub fn new(cluster_cidr: Ipv4Cidr) -> Config {
+        Config {
+            table: "krust".into(),
+            cluster_cidr,
+            min_sync_period: Duration::from_secs(1),
+            sync_period: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Watches Services and EndpointSlices and keeps the node's rules in step, until the
+/// future is dropped. The rules stay when it ends, as kube-proxy's do: connections keep
+/// working across a restart.
+pub async fn run(client: Client, config: Config) {
+    let changed = Notify::new();
+    let (services, watch_services) = cache::<Service>(&client, &changed);
+    let (slices, watch_slices) = cache::<EndpointSlice>(&client, &changed);
+    tokio::select! {
+        _ = watch_services => {}
+        _ = watch_slices => {}
+        _ = sync(&config, &services, &slices, &changed) => {}
+    }
+}
+
+async fn sync(
+    config: &Config,
+    services: &Store<Service>,
+    slices: &Store<EndpointSlice>,
+    changed: &Notify,
+) {
+    // Rules from half a picture would drop traffic that works now.
+    let _ = futures::join!(services.wait_until_ready(), slices.wait_until_ready());
+    tracing::info!(table = %config.table, "service proxy synced its caches");
+    let mut loaded: Option<String> = None;
+    let mut last_sync = Instant::now();
+    loop {
+        let ports = model::service_ports(
+            services.state().iter().map(|s| &**s),
+            slices.state().iter().map(|s| &**s),
+        );
+        let ruleset = nft::render(&config.table, config.cluster_cidr, &ports);
+        let due = last_sync.elapsed() >= config.sync_period;
+        if due || loaded.as_deref() != Some(ruleset.as_str()) {
+            let text = ruleset.clone();
+            let result = tokio::task::spawn_blocking(move || nft::apply(&text))
+                .await
+                .unwrap_or_else(|e| Err(nft::NftError::Rejected(e.to_string())));
+            match result {
+                Ok(()) => {
+                    tracing::debug!(service_ports = ports.len(), "service rules loaded");
+                    loaded = Some(ruleset);
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "loading service rules failed; retrying");
+                    loaded = None;
+                }
+            }
+            last_sync = Instant::now();
+        }
+        let wait = if loaded.is_some() {
+            config.sync_period
+        } else {
+            config.min_sync_period
+        };
+        tokio::select! {
+            _ = changed.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+        tokio::time::sleep_until(last_sync + config.min_sync_period).await;
+    }
+}
+
+/// A cache of every `K` the proxy handles, and the watch that fills it and notifies
+/// `changed` on every event (it runs while polled).
+fn cache<'a, K>(client: &Client, changed: &'a Notify) -> (Store<K>, impl Future<Output = ()> + 'a)
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let api: Api<K> = Api::all(client.clone());
+    let stream = watcher(api, watcher::Config::default().labels(NOT_OURS))
+        .default_backoff()
+        .modify(|obj| obj.meta_mut().managed_fields = None)
+        .reflect(writer);
+    let watch = async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => changed.notify_one(),
+                Err(err) => {
+                    tracing::warn!(kind = %K::kind(&()), error = %err, "watch failed; retrying")
+                }
+            }
+        }
+    };
+    (store, watch)
+}

@@ -1,0 +1,331 @@
+//! What the data plane must do, from the API objects: for every port of every Service
+//! with a cluster IP, the addresses it answers on and the endpoints traffic goes to.
+//! Pure functions of Services and EndpointSlices, as kube-proxy's change trackers are.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    fn parse(s: Option<&str>) -> Option<Protocol> {
+        match s.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    /// nftables' name of the protocol.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        })
+    }
+}
+
+/// One port of one Service, as the data plane serves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    pub namespace: String,
+    pub service: String,
+    /// The port's name, or its number for an unnamed port.
+    pub port_name: String,
+    pub protocol: Protocol,
+    /// The cluster IP and any external IPs.
+    pub addresses: Vec<Ipv4Addr>,
+    pub port: u16,
+    pub node_port: Option<u16>,
+    /// Where connections go; empty means they are rejected.
+    pub endpoints: Vec<SocketAddrV4>,
+}
+
+/// Every Service port with a cluster IP (headless and ExternalName Services have none),
+/// ordered by namespace, name and port.
+pub fn service_ports<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+) -> Vec<ServicePort> {
+    let mut by_service: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
+    for slice in slices {
+        if slice.address_type != "IPv4" {
+            continue;
+        }
+        let meta = &slice.metadata;
+        let Some(service) = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
+            continue;
+        };
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        by_service
+            .entry((namespace, service))
+            .or_default()
+            .push(slice);
+    }
+    let mut ports = Vec::new();
+    for svc in services {
+        let (Some(namespace), Some(name), Some(spec)) = (
+            svc.metadata.namespace.as_deref(),
+            svc.metadata.name.as_deref(),
+            svc.spec.as_ref(),
+        ) else {
+            continue;
+        };
+        if spec.type_.as_deref() == Some("ExternalName") {
+            continue;
+        }
+        let cluster_ip = spec
+            .cluster_ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok());
+        let Some(cluster_ip) = cluster_ip else {
+            continue;
+        };
+        let mut addresses = vec![cluster_ip];
+        addresses.extend(
+            spec.external_ips
+                .iter()
+                .flatten()
+                .filter_map(|ip| ip.parse::<Ipv4Addr>().ok()),
+        );
+        let slices = by_service
+            .get(&(namespace, name))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for p in spec.ports.iter().flatten() {
+            let (Some(protocol), Ok(port)) = (
+                Protocol::parse(p.protocol.as_deref()),
+                u16::try_from(p.port),
+            ) else {
+                continue;
+            };
+            let port_name = p.name.clone().unwrap_or_default();
+            ports.push(ServicePort {
+                namespace: namespace.to_string(),
+                service: name.to_string(),
+                endpoints: endpoints(slices, &port_name, protocol),
+                port_name: if port_name.is_empty() {
+                    port.to_string()
+                } else {
+                    port_name
+                },
+                protocol,
+                addresses: addresses.clone(),
+                port,
+                node_port: p.node_port.and_then(|n| u16::try_from(n).ok()),
+            });
+        }
+    }
+    ports.sort_by(|a, b| {
+        (&a.namespace, &a.service, a.port, a.protocol).cmp(&(
+            &b.namespace,
+            &b.service,
+            b.port,
+            b.protocol,
+        ))
+    });
+    ports
+}
+
+/// The endpoints of a Service port: the ready ones; when none is ready, the serving ones
+/// that are terminating (so connections drain to pods that are shutting down rather
+/// than fail, as upstream's kube-proxy does).
+fn endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: Protocol) -> Vec<SocketAddrV4> {
+    let mut ready = Vec::new();
+    let mut terminating = Vec::new();
+    for slice in slices {
+        let port = slice.ports.iter().flatten().find(|p| {
+            p.name.as_deref().unwrap_or_default() == port_name
+                && Protocol::parse(p.protocol.as_deref()) == Some(protocol)
+        });
+        let Some(port) = port
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for endpoint in &slice.endpoints {
+            let Some(ip) = endpoint
+                .addresses
+                .first()
+                .and_then(|a| a.parse::<Ipv4Addr>().ok())
+            else {
+                continue;
+            };
+            let addr = SocketAddrV4::new(ip, port);
+            match state(endpoint) {
+                State::Ready => ready.push(addr),
+                State::Terminating => terminating.push(addr),
+                State::Out => {}
+            }
+        }
+    }
+    let mut chosen = if ready.is_empty() { terminating } else { ready };
+    chosen.sort();
+    chosen.dedup();
+    chosen
+}
+
+enum State {
+    Ready,
+    /// Serving while terminating: used only when nothing is ready.
+    Terminating,
+    Out,
+}
+
+/// An endpoint's conditions; absent ones mean ready and serving, not terminating.
+fn state(endpoint: &Endpoint) -> State {
+    let c = endpoint.conditions.as_ref();
+    let ready = c.and_then(|c| c.ready).unwrap_or(true);
+    let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+    let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+    if ready && !terminating {
+        State::Ready
+    } else if serving && terminating {
+        State::Terminating
+    } else {
+        State::Out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn slice(
+        service: &str,
+        port: serde_json::Value,
+        endpoints: serde_json::Value,
+    ) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": format!("{service}-x"),
+                         "labels": {SERVICE_NAME_LABEL: service}},
+            "addressType": "IPv4",
+            "ports": [port],
+            "endpoints": endpoints,
+        }))
+        .unwrap()
+    }
+
+    fn ep(ip: &str, ready: bool, serving: bool, terminating: bool) -> serde_json::Value {
+        json!({"addresses": [ip],
+               "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})
+    }
+
+    #[test]
+    fn ports_get_their_cluster_ip_node_port_and_ready_endpoints() {
+        let web = service(json!({
+            "metadata": {"namespace": "default", "name": "web"},
+            "spec": {"type": "NodePort", "clusterIP": "10.43.0.20", "externalIPs": ["192.0.2.9"],
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080},
+                               {"name": "dns", "port": 53, "protocol": "UDP"}]},
+        }));
+        let slices = [
+            slice(
+                "web",
+                json!({"name": "http", "port": 8080, "protocol": "TCP"}),
+                json!([ep("10.42.0.5", true, true, false), ep("10.42.0.4", false, false, false),
+                       {"addresses": ["10.42.0.6"]}]),
+            ),
+            slice(
+                "web",
+                json!({"name": "dns", "port": 5353, "protocol": "UDP"}),
+                json!([ep("10.42.0.5", true, true, false)]),
+            ),
+            slice(
+                "other",
+                json!({"name": "http", "port": 1}),
+                json!([ep("10.42.0.9", true, true, false)]),
+            ),
+        ];
+        let ports = service_ports([&web], &slices);
+        assert_eq!(ports.len(), 2);
+        let dns = &ports[0];
+        assert_eq!(
+            (dns.port, dns.protocol, dns.node_port),
+            (53, Protocol::Udp, None)
+        );
+        assert_eq!(dns.endpoints, ["10.42.0.5:5353".parse().unwrap()]);
+        let http = &ports[1];
+        assert_eq!(http.port_name, "http");
+        assert_eq!(
+            http.addresses,
+            [
+                "10.43.0.20".parse::<Ipv4Addr>().unwrap(),
+                "192.0.2.9".parse().unwrap()
+            ]
+        );
+        assert_eq!(http.node_port, Some(30080));
+        assert_eq!(
+            http.endpoints,
+            [
+                "10.42.0.5:8080".parse().unwrap(),
+                "10.42.0.6:8080".parse().unwrap()
+            ],
+            "not-ready endpoints are left out; absent conditions mean ready"
+        );
+    }
+
+    #[test]
+    fn terminating_endpoints_serve_only_when_none_is_ready() {
+        let web = service(json!({
+            "metadata": {"namespace": "default", "name": "web"},
+            "spec": {"clusterIP": "10.43.0.20", "ports": [{"port": 80}]},
+        }));
+        let draining = slice(
+            "web",
+            json!({"port": 8080}),
+            json!([
+                ep("10.42.0.5", false, true, true),
+                ep("10.42.0.6", false, false, true)
+            ]),
+        );
+        let ports = service_ports([&web], [&draining]);
+        assert_eq!(ports[0].port_name, "80");
+        assert_eq!(ports[0].endpoints, ["10.42.0.5:8080".parse().unwrap()]);
+        let both = slice(
+            "web",
+            json!({"port": 8080}),
+            json!([
+                ep("10.42.0.5", false, true, true),
+                ep("10.42.0.7", true, true, false)
+            ]),
+        );
+        let ports = service_ports([&web], [&both]);
+        assert_eq!(ports[0].endpoints, ["10.42.0.7:8080".parse().unwrap()]);
+    }
+
+    #[test]
+    fn headless_and_external_name_services_have_no_rules() {
+        let headless = service(json!({
+            "metadata": {"namespace": "default", "name": "h"},
+            "spec": {"clusterIP": "None", "ports": [{"port": 80}]},
+        }));
+        let external = service(json!({
+            "metadata": {"namespace": "default", "name": "e"},
+            "spec": {"type": "ExternalName", "externalName": "example.com"},
+        }));
+        assert!(service_ports([&headless, &external], []).is_empty());
+    }
+}
