@@ -17,19 +17,19 @@ use krust_cri::image;
 pub struct AgentArgs {
     /// This node's name (default: the hostname).
     #[arg(long)]
-    node_name: Option<String>,
+    pub(crate) node_name: Option<String>,
     /// The address other nodes reach this one on (default: the default route's source).
     #[arg(long)]
-    node_ip: Option<Ipv4Addr>,
+    pub(crate) node_ip: Option<Ipv4Addr>,
     /// A CRI socket to use instead of starting containerd (e.g.
     /// unix:///run/containerd/containerd.sock).
     #[arg(long)]
     container_runtime_endpoint: Option<String>,
     /// The cluster DNS service's address, given to ClusterFirst pods.
     #[arg(long, default_value = "10.43.0.10")]
-    cluster_dns: Ipv4Addr,
+    pub(crate) cluster_dns: Ipv4Addr,
     #[arg(long, default_value = "cluster.local")]
-    cluster_domain: String,
+    pub(crate) cluster_domain: String,
     /// The port of the kubelet's HTTPS server (logs, exec, attach, port-forward); 0
     /// picks a free one.
     #[arg(long, default_value_t = 10250)]
@@ -62,8 +62,7 @@ pub struct AgentCommand {
 
 /// `krust agent`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: AgentCommand) -> Result<()> {
-    let yaml = std::fs::read_to_string(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
     run_with_kubeconfig(
         &yaml,
         &args.data_dir,

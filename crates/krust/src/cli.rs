@@ -35,6 +35,8 @@ enum Command {
     Scheduler(crate::scheduler::SchedulerArgs),
     /// Run the Service proxy (nftables rules for Services) alone against an apiserver.
     Proxy(crate::proxy::ProxyCommand),
+    /// Run the cluster DNS alone against an apiserver.
+    Dns(crate::dns::DnsCommand),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
     Sim(crate::sim::SimArgs),
     /// Manage the node's container images (offline: import tarballs).
@@ -78,6 +80,8 @@ struct ServerArgs {
     /// Do not run the scheduler in this process (run `krust scheduler`).
     #[arg(long)]
     disable_scheduler: bool,
+    #[command(flatten)]
+    dns: crate::dns::DnsArgs,
     /// Also run this many simulated nodes (`krust sim` defaults), for demos.
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -108,6 +112,7 @@ impl Cli {
             Command::Scheduler(args) => crate::scheduler::run(args).await,
             Command::Agent(args) => crate::agent::run(args).await,
             Command::Proxy(args) => crate::proxy::run(args).await,
+            Command::Dns(args) => crate::dns::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
             Command::Images(ImagesCommand::Import { files, data_dir }) => {
                 let socket = krust_cri::containerd::Layout::new(
@@ -154,6 +159,26 @@ async fn server(args: ServerArgs) -> Result<()> {
         let config = crate::scheduler::configuration(None)?;
         components.push(InProcess::spawn("scheduler", move |stop| async move {
             crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, stop).await
+        }));
+    }
+    let node_ip = args
+        .agent
+        .node_ip
+        .unwrap_or_else(krust_kubelet::machine::node_ip);
+    let instance = args
+        .agent
+        .node_name
+        .clone()
+        .unwrap_or_else(crate::dns::hostname);
+    if let Some(config) = args.dns.config(
+        node_ip,
+        args.agent.cluster_dns,
+        &args.agent.cluster_domain,
+        instance,
+    ) {
+        let kubeconfig = kubeconfig.clone();
+        components.push(InProcess::spawn("dns", move |stop| async move {
+            crate::dns::serve(&kubeconfig, config, stop).await
         }));
     }
     if !args.disable_agent {
@@ -238,6 +263,11 @@ impl InProcess {
         let _ = self.stop.send(());
         let _ = self.task.await;
     }
+}
+
+/// The kubeconfig a component was pointed at, as YAML.
+pub(crate) fn read_kubeconfig(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
 pub(crate) fn write_kubeconfig(path: &Path, contents: &str) -> Result<()> {

@@ -166,8 +166,7 @@ pub async fn client(kubeconfig: &str) -> Result<(kube::Client, Option<String>)> 
 
 /// `krust controller-manager`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: ControllerManagerArgs) -> Result<()> {
-    let yaml = std::fs::read_to_string(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
     run_with_kubeconfig(&yaml, &args.controllers, crate::cli::shutdown_signal()).await
 }
 

@@ -6,6 +6,7 @@ mod agent;
 mod apiserver;
 mod cli;
 mod controller_manager;
+mod dns;
 mod proxy;
 mod scheduler;
 mod sim;

@@ -51,8 +51,7 @@ pub struct ProxyCommand {
 
 /// `krust proxy`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: ProxyCommand) -> Result<()> {
-    let yaml = std::fs::read_to_string(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
     let config = args
         .proxy
         .config(args.cluster_cidr)

@@ -42,8 +42,7 @@ pub fn configuration(path: Option<&std::path::Path>) -> Result<SchedulerConfigur
 /// `krust scheduler`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: SchedulerArgs) -> Result<()> {
     let config = configuration(args.config.as_deref())?;
-    let yaml = std::fs::read_to_string(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
     run_with_kubeconfig(&yaml, config, &args.leader, crate::cli::shutdown_signal()).await
 }
 

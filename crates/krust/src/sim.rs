@@ -120,8 +120,7 @@ fn taint(s: &str) -> Result<Taint> {
 /// `krust sim`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: SimArgs) -> Result<()> {
     let config = args.config()?;
-    let yaml = std::fs::read_to_string(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
     let client = crate::controller_manager::client(&yaml).await?.0;
     krust_sim::run(client, config, crate::cli::shutdown_signal())
         .await

@@ -29,7 +29,9 @@ fn a_standalone_agent_joins_runs_pods_and_serves_their_logs_and_exec() {
             "--kubelet-port",
             "0",
             "--eviction-hard",
-            "memory.available<100Mi,nodefs.available<1%,imagefs.available<1%",
+            common::TEST_EVICTION_HARD,
+            // Services are not under test: no nftables table left behind.
+            "--disable-kube-proxy",
         ],
     );
     let cidr = wait_for("node edge Ready with a pod range", DEADLINE, || {

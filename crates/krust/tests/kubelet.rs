@@ -8,7 +8,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Server, wait_for};
+use common::{Server, free_port, wait_for};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -765,15 +765,6 @@ fn disk_pressure_taints_the_node_and_evicts_all_but_critical_pods() {
     let critical = s.get_json(&["pod", "critical"])["status"].clone();
     assert_eq!(critical["phase"], "Running", "{critical}");
     assert!(critical["reason"].is_null());
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -11,18 +11,15 @@
 pub mod model;
 pub mod nft;
 
-use std::fmt::Debug;
-use std::future::Future;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::serde::de::DeserializeOwned;
 use krust_api::cidr::Ipv4Cidr;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use krust_client::cache::cache;
+use kube::Client;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -56,8 +53,16 @@ impl Config {
 /// working across a restart.
 pub async fn run(client: Client, config: Config) {
     let changed = Notify::new();
-    let (services, watch_services) = cache::<Service>(&client, &changed);
-    let (slices, watch_slices) = cache::<EndpointSlice>(&client, &changed);
+    let (services, watch_services) = cache::<Service>(
+        &client,
+        watcher::Config::default().labels(NOT_OURS),
+        &changed,
+    );
+    let (slices, watch_slices) = cache::<EndpointSlice>(
+        &client,
+        watcher::Config::default().labels(NOT_OURS),
+        &changed,
+    );
     tokio::select! {
         _ = watch_services => {}
         _ = watch_slices => {}
@@ -111,30 +116,4 @@ async fn sync(
         }
         tokio::time::sleep_until(last_sync + config.min_sync_period).await;
     }
-}
-
-/// A cache of every `K` the proxy handles, and the watch that fills it and notifies
-/// `changed` on every event (it runs while polled).
-fn cache<'a, K>(client: &Client, changed: &'a Notify) -> (Store<K>, impl Future<Output = ()> + 'a)
-where
-    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    let api: Api<K> = Api::all(client.clone());
-    let stream = watcher(api, watcher::Config::default().labels(NOT_OURS))
-        .default_backoff()
-        .modify(|obj| obj.meta_mut().managed_fields = None)
-        .reflect(writer);
-    let watch = async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => changed.notify_one(),
-                Err(err) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %err, "watch failed; retrying")
-                }
-            }
-        }
-    };
-    (store, watch)
 }

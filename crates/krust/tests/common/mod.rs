@@ -15,7 +15,7 @@ pub const KUBECTL: &str = "/usr/bin/kubectl";
 /// Eviction thresholds for test nodes: upstream's memory threshold and no disk signals.
 /// These machines' disks are 95% full and CI's build fills them further, so any share of
 /// the disk would put test nodes under DiskPressure (the disk-pressure test sets its own).
-const TEST_EVICTION_HARD: &str = "memory.available<100Mi";
+pub const TEST_EVICTION_HARD: &str = "memory.available<100Mi";
 
 /// A running `krust server`.
 pub struct Server {
@@ -29,7 +29,8 @@ pub struct Server {
     agent: bool,
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -137,6 +138,13 @@ impl Server {
             // and overlapping cluster IPs: a node runs one only when its test names a
             // table of its own.
             .args((self.agent && self.nftables_table().is_none()).then_some("--disable-kube-proxy"))
+            // A cluster DNS binds a port on the node's address: a server runs one only
+            // when its test names the port.
+            .args(
+                (self.command == "server"
+                    && !self.extra_args.iter().any(|a| a.starts_with("--dns-port=")))
+                .then_some("--disable-dns"),
+            )
             .arg("--https-listen-port")
             .arg(self.port.to_string())
             .arg("--data-dir")
