@@ -37,6 +37,8 @@ enum Command {
     Proxy(crate::proxy::ProxyCommand),
     /// Run the cluster DNS alone against an apiserver.
     Dns(crate::dns::DnsCommand),
+    /// Run the Ingress controller alone against an apiserver.
+    Ingress(crate::ingress::IngressCommand),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
     Sim(crate::sim::SimArgs),
     /// Manage the node's container images (offline: import tarballs).
@@ -82,6 +84,8 @@ struct ServerArgs {
     disable_scheduler: bool,
     #[command(flatten)]
     dns: crate::dns::DnsArgs,
+    #[command(flatten)]
+    ingress: crate::ingress::IngressArgs,
     /// Also run this many simulated nodes (`krust sim` defaults), for demos.
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -113,6 +117,7 @@ impl Cli {
             Command::Agent(args) => crate::agent::run(args).await,
             Command::Proxy(args) => crate::proxy::run(args).await,
             Command::Dns(args) => crate::dns::run(args).await,
+            Command::Ingress(args) => crate::ingress::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
             Command::Images(ImagesCommand::Import { files, data_dir }) => {
                 let socket = krust_cri::containerd::Layout::new(
@@ -179,6 +184,12 @@ async fn server(args: ServerArgs) -> Result<()> {
         let kubeconfig = kubeconfig.clone();
         components.push(InProcess::spawn("dns", move |stop| async move {
             crate::dns::serve(&kubeconfig, config, stop).await
+        }));
+    }
+    if let Some(config) = args.ingress.config(node_ip) {
+        let kubeconfig = kubeconfig.clone();
+        components.push(InProcess::spawn("ingress", move |stop| async move {
+            crate::ingress::serve(&kubeconfig, config, stop).await
         }));
     }
     if !args.disable_agent {
@@ -262,6 +273,22 @@ impl InProcess {
     async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;
+    }
+}
+
+/// Runs `work` until it ends or `shutdown` resolves; an error says it was `what` that
+/// failed.
+pub(crate) async fn until_shutdown<E>(
+    what: &'static str,
+    work: impl std::future::Future<Output = Result<(), E>>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    tokio::select! {
+        result = work => result.context(what),
+        _ = shutdown => Ok(()),
     }
 }
 

@@ -87,11 +87,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let (client, _) = crate::controller_manager::client(kubeconfig).await?;
-    tokio::select! {
-        result = krust_dns::run(client, config) => result.context("cluster DNS")?,
-        _ = shutdown => {}
-    }
-    Ok(())
+    crate::cli::until_shutdown("cluster DNS", krust_dns::run(client, config), shutdown).await
 }
 
 /// This machine's name, lowercased: it names the server's EndpointSlice.

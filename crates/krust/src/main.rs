@@ -7,6 +7,7 @@ mod apiserver;
 mod cli;
 mod controller_manager;
 mod dns;
+mod ingress;
 mod proxy;
 mod scheduler;
 mod sim;

@@ -145,6 +145,15 @@ impl Server {
                     && !self.extra_args.iter().any(|a| a.starts_with("--dns-port=")))
                 .then_some("--disable-dns"),
             )
+            // Likewise the Ingress controller's HTTP port.
+            .args(
+                (self.command == "server"
+                    && !self
+                        .extra_args
+                        .iter()
+                        .any(|a| a.starts_with("--ingress-http-port=")))
+                .then_some("--disable-ingress"),
+            )
             .arg("--https-listen-port")
             .arg(self.port.to_string())
             .arg("--data-dir")

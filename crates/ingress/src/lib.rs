@@ -1,0 +1,166 @@
+//! krust's Ingress controller (what k3s ships Traefik for): an HTTP reverse proxy whose
+//! routes are the Ingress objects of its class, sending each request straight to a ready
+//! pod of the backend Service (as ingress-nginx does, without the Service proxy's hop).
+//!
+//! It watches Ingresses, Services and EndpointSlices, rebuilds its [`routes`] on every
+//! change, reports the address it serves on in each Ingress's
+//! `status.loadBalancer.ingress`, and registers its IngressClass (`krust`, the default
+//! class: Ingresses without a class are served too).
+
+pub mod routes;
+pub mod serve;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::serde_json::json;
+use krust_client::cache::cache;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use routes::Routes;
+
+/// The controller name in the IngressClass.
+pub const CONTROLLER: &str = "krust.io/ingress";
+const MANAGER: &str = "krust-ingress";
+/// The pre-IngressClass way of naming a class.
+const CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+const RETRY: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where HTTP is served.
+    pub listen: SocketAddr,
+    /// The IngressClass served.
+    pub class: String,
+    /// The address reported in the Ingresses' status.
+    pub status_ip: Ipv4Addr,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("listening on {0}: {1}")]
+    Listen(SocketAddr, #[source] std::io::Error),
+}
+
+/// Serves Ingresses until the future is dropped.
+pub async fn run(client: Client, config: Config) -> Result<(), Error> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| Error::Listen(config.listen, e))?;
+    let changed = Notify::new();
+    let all = watcher::Config::default;
+    let (ingresses, watch_ingresses) = cache::<Ingress>(&client, all(), &changed);
+    let (services, watch_services) = cache::<Service>(&client, all(), &changed);
+    let (slices, watch_slices) = cache::<EndpointSlice>(&client, all(), &changed);
+    let routes: serve::SharedRoutes = Arc::default();
+    let control = async {
+        let _ = futures::join!(
+            ingresses.wait_until_ready(),
+            services.wait_until_ready(),
+            slices.wait_until_ready()
+        );
+        while let Err(err) = register_class(&client, &config.class).await {
+            tracing::warn!(error = %err, "registering the IngressClass failed; retrying");
+            tokio::time::sleep(RETRY).await;
+        }
+        loop {
+            let ours: Vec<Arc<Ingress>> = ingresses
+                .state()
+                .into_iter()
+                .filter(|i| serves(i, &config.class))
+                .collect();
+            let fresh = Routes::new(
+                ours.iter().map(|i| &**i),
+                services.state().iter().map(|s| &**s),
+                slices.state().iter().map(|s| &**s),
+            );
+            *routes.write().expect("routes") = Arc::new(fresh);
+            for ingress in &ours {
+                if let Err(err) = report_address(&client, ingress, config.status_ip).await {
+                    tracing::warn!(ingress = %ingress.name_any(), error = %err, "updating ingress status failed");
+                }
+            }
+            changed.notified().await;
+        }
+    };
+    tracing::info!(listen = %config.listen, class = %config.class, "ingress controller serving");
+    tokio::select! {
+        _ = watch_ingresses => {}
+        _ = watch_services => {}
+        _ = watch_slices => {}
+        _ = control => {}
+        _ = serve::serve(listener, routes.clone()) => {}
+    }
+    Ok(())
+}
+
+/// Whether an Ingress is this controller's: its class, or no class at all (ours is
+/// the default class).
+fn serves(ingress: &Ingress, class: &str) -> bool {
+    let named = ingress
+        .spec
+        .as_ref()
+        .and_then(|s| s.ingress_class_name.as_deref())
+        .or_else(|| {
+            ingress
+                .annotations()
+                .get(CLASS_ANNOTATION)
+                .map(String::as_str)
+        });
+    named.is_none_or(|c| c == class)
+}
+
+/// The IngressClass, marked as the cluster's default.
+async fn register_class(client: &Client, class: &str) -> Result<(), kube::Error> {
+    let classes: Api<IngressClass> = Api::all(client.clone());
+    let object = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": class, "annotations": {
+            "ingressclass.kubernetes.io/is-default-class": "true"}},
+        "spec": {"controller": CONTROLLER},
+    });
+    classes
+        .patch(
+            class,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&object),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Sets `status.loadBalancer.ingress` to this controller's address, unless it says so.
+async fn report_address(
+    client: &Client,
+    ingress: &Ingress,
+    ip: Ipv4Addr,
+) -> Result<(), kube::Error> {
+    let current = ingress
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref());
+    let wanted = ip.to_string();
+    if current.is_some_and(|list| list.len() == 1 && list[0].ip.as_deref() == Some(wanted.as_str()))
+    {
+        return Ok(());
+    }
+    let api: Api<Ingress> =
+        Api::namespaced(client.clone(), &ingress.namespace().unwrap_or_default());
+    let patch = json!({"status": {"loadBalancer": {"ingress": [{"ip": wanted}]}}});
+    api.patch_status(
+        &ingress.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
