@@ -8,7 +8,9 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use hickory_proto::op::{Edns, Header, HeaderCounts, Message, Metadata, OpCode, ResponseCode};
+use hickory_proto::op::{
+    Edns, Header, HeaderCounts, Message, Metadata, OpCode, Query, ResponseCode,
+};
 use hickory_proto::rr::rdata::{A, CNAME, PTR, SOA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use hickory_server::net::runtime::Time;
@@ -54,6 +56,20 @@ impl Handler {
             soa,
             upstreams,
         }
+    }
+
+    /// The upstream's answer records for `target`, none if it cannot say.
+    async fn resolve(&self, target: &str, query_type: RecordType) -> Vec<Record> {
+        let mut query = Message::query();
+        query.metadata.recursion_desired = true;
+        query.add_query(Query::query(name(target), query_type));
+        let Ok(raw) = query.to_vec() else {
+            return Vec::new();
+        };
+        self.forward(&raw)
+            .await
+            .map(|reply| reply.answers)
+            .unwrap_or_default()
     }
 
     /// The first upstream answer to the client's own query bytes.
@@ -161,7 +177,17 @@ impl RequestHandler for Handler {
         meta.recursion_available = true;
         let builder = MessageResponseBuilder::new(&request.queries, edns.as_ref());
         let (records, soa) = match answer {
-            Answer::Records(rs) => (rs.iter().map(|r| record(&owner, r)).collect(), None),
+            Answer::Records(rs) => {
+                let mut records: Vec<Record> = rs.iter().map(|r| record(&owner, r)).collect();
+                // An ExternalName's target is resolved into the answer, as CoreDNS does:
+                // stub resolvers do not chase a lone CNAME.
+                if let [zone::Record::Cname(_, target)] = rs.as_slice()
+                    && info.query.query_type() != RecordType::CNAME
+                {
+                    records.extend(self.resolve(target, info.query.query_type()).await);
+                }
+                (records, None)
+            }
             Answer::NoData => (Vec::new(), Some(&self.soa)),
             Answer::NxDomain => {
                 meta.response_code = ResponseCode::NXDomain;

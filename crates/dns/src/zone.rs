@@ -3,7 +3,7 @@
 //! reverse name) gets.
 //!
 //! - `<svc>.<ns>.svc.<domain>`: A of the cluster IP; for a headless Service, A of every
-//!   ready endpoint; CNAME for an ExternalName Service.
+//!   ready endpoint; CNAME (for questions of any type) for an ExternalName Service.
 //! - `<hostname>.<svc>.<ns>.svc.<domain>` (or the endpoint's dashed IP): A of one
 //!   endpoint of a headless Service.
 //! - `_<port>._<proto>.<svc>.<ns>.svc.<domain>`: SRV of a named port, pointing at the
@@ -240,7 +240,9 @@ impl Zone {
     fn service(&self, name: &str, ns: &str, svc: &str, qtype: QueryType) -> Answer {
         match (self.entry(ns, svc), qtype) {
             (None, _) => Answer::NxDomain,
-            (Some(Entry::External(target)), QueryType::A | QueryType::Cname) => {
+            // A CNAME answers questions of every type; the server adds the target's
+            // records.
+            (Some(Entry::External(target)), _) => {
                 Answer::Records(vec![Record::Cname(name.to_string(), target.clone())])
             }
             (Some(Entry::ClusterIp(ip, _)), QueryType::A) => {

@@ -138,6 +138,17 @@ fn pods_resolve_services_through_the_cluster_dns_and_other_names_upstream() {
     assert!(out.contains("NXDOMAIN"), "{out}");
     let out = nslookup_in_pod(&s, &["example.com"]);
     assert!(out.contains("192.0.2.123"), "{out}");
+    // An ExternalName Service: the CNAME, with its target resolved upstream.
+    apply(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ext"},
+            "spec": {"type": "ExternalName", "externalName": "example.com"}}),
+    );
+    let out = wait_for("the ExternalName Service", DEADLINE, || {
+        let out = nslookup_in_pod(&s, &["ext.default.svc.cluster.local"]);
+        out.contains("192.0.2.123").then_some(out)
+    });
+    assert!(out.contains("example.com"), "{out}");
 
     // SRV and PTR, asked from the node through the kube-dns Service's cluster IP.
     let host = |args: &[&str]| {
