@@ -145,6 +145,9 @@ impl Cluster {
         let server = Process(
             Command::new(krust_binary())
                 .arg("server")
+                // The benches measure the control plane and the node: the cluster DNS
+                // and the Ingress controller would add their own watches and ports.
+                .args(["--disable-dns", "--disable-ingress"])
                 .args(flags)
                 .args([
                     "--bind-address",
