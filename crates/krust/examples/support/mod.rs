@@ -145,9 +145,16 @@ impl Cluster {
         let server = Process(
             Command::new(krust_binary())
                 .arg("server")
-                // The benches measure the control plane and the node: the cluster DNS
-                // and the Ingress controller would add their own watches and ports.
-                .args(["--disable-dns", "--disable-ingress"])
+                // The control-plane benches leave out the cluster DNS and the Ingress
+                // controller (their own watches and ports) unless given their ports.
+                .args(
+                    (!flags.iter().any(|f| f.starts_with("--dns-port=")))
+                        .then_some("--disable-dns"),
+                )
+                .args(
+                    (!flags.iter().any(|f| f.starts_with("--ingress-http-port=")))
+                        .then_some("--disable-ingress"),
+                )
                 .args(flags)
                 .args([
                     "--bind-address",

@@ -1,0 +1,314 @@
+//! Data-plane benchmark: the Service proxy's rule loading, the cluster DNS and the
+//! Ingress controller, each measured on its own.
+//!
+//! ```text
+//! cargo build --release -p krust --bins --examples
+//! ./target/release/examples/dataplane_bench [services=1000] [seconds=5]
+//! ```
+//!
+//! Prints:
+//! - rules: time to render and to load (`nft -f`, one transaction) the table for 100,
+//!   1,000 and 10,000 Service ports with two endpoints each (a table of its own, deleted
+//!   after);
+//! - DNS: a release `krust server` (no node) with its cluster DNS, `services` Services;
+//!   A queries for random ones from 64 UDP clients for `seconds`: answers/s, latency
+//!   p50/p99, the server's CPU;
+//! - Ingress: the same server's Ingress controller in front of an HTTP server of the
+//!   bench (a Service without selector and an EndpointSlice pointing at it); GETs from 64
+//!   keep-alive clients for `seconds`: requests/s, latency p50/p99.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{Empty, Full};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
+use krust_proxy::model::{Protocol, ServicePort};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use tokio::net::UdpSocket;
+use tokio::task::JoinSet;
+
+mod support;
+
+use support::{Cluster, Result, free_port, percentile, proc_stat};
+
+const CLIENTS: usize = 64;
+
+#[tokio::main]
+async fn main() -> Result {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut args = std::env::args().skip(1);
+    let services: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
+    let seconds: u64 = args.next().map_or(Ok(5), |a| a.parse())?;
+    let window = Duration::from_secs(seconds);
+    rules()?;
+    let node_ip = krust_kubelet::machine::node_ip();
+    let (dns_port, http_port) = (free_port(), free_port());
+    let cluster = Cluster::start(&[
+        "--disable-scheduler",
+        &format!("--dns-port={dns_port}"),
+        &format!("--ingress-http-port={http_port}"),
+    ])
+    .await?;
+    let client = cluster.client().await?;
+    dns(
+        &client,
+        &cluster,
+        SocketAddrV4::new(node_ip, dns_port),
+        services,
+        window,
+    )
+    .await?;
+    ingress(&client, node_ip, http_port, window).await?;
+    cluster.stop();
+    Ok(())
+}
+
+fn rules() -> Result {
+    let cidr = "10.42.0.0/16".parse()?;
+    for n in [100usize, 1_000, 10_000] {
+        let ports: Vec<ServicePort> = (0..n)
+            .map(|i| ServicePort {
+                namespace: "bench".into(),
+                service: format!("svc-{i}"),
+                port_name: "http".into(),
+                protocol: Protocol::Tcp,
+                addresses: vec![Ipv4Addr::from(0x0a2b_0000 + i as u32)],
+                port: 80,
+                node_port: None,
+                endpoints: (0..2)
+                    .map(|e| {
+                        SocketAddrV4::new(Ipv4Addr::from(0x0a2a_0000 + (2 * i + e) as u32), 8080)
+                    })
+                    .collect(),
+            })
+            .collect();
+        let started = Instant::now();
+        let text = krust_proxy::nft::render("krust-bench", cidr, &ports);
+        let rendered = started.elapsed();
+        let started = Instant::now();
+        krust_proxy::nft::apply(&text)?;
+        let loaded = started.elapsed();
+        println!(
+            "rules for {n} Service ports: rendered in {rendered:.2?} ({} KB), loaded in {loaded:.2?}",
+            text.len() / 1024
+        );
+    }
+    krust_proxy::nft::delete_table("krust-bench")?;
+    Ok(())
+}
+
+/// An A question for `name` (recursion desired), as a resolver sends it.
+fn question(id: u16, name: &str) -> Vec<u8> {
+    let mut q = Vec::with_capacity(64);
+    q.extend_from_slice(&id.to_be_bytes());
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+/// Whether `reply` answers question `id` with NOERROR and at least one record.
+fn answered(reply: &[u8], id: u16) -> bool {
+    reply.len() >= 12
+        && reply[..2] == id.to_be_bytes()
+        && reply[3] & 0x0f == 0
+        && u16::from_be_bytes([reply[6], reply[7]]) > 0
+}
+
+async fn ask(socket: &UdpSocket, id: u16, name: &str) -> bool {
+    let mut buf = [0u8; 512];
+    if socket.send(&question(id, name)).await.is_err() {
+        return false;
+    }
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), socket.recv(&mut buf)).await,
+        Ok(Ok(n)) if answered(&buf[..n], id)
+    )
+}
+
+async fn dns(
+    client: &kube::Client,
+    cluster: &Cluster,
+    server: SocketAddrV4,
+    services: usize,
+    window: Duration,
+) -> Result {
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut set = JoinSet::new();
+    for c in 0..16 {
+        let api = api.clone();
+        set.spawn(async move {
+            for i in (c..services).step_by(16) {
+                let svc = serde_json::from_value(json!({
+                    "metadata": {"name": format!("svc-{i}")},
+                    "spec": {"ports": [{"port": 80}]},
+                }))?;
+                api.create(&PostParams::default(), &svc).await?;
+            }
+            Ok::<_, support::Error>(())
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    let probe = UdpSocket::bind("0.0.0.0:0").await?;
+    probe.connect(server).await?;
+    let last = format!("svc-{}.default.svc.cluster.local", services - 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ask(&probe, 1, &last).await {
+        if Instant::now() > deadline {
+            return Err("the cluster DNS never answered".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (cpu_before, _) = proc_stat(cluster.server.pid());
+    let started = Instant::now();
+    let mut set = JoinSet::new();
+    for c in 0..CLIENTS {
+        set.spawn(async move {
+            let socket = UdpSocket::bind("0.0.0.0:0").await?;
+            socket.connect(server).await?;
+            let (mut latencies, mut failed) = (Vec::new(), 0u64);
+            let mut id = (c as u16) << 8;
+            while started.elapsed() < window {
+                id = id.wrapping_add(1);
+                let name = format!("svc-{}.default.svc.cluster.local", id as usize % services);
+                let sent = Instant::now();
+                if ask(&socket, id, &name).await {
+                    latencies.push(sent.elapsed());
+                } else {
+                    failed += 1;
+                }
+            }
+            Ok::<_, support::Error>((latencies, failed))
+        });
+    }
+    let (mut latencies, mut failed) = (Vec::new(), 0);
+    while let Some(r) = set.join_next().await {
+        let (l, f) = r??;
+        latencies.extend(l);
+        failed += f;
+    }
+    let elapsed = started.elapsed();
+    let (cpu_after, rss) = proc_stat(cluster.server.pid());
+    latencies.sort();
+    println!(
+        "DNS, {services} Services, {CLIENTS} UDP clients: {:.0} answers/s, p50 {:.2?}, p99 {:.2?}, {failed} unanswered; server CPU {:.2} s of {:.1} s, RSS {rss:.1} MB",
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        cpu_after - cpu_before,
+        elapsed.as_secs_f64(),
+    );
+    Ok(())
+}
+
+async fn ingress(client: &kube::Client, node_ip: Ipv4Addr, port: u16, window: Duration) -> Result {
+    // The backend: a minimal HTTP server on the node's address.
+    let backend = tokio::net::TcpListener::bind((node_ip, 0)).await?;
+    let backend_port = backend.local_addr()?.port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = backend.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                        Bytes::from_static(b"ok"),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Api::<Service>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+            "metadata": {"name": "backend"},
+            "spec": {"ports": [{"name": "http", "port": 80}]}}))?,
+        )
+        .await?;
+    Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+            "metadata": {"name": "backend-1", "labels": {"kubernetes.io/service-name": "backend"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": backend_port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [node_ip.to_string()], "conditions": {"ready": true}}]}))?,
+        )
+        .await?;
+    Api::<Ingress>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+            "metadata": {"name": "bench"},
+            "spec": {"rules": [{"host": "bench.example", "http": {"paths": [
+                {"path": "/", "pathType": "Prefix",
+                 "backend": {"service": {"name": "backend", "port": {"number": 80}}}}]}}]}}))?,
+        )
+        .await?;
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let target = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let get = move || {
+        let request = hyper::Request::get(format!("http://{target}/"))
+            .header("host", "bench.example")
+            .body(Empty::new())
+            .expect("a request");
+        let http = http.clone();
+        async move { matches!(http.request(request).await, Ok(r) if r.status() == 200) }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !get().await {
+        if Instant::now() > deadline {
+            return Err("the Ingress never routed".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let failed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut set = JoinSet::new();
+    for _ in 0..CLIENTS {
+        let (get, failed) = (get.clone(), failed.clone());
+        set.spawn(async move {
+            let mut latencies = Vec::new();
+            while started.elapsed() < window {
+                let sent = Instant::now();
+                if get().await {
+                    latencies.push(sent.elapsed());
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            latencies
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(l) = set.join_next().await {
+        latencies.extend(l?);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    println!(
+        "Ingress, {CLIENTS} keep-alive clients: {:.0} requests/s, p50 {:.2?}, p99 {:.2?}, {} failed",
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        failed.load(Ordering::Relaxed),
+    );
+    Ok(())
+}
