@@ -20,7 +20,8 @@ pub struct ProxyArgs {
     /// The shortest time between two rule syncs (upstream's `--min-sync-period`).
     #[arg(long, default_value = "1s", value_parser = crate::cli::parse_duration)]
     min_sync_period: std::time::Duration,
-    /// How often the rules are loaded again even without changes (`--sync-period`).
+    /// How often the proxy checks that its table is still there, loading it again if
+    /// it was deleted (upstream's `--sync-period`).
     #[arg(long, default_value = "30s", value_parser = crate::cli::parse_duration)]
     sync_period: std::time::Duration,
 }

@@ -31,6 +31,7 @@ fn cluster_ips_and_node_ports_reach_ready_pods_and_services_without_endpoints_re
         "--cluster-cidr=10.78.0.0/16",
         "--service-cidr=10.98.0.0/16",
         "--nftables-table=krust-test-proxy",
+        "--sync-period=1s",
     ]);
     let serve = "mkdir -p /www && echo hello-from-$(hostname) > /www/index.html && exec httpd -f -p 8080 -h /www";
     s.ok_stdin(
@@ -120,5 +121,15 @@ fn cluster_ips_and_node_ports_reach_ready_pods_and_services_without_endpoints_re
         .unwrap_or_default()
         .to_string();
     assert_eq!(out.trim(), body);
+    // Rules deleted behind the proxy's back come back within a sync period.
+    let deleted = Command::new("nft")
+        .args(["delete", "table", "ip", "krust-test-proxy"])
+        .status()
+        .expect("nft");
+    assert!(deleted.success());
+    let restored = wait_for("the rules to come back", DEADLINE, || {
+        curl(&format!("http://{cluster_ip}/")).ok()
+    });
+    assert_eq!(restored, body);
     s.ok(&["delete", "deployment", "web", "--timeout=60s"]);
 }

@@ -4,9 +4,10 @@
 //!
 //! It talks only to the apiserver: two watches (Services, EndpointSlices) feed caches;
 //! any change schedules a sync, at most one per `min_sync_period` (upstream's default
-//! is 1 s), plus one every `sync_period` to repair rules changed behind its back. A sync
-//! computes the [`model`] from the caches and loads the whole [`nft`] table in one
-//! transaction when it differs from what was loaded last.
+//! is 1 s). A sync computes the [`model`] from the caches and loads the whole [`nft`]
+//! table in one transaction when it differs from what was loaded last; every
+//! `sync_period` the proxy also checks that its table is still there and loads it again
+//! if it was deleted behind its back.
 
 pub mod model;
 pub mod nft;
@@ -35,17 +36,6 @@ pub struct Config {
     pub cluster_cidr: Ipv4Cidr,
     pub min_sync_period: Duration,
     pub sync_period: Duration,
-}
-
-impl Config {
-    pub fn new(cluster_cidr: Ipv4Cidr) -> Config {
-        Config {
-            table: "krust".into(),
-            cluster_cidr,
-            min_sync_period: Duration::from_secs(1),
-            sync_period: Duration::from_secs(30),
-        }
-    }
 }
 
 /// Watches Services and EndpointSlices and keeps the node's rules in step, until the
@@ -87,8 +77,13 @@ async fn sync(
             slices.state().iter().map(|s| &**s),
         );
         let ruleset = nft::render(&config.table, config.cluster_cidr, &ports);
-        let due = last_sync.elapsed() >= config.sync_period;
-        if due || loaded.as_deref() != Some(ruleset.as_str()) {
+        // Unchanged rules are loaded again only if the table went missing (deleted
+        // behind our back): reloading a large table costs seconds of CPU.
+        let unchanged = loaded.as_deref() == Some(ruleset.as_str());
+        let repair = unchanged
+            && last_sync.elapsed() >= config.sync_period
+            && !table_exists(&config.table).await;
+        if !unchanged || repair {
             let text = ruleset.clone();
             let result = tokio::task::spawn_blocking(move || nft::apply(&text))
                 .await
@@ -104,6 +99,8 @@ async fn sync(
                 }
             }
             last_sync = Instant::now();
+        } else if last_sync.elapsed() >= config.sync_period {
+            last_sync = Instant::now();
         }
         let wait = if loaded.is_some() {
             config.sync_period
@@ -116,4 +113,12 @@ async fn sync(
         }
         tokio::time::sleep_until(last_sync + config.min_sync_period).await;
     }
+}
+
+/// Whether the table is there; when nft cannot say, assume not (a reload tells more).
+async fn table_exists(table: &str) -> bool {
+    let table = table.to_string();
+    tokio::task::spawn_blocking(move || nft::table_exists(&table).unwrap_or(false))
+        .await
+        .unwrap_or(false)
 }

@@ -173,6 +173,23 @@ pub fn delete_table(table: &str) -> Result<(), NftError> {
     )
 }
 
+/// Whether the table exists (`nft list tables ip`).
+pub fn table_exists(table: &str) -> Result<bool, NftError> {
+    let output = Command::new("nft")
+        .args(["list", "tables", "ip"])
+        .output()
+        .map_err(NftError::Spawn)?;
+    if !output.status.success() {
+        return Err(NftError::Rejected(
+            String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        ));
+    }
+    let wanted = format!("table ip {table}");
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .any(|l| l.trim() == wanted))
+}
+
 fn run(args: &[&str], input: &str) -> Result<(), NftError> {
     let mut child = Command::new("nft")
         .args(args)
@@ -269,5 +286,15 @@ mod tests {
         run(&["-c", "-f", "-"], &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let empty = render("krust-check", "10.42.0.0/16".parse().unwrap(), &[]);
         run(&["-c", "-f", "-"], &empty).unwrap_or_else(|e| panic!("{e}\n{empty}"));
+    }
+
+    #[test]
+    fn a_loaded_table_exists_until_deleted() {
+        let table = "krust-unit-exists";
+        assert!(!table_exists(table).unwrap());
+        apply(&render(table, "10.42.0.0/16".parse().unwrap(), &[])).unwrap();
+        assert!(table_exists(table).unwrap());
+        delete_table(table).unwrap();
+        assert!(!table_exists(table).unwrap());
     }
 }
