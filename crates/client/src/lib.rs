@@ -1,11 +1,12 @@
 //! What krust's components share on top of kube-rs, as client-go's `tools` packages
 //! are shared by upstream's: [`connect`] (the HTTP/2 API client), [`cache`] (a watched
-//! store of a kind), [`events`] (recording core/v1 Events) and [`leader`] (active/standby
+//! store of a kind), [`endpoints`] (EndpointSlices as the data plane reads them), [`events`] (recording core/v1 Events) and [`leader`] (active/standby
 //! through a coordination.k8s.io Lease).
 //! Components depend on this crate, never on each other.
 
 pub mod cache;
 pub mod connect;
+pub mod endpoints;
 pub mod events;
 pub mod leader;
 

@@ -20,9 +20,7 @@ use std::net::Ipv4Addr;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-
-/// The label that ties an EndpointSlice to its Service.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
 
 /// One answer record. Names are absolute and lowercase (`web.default.svc.cluster.local.`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,17 +105,10 @@ impl Zone {
         let domain = format!("{}.", domain.trim_end_matches('.').to_lowercase());
         let mut endpoints: HashMap<(&str, &str), Vec<Endpoint>> = HashMap::new();
         let mut endpoint_ports: HashMap<(&str, &str), Vec<Port>> = HashMap::new();
-        for slice in slices {
-            let meta = &slice.metadata;
-            let (Some(ns), Some(svc)) = (
-                meta.namespace.as_deref(),
-                meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)),
-            ) else {
-                continue;
-            };
-            if slice.address_type != "IPv4" {
-                continue;
-            }
+        for (slice, &(ns, svc)) in ipv4_slices_by_service(slices)
+            .iter()
+            .flat_map(|(key, slices)| slices.iter().map(move |s| (*s, key)))
+        {
             let ports = endpoint_ports.entry((ns, svc)).or_default();
             for p in slice.ports.iter().flatten() {
                 let port = Port {
@@ -131,11 +122,10 @@ impl Zone {
             }
             let list = endpoints.entry((ns, svc)).or_default();
             for e in &slice.endpoints {
-                let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
                 let Some(ip) = e.addresses.first().and_then(|a| a.parse().ok()) else {
                     continue;
                 };
-                if ready && !list.iter().any(|x: &Endpoint| x.ip == ip) {
+                if is_ready(e) && !list.iter().any(|x: &Endpoint| x.ip == ip) {
                     list.push(Endpoint {
                         ip,
                         hostname: e.hostname.clone(),
@@ -341,6 +331,7 @@ fn only(asked: QueryType, has: QueryType, record: Record) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use krust_client::endpoints::SERVICE_NAME_LABEL;
     use serde_json::json;
 
     fn zone() -> Zone {

@@ -14,9 +14,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
-
-/// The label that ties an EndpointSlice to its Service.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
 
 /// A Service port behind a rule, with its ready endpoints (empty: answer 503).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,16 +81,7 @@ impl Routes {
                 ))
             })
             .collect();
-        let mut slices_of: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
-        for slice in slices {
-            let meta = &slice.metadata;
-            if let (Some(ns), Some(svc)) = (
-                meta.namespace.as_deref(),
-                meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)),
-            ) {
-                slices_of.entry((ns, svc)).or_default().push(slice);
-            }
-        }
+        let slices_of = ipv4_slices_by_service(slices);
         let resolve = |ns: &str, backend: &IngressBackend| -> Option<Backend> {
             let svc = backend.service.as_ref()?;
             let port = svc.port.as_ref()?;
@@ -117,9 +106,8 @@ impl Routes {
                     continue;
                 };
                 for e in &slice.endpoints {
-                    let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
                     let ip = e.addresses.first().and_then(|a| a.parse::<Ipv4Addr>().ok());
-                    if let (true, Some(ip)) = (ready, ip) {
+                    if let (true, Some(ip)) = (is_ready(e), ip) {
                         endpoints.push(SocketAddr::from((ip, target)));
                     }
                 }
@@ -214,6 +202,7 @@ fn best<'a>(paths: &'a [Path], request: &str) -> Option<&'a Backend> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use krust_client::endpoints::SERVICE_NAME_LABEL;
     use serde_json::json;
 
     fn routes() -> Routes {

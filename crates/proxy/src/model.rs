@@ -2,15 +2,12 @@
 //! with a cluster IP, the addresses it answers on and the endpoints traffic goes to.
 //! Pure functions of Services and EndpointSlices, as kube-proxy's change trackers are.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
-
-/// The label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {
@@ -63,21 +60,7 @@ pub fn service_ports<'a>(
     services: impl IntoIterator<Item = &'a Service>,
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
 ) -> Vec<ServicePort> {
-    let mut by_service: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
-    for slice in slices {
-        if slice.address_type != "IPv4" {
-            continue;
-        }
-        let meta = &slice.metadata;
-        let Some(service) = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
-            continue;
-        };
-        let namespace = meta.namespace.as_deref().unwrap_or_default();
-        by_service
-            .entry((namespace, service))
-            .or_default()
-            .push(slice);
-    }
+    let by_service = ipv4_slices_by_service(slices);
     let mut ports = Vec::new();
     for svc in services {
         let (Some(namespace), Some(name), Some(spec)) = (
@@ -192,7 +175,7 @@ enum State {
 /// An endpoint's conditions; absent ones mean ready and serving, not terminating.
 fn state(endpoint: &Endpoint) -> State {
     let c = endpoint.conditions.as_ref();
-    let ready = c.and_then(|c| c.ready).unwrap_or(true);
+    let ready = is_ready(endpoint);
     let serving = c.and_then(|c| c.serving).unwrap_or(ready);
     let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
     if ready && !terminating {
@@ -207,6 +190,7 @@ fn state(endpoint: &Endpoint) -> State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use krust_client::endpoints::SERVICE_NAME_LABEL;
     use serde_json::json;
 
     fn service(v: serde_json::Value) -> Service {

@@ -36,7 +36,7 @@ use crate::pods::CachedPod;
 use crate::queue::{Reconciler, WorkQueue};
 use krust_client::is_status;
 
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub use krust_client::endpoints::SERVICE_NAME_LABEL;
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
