@@ -17,10 +17,10 @@ use krust_cri::image;
 pub struct AgentArgs {
     /// This node's name (default: the hostname).
     #[arg(long)]
-    pub(crate) node_name: Option<String>,
+    node_name: Option<String>,
     /// The address other nodes reach this one on (default: the default route's source).
     #[arg(long)]
-    pub(crate) node_ip: Option<Ipv4Addr>,
+    node_ip: Option<Ipv4Addr>,
     /// A CRI socket to use instead of starting containerd (e.g.
     /// unix:///run/containerd/containerd.sock).
     #[arg(long)]
@@ -43,6 +43,18 @@ pub struct AgentArgs {
     housekeeping_interval: std::time::Duration,
     #[command(flatten)]
     proxy: crate::proxy::ProxyArgs,
+}
+
+impl AgentArgs {
+    /// `--node-name`, else the machine's hostname, lowercased.
+    pub(crate) fn node_name(&self) -> String {
+        self.node_name.clone().unwrap_or_else(crate::cli::hostname)
+    }
+
+    /// `--node-ip`, else the default route's source address.
+    pub(crate) fn node_ip(&self) -> Ipv4Addr {
+        self.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip)
+    }
 }
 
 #[derive(Args)]
@@ -112,11 +124,8 @@ pub async fn run_with_kubeconfig(
         .context("connecting to the container runtime")?;
     let (client, ca) = crate::controller_manager::client(kubeconfig).await?;
     let client_ca = ca.context("the kubeconfig names no cluster CA for the kubelet server")?;
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_lowercase())
-        .unwrap_or_else(|_| "localhost".into());
-    let node_name = args.node_name.clone().unwrap_or(hostname);
-    let node_ip = args.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip);
+    let node_name = args.node_name();
+    let node_ip = args.node_ip();
     let serving_cert = pki
         .map(|pki| pki.kubelet_serving_cert(&[node_name.clone(), node_ip.to_string()]))
         .transpose()?;

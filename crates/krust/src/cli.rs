@@ -166,15 +166,8 @@ async fn server(args: ServerArgs) -> Result<()> {
             crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, stop).await
         }));
     }
-    let node_ip = args
-        .agent
-        .node_ip
-        .unwrap_or_else(krust_kubelet::machine::node_ip);
-    let instance = args
-        .agent
-        .node_name
-        .clone()
-        .unwrap_or_else(crate::dns::hostname);
+    let node_ip = args.agent.node_ip();
+    let instance = args.agent.node_name();
     if let Some(config) = args.dns.config(
         node_ip,
         args.agent.cluster_dns,
@@ -290,6 +283,13 @@ where
         result = work => result.context(what),
         _ = shutdown => Ok(()),
     }
+}
+
+/// This machine's name, lowercased (a node's and a DNS server's default name).
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// The kubeconfig a component was pointed at, as YAML.

@@ -75,7 +75,12 @@ pub async fn run(args: DnsCommand) -> Result<()> {
     let node_ip = args.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip);
     let config = args
         .dns
-        .config(node_ip, args.cluster_dns, &args.cluster_domain, hostname())
+        .config(
+            node_ip,
+            args.cluster_dns,
+            &args.cluster_domain,
+            crate::cli::hostname(),
+        )
         .context("--disable-dns leaves `krust dns` nothing to do")?;
     serve(&yaml, config, crate::cli::shutdown_signal()).await
 }
@@ -88,11 +93,4 @@ pub async fn serve(
 ) -> Result<()> {
     let (client, _) = crate::controller_manager::client(kubeconfig).await?;
     crate::cli::until_shutdown("cluster DNS", krust_dns::run(client, config), shutdown).await
-}
-
-/// This machine's name, lowercased: it names the server's EndpointSlice.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_lowercase())
-        .unwrap_or_else(|_| "localhost".into())
 }
