@@ -281,7 +281,7 @@ fn service_account(call: &Call<'_>, pod: &mut Value) {
     if !automount || mounted {
         return;
     }
-    let volume = format!("kube-api-access-{}", random_suffix());
+    let volume = format!("kube-api-access-{}", krust_api::names::random_suffix(5));
     let projected = json!({"name": volume, "projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
@@ -340,17 +340,6 @@ fn default_toleration_seconds(pod: &mut Value) {
         all.extend(added);
         spec.insert("tolerations".into(), Value::Array(all));
     }
-}
-
-/// Five characters as upstream's name generator picks them (no vowels, no look-alikes).
-fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    uuid::Uuid::new_v4()
-        .as_bytes()
-        .iter()
-        .take(5)
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
-        .collect()
 }
 
 /// The PriorityClasses every cluster has: (name, value, description), as upstream.

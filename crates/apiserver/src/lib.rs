@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod openapi_v2;
 pub mod pki;
+mod recover;
 pub mod request;
 pub mod response;
 pub mod rest;
@@ -39,6 +40,8 @@ use crate::admission::Admission;
 use crate::allocator::ServiceAllocator;
 use crate::auth::{AllowAuthenticated, Authenticators, Authorizer, ClientCertificates};
 use crate::watch_cache::WatchCache;
+
+pub use server::serve_in_process;
 
 /// The Kubernetes version krust serves.
 pub const KUBE_VERSION: &str = "v1.33.0";
@@ -72,7 +75,7 @@ pub struct Api {
     pub admission: Admission,
     pub authenticators: Authenticators,
     pub authorizer: Box<dyn Authorizer>,
-    pub metrics: metrics::Metrics,
+    pub metrics: Arc<metrics::Metrics>,
     /// `host:port` clients are told to use.
     pub advertise: String,
     /// Bounds on concurrent requests (upstream's max-in-flight filter).
@@ -90,78 +93,93 @@ pub struct Running {
     pub task: tokio::task::JoinHandle<()>,
 }
 
-/// Starts the apiserver on `store`: loads the watch cache, creates the default namespaces
-/// and the `kubernetes` Service, then listens until `shutdown` resolves.
+impl Api {
+    /// Everything a request handler needs, on `store`: the PKI in `config.tls_dir`
+    /// (created on first use), the watch cache loaded, and the objects every cluster has
+    /// (default namespaces, the `kubernetes` Service reachable on `port`). Serves
+    /// nothing yet: [`start`] puts it behind TLS, and tests call
+    /// [`serve_in_process`] on it directly.
+    pub async fn new(
+        config: &Config,
+        store: Arc<dyn Store>,
+        port: u16,
+    ) -> Result<(Arc<Api>, pki::Pki)> {
+        let range = config
+            .service_cidr
+            .parse()
+            .with_context(|| format!("invalid service CIDR {}", config.service_cidr))?;
+        let services = Arc::new(ServiceAllocator::new(range));
+        let mut sans = vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+            "kubernetes".to_string(),
+            "kubernetes.default".to_string(),
+            "kubernetes.default.svc".to_string(),
+            "kubernetes.default.svc.cluster.local".to_string(),
+            services.first_ip().to_string(),
+            config.advertise_address.to_string(),
+        ];
+        if !config.bind_address.is_unspecified() {
+            sans.push(config.bind_address.to_string());
+        }
+        sans.dedup();
+        let pki = pki::Pki::load_or_create(&config.tls_dir, &sans)?;
+        let prefixes = kinds::all()
+            .iter()
+            .filter(|k| kinds::for_storage(k.info.storage).is_some_and(|s| std::ptr::eq(s, *k)))
+            .map(|k| (k.info.storage_prefix(), k.strategy))
+            .collect();
+        let cache = WatchCache::start(store.clone(), prefixes)
+            .await
+            .context("loading the watch cache")?;
+        if let Some(svc_cache) = cache.cache("/registry/services/specs/") {
+            for svc in svc_cache.list("/registry/services/specs/").0 {
+                services.observe(&svc.value());
+            }
+        }
+        let tokens =
+            Arc::new(tokens::TokenIssuer::new(&pki).context("loading the service-account key")?);
+        let api = Arc::new(Api {
+            store,
+            cache: cache.clone(),
+            admission: Admission {
+                services: services.clone(),
+            },
+            authenticators: Authenticators(vec![
+                Box::new(ClientCertificates),
+                Box::new(tokens::ServiceAccountTokens {
+                    issuer: tokens.clone(),
+                    cache,
+                }),
+            ]),
+            authorizer: Box::new(AllowAuthenticated),
+            metrics: Arc::new(metrics::Metrics::new()),
+            advertise: format!("{}:{port}", config.advertise_address),
+            inflight: server::InflightLimits::new(
+                config.max_requests_inflight,
+                config.max_mutating_requests_inflight,
+            ),
+            kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
+            tokens,
+        });
+        bootstrap::run(&api, services.first_ip(), port).await?;
+        Ok((api, pki))
+    }
+}
+
+/// Starts the apiserver on `store` ([`Api::new`]), publishes this apiserver in the
+/// `kubernetes` endpoints, then serves HTTPS until `shutdown` resolves.
 pub async fn start(
     config: Config,
     store: Arc<dyn Store>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Running> {
-    let range = config
-        .service_cidr
-        .parse()
-        .with_context(|| format!("invalid service CIDR {}", config.service_cidr))?;
-    let services = Arc::new(ServiceAllocator::new(range));
-    let mut sans = vec![
-        "127.0.0.1".to_string(),
-        "localhost".to_string(),
-        "kubernetes".to_string(),
-        "kubernetes.default".to_string(),
-        "kubernetes.default.svc".to_string(),
-        "kubernetes.default.svc.cluster.local".to_string(),
-        services.first_ip().to_string(),
-        config.advertise_address.to_string(),
-    ];
-    if !config.bind_address.is_unspecified() {
-        sans.push(config.bind_address.to_string());
-    }
-    sans.dedup();
-    let pki = pki::Pki::load_or_create(&config.tls_dir, &sans)?;
-    let acceptor = server::tls_acceptor(&pki)?;
-
-    let prefixes = kinds::all()
-        .iter()
-        .filter(|k| kinds::for_storage(k.info.storage).is_some_and(|s| std::ptr::eq(s, *k)))
-        .map(|k| (k.info.storage_prefix(), k.strategy))
-        .collect();
-    let cache = WatchCache::start(store.clone(), prefixes)
-        .await
-        .context("loading the watch cache")?;
-    if let Some(svc_cache) = cache.cache("/registry/services/specs/") {
-        for svc in svc_cache.list("/registry/services/specs/").0 {
-            services.observe(&svc.value());
-        }
-    }
     let listener = TcpListener::bind((config.bind_address, config.port))
         .await
         .with_context(|| format!("binding {}:{}", config.bind_address, config.port))?;
     let addr = listener.local_addr()?;
-    let tokens =
-        Arc::new(tokens::TokenIssuer::new(&pki).context("loading the service-account key")?);
-    let api = Arc::new(Api {
-        store,
-        cache: cache.clone(),
-        admission: Admission {
-            services: services.clone(),
-        },
-        authenticators: Authenticators(vec![
-            Box::new(ClientCertificates),
-            Box::new(tokens::ServiceAccountTokens {
-                issuer: tokens.clone(),
-                cache,
-            }),
-        ]),
-        authorizer: Box::new(AllowAuthenticated),
-        metrics: metrics::Metrics::new(),
-        advertise: format!("{}:{}", config.advertise_address, addr.port()),
-        inflight: server::InflightLimits::new(
-            config.max_requests_inflight,
-            config.max_mutating_requests_inflight,
-        ),
-        kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
-        tokens,
-    });
-    bootstrap::run(&api, services.first_ip(), addr.port()).await?;
+    let (api, pki) = Api::new(&config, store, addr.port()).await?;
+    let acceptor = server::tls_acceptor(&pki)?;
     let reconciler = endpoints::EndpointReconciler::new(
         api.clone(),
         config.advertise_address,

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub latency: Family<LatencyLabels, Histogram>,
     inflight: Family<InflightLabels, Gauge>,
+    /// Requests and watch streams abandoned because their handler panicked.
+    pub panics: Counter,
 }
 
 impl Metrics {
@@ -59,11 +61,18 @@ impl Metrics {
             "Requests holding a slot of the max-in-flight budget of their kind.",
             inflight.clone(),
         );
+        let panics = Counter::default();
+        registry.register(
+            "apiserver_request_panics",
+            "Requests and watch streams whose handler panicked; each was answered with a 500 InternalError.",
+            panics.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
             inflight,
+            panics,
         }
     }
 

@@ -1,5 +1,5 @@
 //! OpenAPI v3 documents (`/openapi/v3` and one per group version), generated from the
-//! k8s-openapi types' JSON schemas plus the patch metadata of `krust_api::patch`. kubectl
+//! k8s-openapi types' JSON schemas plus the patch metadata of `krust_apimachinery::patch`. kubectl
 //! uses them for `explain`, to learn that the server validates fields itself
 //! (`fieldValidation` on PATCH operations), and to compute `apply` patches.
 
@@ -8,8 +8,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use krust_api::patch::TypeRef;
 use krust_api::registry::{self, ResourceInfo};
+use krust_apimachinery::patch::TypeRef;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 

@@ -149,11 +149,12 @@ pub async fn serve(
                     })
                     .unwrap_or_else(|_| User::anonymous()),
             );
-            let service = hyper::service::service_fn(move |req| {
+            let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
                 let api = api.clone();
                 let connection_user = connection_user.clone();
                 async move {
-                    Ok::<_, std::convert::Infallible>(handle(&api, &connection_user, req).await)
+                    let req = req.map(RequestBody::Streaming);
+                    Ok::<_, std::convert::Infallible>(respond(&api, &connection_user, req).await)
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -167,7 +168,34 @@ pub async fn serve(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), graceful.shutdown()).await;
 }
 
-async fn handle(api: &Api, connection_user: &User, req: http::Request<Incoming>) -> Response {
+/// A request's body: still arriving on a client's connection, or already read (a
+/// request served in process).
+enum RequestBody {
+    Streaming(Incoming),
+    Read(Bytes),
+}
+
+/// Serves one request in process, without TLS or a socket, as `user`: everything after
+/// the connection (authorization, admission, validation, the store, the watch cache)
+/// is the same as for a client's request. Upgrades (exec, attach, port-forward) need a
+/// connection and are refused. For tests.
+pub async fn serve_in_process(api: &Api, user: &User, req: http::Request<Bytes>) -> Response {
+    respond(api, user, req.map(RequestBody::Read)).await
+}
+
+/// Serves a request inside the panic guard: a panicking handler answers 500.
+async fn respond(api: &Api, connection_user: &User, req: http::Request<RequestBody>) -> Response {
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    crate::recover::catch(
+        &api.metrics,
+        || format!("{method} {uri}"),
+        handle(api, connection_user, req),
+    )
+    .await
+    .unwrap_or_else(|| response::error(&crate::recover::error()))
+}
+
+async fn handle(api: &Api, connection_user: &User, req: http::Request<RequestBody>) -> Response {
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
@@ -225,10 +253,15 @@ async fn handle(api: &Api, connection_user: &User, req: http::Request<Incoming>)
                 }
                 Ok((user, _permit)) => match crate::connect::Connect::of(&info) {
                     // Streams and upgrades go to the kubelet with their body unread.
-                    Some(connect) => {
-                        let req = http::Request::from_parts(parts, body);
-                        crate::connect::serve(api, connect, &info, req).await
-                    }
+                    Some(connect) => match body {
+                        RequestBody::Streaming(body) => {
+                            let req = http::Request::from_parts(parts, body);
+                            crate::connect::serve(api, connect, &info, req).await
+                        }
+                        RequestBody::Read(_) => Err(ApiError::bad_request(
+                            "streaming subresources need a client connection",
+                        )),
+                    },
                     None => {
                         // Read the whole body first: answering before it is consumed
                         // makes clients still sending see a reset instead of the Status.
@@ -298,11 +331,22 @@ async fn serve_resource(
 }
 
 /// Consumes a request body we will not use, so the client gets our answer cleanly.
-async fn drain(body: Incoming) {
-    let _ = Limited::new(body, rest::MAX_BODY).collect().await;
+async fn drain(body: RequestBody) {
+    if let RequestBody::Streaming(body) = body {
+        let _ = Limited::new(body, rest::MAX_BODY).collect().await;
+    }
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, ApiError> {
+async fn read_body(body: RequestBody) -> Result<Bytes, ApiError> {
+    let body = match body {
+        RequestBody::Streaming(body) => body,
+        RequestBody::Read(bytes) if bytes.len() > rest::MAX_BODY => {
+            return Err(ApiError::too_large(
+                "Request entity too large: limit is 3145728",
+            ));
+        }
+        RequestBody::Read(bytes) => return Ok(bytes),
+    };
     match Limited::new(body, rest::MAX_BODY).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(err)

@@ -7,8 +7,9 @@
 //! a watcher that falls behind the ring's start gets 410 Gone instead of slowing writers,
 //! as upstream's cacher does.
 
+use parking_lot::RwLock;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -222,8 +223,8 @@ impl ResourceCache {
         *self.revision.borrow()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|e| e.into_inner())
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, State> {
+        self.state.read()
     }
 
     /// Decodes an object read from the store (for paged lists served by the store).
@@ -273,7 +274,7 @@ impl ResourceCache {
 
     fn apply(&self, event: &Event) {
         let rev = event.revision();
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.write();
         let cache_event = match event {
             Event::Put { kv, .. } => {
                 let Some(obj) = self.cached(kv, rev) else {
@@ -311,7 +312,7 @@ impl ResourceCache {
 
     fn load(&self, kv: &KeyValue) {
         if let Some(obj) = self.cached(kv, kv.mod_revision) {
-            let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.state.write();
             state.objects.insert(kv.key.clone(), Arc::new(obj));
         }
     }

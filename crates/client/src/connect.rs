@@ -6,11 +6,13 @@
 
 use std::time::Duration;
 
+use base64::Engine;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{BoxError, ServiceBuilder};
 
 /// client-go's HTTP/2 health check: a ping after 30 s without frames, and the
@@ -48,4 +50,72 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .map_err(BoxError::from)
         .service(http_client);
     Ok(kube::Client::new(service, config.default_namespace))
+}
+
+/// Why a kubeconfig gave no client.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    #[error("parsing the kubeconfig: {0}")]
+    Parse(#[source] kube::config::KubeconfigError),
+    #[error("loading the kubeconfig: {0}")]
+    Load(#[source] kube::config::KubeconfigError),
+    #[error("building the API client: {0}")]
+    Client(#[source] kube::Error),
+    #[error("decoding certificate-authority-data: {0}")]
+    CaData(String),
+    #[error("reading {path}: {source}")]
+    CaFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A client for the apiserver of `kubeconfig` (YAML), and the cluster CA bundle it
+/// trusts (PEM), which the controllers publish as `kube-root-ca.crt`.
+pub async fn from_kubeconfig(
+    kubeconfig: &str,
+) -> Result<(kube::Client, Option<String>), KubeconfigError> {
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).map_err(KubeconfigError::Parse)?;
+    let ca = root_ca(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(KubeconfigError::Load)?;
+    let client = client(config).map_err(KubeconfigError::Client)?;
+    Ok((client, ca))
+}
+
+/// The CA bundle (PEM) the kubeconfig trusts for its current context's cluster, verbatim
+/// (inline `certificate-authority-data` or the `certificate-authority` file), as
+/// upstream's controller-manager publishes its `--root-ca-file`.
+fn root_ca(kubeconfig: &Kubeconfig) -> Result<Option<String>, KubeconfigError> {
+    let cluster = kubeconfig
+        .current_context
+        .as_ref()
+        .and_then(|current| kubeconfig.contexts.iter().find(|c| &c.name == current))
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| kubeconfig.clusters.iter().find(|n| n.name == c.cluster))
+        .and_then(|n| n.cluster.as_ref());
+    let Some(cluster) = cluster else {
+        return Ok(None);
+    };
+    if let Some(data) = &cluster.certificate_authority_data {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| KubeconfigError::CaData(e.to_string()))?;
+        let pem =
+            String::from_utf8(bytes).map_err(|_| KubeconfigError::CaData("not PEM text".into()))?;
+        return Ok(Some(pem));
+    }
+    match &cluster.certificate_authority {
+        Some(path) => {
+            std::fs::read_to_string(path)
+                .map(Some)
+                .map_err(|source| KubeconfigError::CaFile {
+                    path: path.clone(),
+                    source,
+                })
+        }
+        None => Ok(None),
+    }
 }

@@ -1,14 +1,24 @@
 //! What krust's components share on top of kube-rs, as client-go's `tools` packages
-//! are shared by upstream's: [`connect`] (the HTTP/2 API client), [`cache`] (a watched
-//! store of a kind), [`endpoints`] (EndpointSlices as the data plane reads them), [`events`] (recording core/v1 Events) and [`leader`] (active/standby
-//! through a coordination.k8s.io Lease).
+//! are shared by upstream's:
+//! - [`connect`]: the HTTP/2 API client;
+//! - the one way to watch, read top to bottom: [`informer`] (a list+watch of a kind
+//!   feeding a [`cache`] and event handlers, shared per kind), [`queue`] (the
+//!   deduplicating, rate-limited work queue between handlers and reconcilers);
+//! - [`endpoints`]: EndpointSlices as the data plane reads them;
+//! - [`events`]: recording core/v1 Events; [`leader`]: active/standby through a
+//!   coordination.k8s.io Lease;
+//! - [`supervise`]: long-running tasks restarted with back-off when they panic.
+//!
 //! Components depend on this crate, never on each other.
 
 pub mod cache;
 pub mod connect;
 pub mod endpoints;
 pub mod events;
+pub mod informer;
 pub mod leader;
+pub mod queue;
+pub mod supervise;
 
 /// A Lease could not be acquired or renewed.
 #[derive(Debug, thiserror::Error)]

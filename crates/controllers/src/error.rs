@@ -18,9 +18,6 @@ pub enum Error {
     /// An object's spec holds a value the controller cannot act on.
     #[error("invalid spec of {object}: {reason}")]
     InvalidSpec { object: String, reason: String },
-    /// A reconcile pass panicked (a bug); the key is retried with backoff.
-    #[error("reconcile panicked")]
-    Panicked,
 }
 
 impl Error {
@@ -37,10 +34,10 @@ impl Error {
     }
 }
 
-impl Error {
+impl krust_client::queue::PassError for Error {
     /// A write lost an optimistic-concurrency race (409): expected, and retried at once
     /// on fresher data, so not worth a warning.
-    pub fn is_conflict(&self) -> bool {
+    fn is_conflict(&self) -> bool {
         matches!(self, Error::Api { source, .. } if krust_client::is_status(source, 409))
     }
 }

@@ -8,8 +8,8 @@
 //! Like client-go's `UIDTrackingControllerExpectations`, deletions are tracked per pod, so
 //! a pod that is seen being deleted twice (deletionTimestamp set, then gone) counts once.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long unobserved expectations hold a controller back (upstream's `ExpectationsTimeout`).
@@ -34,7 +34,7 @@ impl Expectations {
     }
 
     fn satisfied_at(&self, key: &str, now: Instant) -> bool {
-        match self.by_owner.lock().expect("expectations").get(key) {
+        match self.by_owner.lock().get(key) {
             None => true,
             Some(e) => {
                 (e.creations <= 0 && e.deletions.is_empty())
@@ -45,7 +45,7 @@ impl Expectations {
 
     /// Records that `count` pods are being created for `key`.
     pub fn expect_creations(&self, key: &str, count: usize) {
-        self.by_owner.lock().expect("expectations").insert(
+        self.by_owner.lock().insert(
             key.to_string(),
             Expected {
                 creations: count as i64,
@@ -57,7 +57,7 @@ impl Expectations {
 
     /// Records that the pods `pod_keys` are being deleted for `key`.
     pub fn expect_deletions(&self, key: &str, pod_keys: impl IntoIterator<Item = String>) {
-        self.by_owner.lock().expect("expectations").insert(
+        self.by_owner.lock().insert(
             key.to_string(),
             Expected {
                 creations: 0,
@@ -69,14 +69,14 @@ impl Expectations {
 
     /// A pod of `key` was seen created, or a create was given up (it will not be seen).
     pub fn creation_observed(&self, key: &str) {
-        if let Some(e) = self.by_owner.lock().expect("expectations").get_mut(key) {
+        if let Some(e) = self.by_owner.lock().get_mut(key) {
             e.creations -= 1;
         }
     }
 
     /// The pod `pod_key` of `key` was seen deleted (or terminating), or its delete failed.
     pub fn deletion_observed(&self, key: &str, pod_key: &str) {
-        if let Some(e) = self.by_owner.lock().expect("expectations").get_mut(key) {
+        if let Some(e) = self.by_owner.lock().get_mut(key) {
             e.deletions.remove(pod_key);
         }
     }
@@ -86,7 +86,6 @@ impl Expectations {
     pub fn pending_deletions(&self, key: &str) -> HashSet<String> {
         self.by_owner
             .lock()
-            .expect("expectations")
             .get(key)
             .map(|e| e.deletions.clone())
             .unwrap_or_default()
@@ -94,7 +93,7 @@ impl Expectations {
 
     /// The owner is gone.
     pub fn forget(&self, key: &str) {
-        self.by_owner.lock().expect("expectations").remove(key);
+        self.by_owner.lock().remove(key);
     }
 }
 

@@ -2,9 +2,10 @@
 //! by watching the apiserver and writing back, never by calling another component.
 //!
 //! The machinery, read top to bottom:
-//! - [`informer`]: one watch and one cache per kind, shared by every controller that
-//!   watches the kind; handlers turn events into work-queue keys. [`cache`] is the cache.
-//! - [`queue`]: a deduplicating, rate-limited work queue and its worker loops.
+//! - `krust_client::informer`: one watch and one cache per kind, shared by every
+//!   controller that watches the kind; handlers turn events into work-queue keys.
+//! - `krust_client::queue`: a deduplicating, rate-limited work queue and its worker loops.
+//! - [`pods`]: pods as controllers cache them (a compact [`pods::CachedPod`]).
 //! - [`expectations`]: what a controller wrote and has not yet seen in its cache.
 //! - `krust_client::leader` and `krust_client::events`: active/standby through a Lease,
 //!   and Events that explain what a controller did.
@@ -16,24 +17,22 @@
 //! `default` ServiceAccount and `kube-root-ca.crt` in every namespace) and [`nodeipam`]
 //! (a pod range per Node). [`run`] puts them together.
 
-pub mod cache;
 pub mod deployment;
 pub mod endpoints;
 mod error;
 pub mod expectations;
 pub mod gc;
-pub mod informer;
 pub mod intern;
 pub mod namespace;
 pub mod nodeipam;
 pub mod owner;
 pub mod pods;
-pub mod queue;
 pub mod replicaset;
 pub mod serviceaccount;
 
 use std::future::Future;
 
+use krust_client::{informer, queue};
 use kube::Client;
 use tokio::task::JoinSet;
 

@@ -18,18 +18,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Store;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, NamespaceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use krust_client::cache::Cache;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::informer::{EventHandler, SharedInformers};
-use crate::queue::{Reconciler, WorkQueue};
+use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
 
 /// The finalizer this controller owns in `spec.finalizers`.
 pub const FINALIZER: &str = "kubernetes";
@@ -40,7 +40,7 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 
 pub struct NamespaceController {
     client: Client,
-    namespaces: Store<Namespace>,
+    namespaces: Cache<Namespace>,
     queue: Arc<WorkQueue>,
 }
 
@@ -50,7 +50,7 @@ impl NamespaceController {
         let informer = informers.get::<Namespace>();
         let controller = Arc::new(NamespaceController {
             client,
-            namespaces: informer.store(),
+            namespaces: informer.cache(),
             queue: WorkQueue::new("namespace"),
         });
         informer.add_handler(Arc::new(NamespaceEvents(controller.clone())));
@@ -59,6 +59,8 @@ impl NamespaceController {
 }
 
 impl Reconciler for NamespaceController {
+    type Error = Error;
+
     fn queue(&self) -> &Arc<WorkQueue> {
         &self.queue
     }
@@ -255,12 +257,12 @@ fn deletion_status(ns: &Namespace, progress: &Progress, now: Timestamp) -> Names
 struct NamespaceEvents(Arc<NamespaceController>);
 
 impl EventHandler<Namespace> for NamespaceEvents {
-    fn on_apply(&self, _old: Option<&Namespace>, new: &Namespace) {
+    fn on_apply(&self, _old: Option<&Namespace>, new: &Arc<Namespace>) {
         if new.metadata.deletion_timestamp.is_some() {
             self.0.queue.add(new.name_any());
         }
     }
-    fn on_delete(&self, _obj: &Namespace) {}
+    fn on_delete(&self, _obj: &Arc<Namespace>) {}
 }
 
 #[cfg(test)]

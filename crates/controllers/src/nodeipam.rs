@@ -9,22 +9,23 @@
 //! free again, and Nodes still waiting for a range are queued. When the cluster CIDR is
 //! exhausted the Node gets a `CIDRNotAvailable` event and is looked at again later.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::cache::Store;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::serde_json::json;
 use krust_api::cidr::Ipv4Cidr;
+use krust_client::cache::Cache;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::informer::{EventHandler, SharedInformers};
-use crate::queue::{Reconciler, WorkQueue};
 use krust_client::events::{EventRecorder, EventType};
+use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
 
 /// How soon a Node that found the range exhausted is looked at again.
 const EXHAUSTED_RETRY: Duration = Duration::from_secs(30);
@@ -91,7 +92,7 @@ impl CidrSet {
 
 pub struct NodeIpamController {
     client: Client,
-    nodes: Store<Node>,
+    nodes: Cache<Node>,
     cluster: Ipv4Cidr,
     mask: u8,
     /// Filled from the cache on the first pass (the caches are complete by then).
@@ -111,7 +112,7 @@ impl NodeIpamController {
         let nodes = informers.get::<Node>();
         let controller = Arc::new(NodeIpamController {
             client,
-            nodes: nodes.store(),
+            nodes: nodes.cache(),
             cluster,
             mask,
             set: OnceLock::new(),
@@ -136,6 +137,8 @@ impl NodeIpamController {
 }
 
 impl Reconciler for NodeIpamController {
+    type Error = Error;
+
     fn queue(&self) -> &Arc<WorkQueue> {
         &self.queue
     }
@@ -145,10 +148,10 @@ impl Reconciler for NodeIpamController {
             return Ok(None);
         };
         if let Some(cidr) = pod_cidr(&node) {
-            self.set().lock().expect("cidr set").occupy(name, cidr);
+            self.set().lock().occupy(name, cidr);
             return Ok(None);
         }
-        let Some(cidr) = self.set().lock().expect("cidr set").allocate(name) else {
+        let Some(cidr) = self.set().lock().allocate(name) else {
             let message = format!("Node {name} status is now: CIDRNotAvailable");
             // Upstream reports it as a node status change, a Normal event.
             self.events
@@ -166,7 +169,7 @@ impl Reconciler for NodeIpamController {
                 Ok(None)
             }
             Err(e) if is_status(&e, 404) => {
-                self.set().lock().expect("cidr set").release(name);
+                self.set().lock().release(name);
                 Ok(None)
             }
             Err(e) => Err(Error::api("setting the pod CIDR of node", name, e)),
@@ -181,14 +184,14 @@ fn pod_cidr(node: &Node) -> Option<&str> {
 struct NodeEvents(Arc<NodeIpamController>);
 
 impl EventHandler<Node> for NodeEvents {
-    fn on_apply(&self, _old: Option<&Node>, new: &Node) {
+    fn on_apply(&self, _old: Option<&Node>, new: &Arc<Node>) {
         if pod_cidr(new).is_none() {
             self.0.queue.add(new.name_any());
         }
     }
-    fn on_delete(&self, obj: &Node) {
+    fn on_delete(&self, obj: &Arc<Node>) {
         if let Some(set) = self.0.set.get() {
-            set.lock().expect("cidr set").release(&obj.name_any());
+            set.lock().release(&obj.name_any());
         }
         // A range is free: Nodes waiting for one need not wait for their retry.
         for node in self.0.nodes.state() {

@@ -5,11 +5,12 @@
 //! then the most restarted, then the newest go first; times compared on a logarithmic
 //! scale).
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -18,9 +19,9 @@ use k8s_openapi::{NamespaceResourceScope, Resource as _};
 use kube::Resource;
 use serde::{Deserialize, Deserializer};
 
-use crate::cache::Cached;
 use crate::intern::Interner;
 use crate::owner::Owned;
+use krust_client::cache::Cached;
 
 /// A pod as the controllers cache it: the metadata and the few spec and status fields
 /// that the ReplicaSet and endpoints controllers decide on, read straight from the
@@ -66,7 +67,6 @@ impl From<ObjectMeta> for PodMeta {
         PodMeta {
             namespace: NAMESPACES
                 .lock()
-                .expect("namespaces")
                 .intern(meta.namespace.as_deref().unwrap_or_default()),
             name: boxed(meta.name),
             uid: boxed(meta.uid),
@@ -149,7 +149,7 @@ static LABEL_SETS: LazyLock<Mutex<Interner<BTreeMap<String, String>>>> =
 static NAMESPACES: LazyLock<Mutex<Interner<str>>> = LazyLock::new(Mutex::default);
 
 fn shared_labels(labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
-    LABEL_SETS.lock().expect("label sets").intern(labels)
+    LABEL_SETS.lock().intern(labels)
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -13,35 +13,35 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Store;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use krust_client::cache::Cache;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
 use crate::expectations::Expectations;
-use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
 use crate::pods::{
     CachedPod, Candidate, WirePod, deletion_order, is_active, is_available, is_ready,
     until_available,
 };
-use crate::queue::{Reconciler, WorkQueue};
 use krust_client::events::{EventRecorder, EventType};
+use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
 
 /// Most pods created or deleted in one pass (upstream's `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
 
 pub struct ReplicaSetController {
     client: Client,
-    replicasets: Store<ReplicaSet>,
-    pods: Store<CachedPod>,
+    replicasets: Cache<ReplicaSet>,
+    pods: Cache<CachedPod>,
     queue: Arc<WorkQueue>,
     expectations: Arc<Expectations>,
     events: EventRecorder,
@@ -54,8 +54,8 @@ impl ReplicaSetController {
         let pod_informer = informers.get::<CachedPod>();
         let controller = Arc::new(ReplicaSetController {
             client,
-            replicasets: rs_informer.store(),
-            pods: pod_informer.store(),
+            replicasets: rs_informer.cache(),
+            pods: pod_informer.cache(),
             queue: WorkQueue::new("replicaset"),
             expectations: Arc::default(),
             events,
@@ -87,6 +87,8 @@ impl ReplicaSetController {
 }
 
 impl Reconciler for ReplicaSetController {
+    type Error = Error;
+
     fn queue(&self) -> &Arc<WorkQueue> {
         &self.queue
     }
@@ -467,10 +469,10 @@ pub fn calculate_status(
 struct ReplicaSetEvents(Arc<ReplicaSetController>);
 
 impl EventHandler<ReplicaSet> for ReplicaSetEvents {
-    fn on_apply(&self, _old: Option<&ReplicaSet>, new: &ReplicaSet) {
+    fn on_apply(&self, _old: Option<&ReplicaSet>, new: &Arc<ReplicaSet>) {
         self.0.queue.add(key_of(&new.metadata));
     }
-    fn on_delete(&self, obj: &ReplicaSet) {
+    fn on_delete(&self, obj: &Arc<ReplicaSet>) {
         self.0.expectations.forget(&key_of(&obj.metadata));
     }
 }
@@ -502,7 +504,7 @@ impl PodEvents {
 }
 
 impl EventHandler<CachedPod> for PodEvents {
-    fn on_apply(&self, old: Option<&CachedPod>, new: &CachedPod) {
+    fn on_apply(&self, old: Option<&CachedPod>, new: &Arc<CachedPod>) {
         let Some(old) = old else {
             if new.metadata.terminating {
                 return self.deleted(new);
@@ -528,7 +530,7 @@ impl EventHandler<CachedPod> for PodEvents {
         self.enqueue_owner_or_matching(new);
     }
 
-    fn on_delete(&self, pod: &CachedPod) {
+    fn on_delete(&self, pod: &Arc<CachedPod>) {
         self.deleted(pod);
     }
 }
@@ -536,18 +538,18 @@ impl EventHandler<CachedPod> for PodEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     #[tokio::test]
     async fn creations_go_in_batches_of_1_2_4_and_stop_at_the_first_failing_batch() {
         let calls = Mutex::new(Vec::new());
         let (done, err) = slow_start_batch(10, |i| {
-            calls.lock().unwrap().push(i);
+            calls.lock().push(i);
             async move { if i == 4 { Err("quota") } else { Ok(i) } }
         })
         .await;
         // Batches [0], [1, 2], [3, 4, 5, 6]: the third fails, the rest are never sent.
-        assert_eq!(calls.lock().unwrap().len(), 7);
+        assert_eq!(calls.lock().len(), 7);
         assert_eq!(done.len(), 6);
         assert_eq!(err, Some("quota"));
         let (done, err) = slow_start_batch(10, |i| async move { Ok::<_, ()>(i) }).await;

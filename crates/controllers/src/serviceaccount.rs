@@ -14,15 +14,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Store;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use krust_client::cache::Cache;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::informer::{EventHandler, SharedInformers};
-use crate::queue::{Reconciler, WorkQueue};
+use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
 
 /// The ServiceAccount every namespace gets.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
@@ -37,9 +37,9 @@ pub struct ServiceAccountController {
     /// The CA bundle (PEM) to publish; `None` when the client trusts no explicit CA, in
     /// which case only ServiceAccounts are managed.
     root_ca: Option<String>,
-    namespaces: Store<Namespace>,
-    service_accounts: Store<ServiceAccount>,
-    config_maps: Store<ConfigMap>,
+    namespaces: Cache<Namespace>,
+    service_accounts: Cache<ServiceAccount>,
+    config_maps: Cache<ConfigMap>,
     queue: Arc<WorkQueue>,
 }
 
@@ -52,9 +52,9 @@ impl ServiceAccountController {
         let controller = Arc::new(ServiceAccountController {
             client,
             root_ca,
-            namespaces: ns_informer.store(),
-            service_accounts: sa_informer.store(),
-            config_maps: cm_informer.store(),
+            namespaces: ns_informer.cache(),
+            service_accounts: sa_informer.cache(),
+            config_maps: cm_informer.cache(),
             queue: WorkQueue::new("serviceaccount"),
         });
         ns_informer.add_handler(Arc::new(NamespaceEvents(controller.clone())));
@@ -68,6 +68,8 @@ impl ServiceAccountController {
 }
 
 impl Reconciler for ServiceAccountController {
+    type Error = Error;
+
     fn queue(&self) -> &Arc<WorkQueue> {
         &self.queue
     }
@@ -168,26 +170,26 @@ fn is_active(ns: &Namespace) -> bool {
 struct NamespaceEvents(Arc<ServiceAccountController>);
 
 impl EventHandler<Namespace> for NamespaceEvents {
-    fn on_apply(&self, old: Option<&Namespace>, new: &Namespace) {
+    fn on_apply(&self, old: Option<&Namespace>, new: &Arc<Namespace>) {
         // A new namespace (or one seen again after a re-list) needs its objects; later
         // updates of an existing one do not change what it needs.
         if old.is_none() && is_active(new) {
             self.0.queue.add(new.name_any());
         }
     }
-    fn on_delete(&self, _obj: &Namespace) {}
+    fn on_delete(&self, _obj: &Arc<Namespace>) {}
 }
 
 /// Enqueues the namespace of the managed object named `.1` when it changes or goes.
 struct Managed(Arc<ServiceAccountController>, &'static str);
 
 impl<K: kube::Resource> EventHandler<K> for Managed {
-    fn on_apply(&self, _old: Option<&K>, new: &K) {
+    fn on_apply(&self, _old: Option<&K>, new: &Arc<K>) {
         if new.meta().name.as_deref() == Some(self.1) {
             self.0.queue.add(new.namespace().unwrap_or_default());
         }
     }
-    fn on_delete(&self, obj: &K) {
+    fn on_delete(&self, obj: &Arc<K>) {
         if obj.meta().name.as_deref() == Some(self.1) {
             self.0.queue.add(obj.namespace().unwrap_or_default());
         }

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use krust_client::cache::cache;
+use krust_client::cache::Cache;
+use krust_client::informer::Informer;
 use kube::Client;
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::Notify;
@@ -61,15 +61,15 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
     let tcp = TcpListener::bind(listen)
         .await
         .map_err(|e| Error::Listen(listen, e))?;
-    let changed = Notify::new();
-    let (services, watch_services) =
-        cache::<Service>(&client, watcher::Config::default(), &changed);
-    let (slices, watch_slices) =
-        cache::<EndpointSlice>(&client, watcher::Config::default(), &changed);
+    let changed = Arc::new(Notify::new());
+    let all = watcher::Config::default;
+    let services_informer = Informer::<Service>::notifying(&client, all(), &changed);
+    let slices_informer = Informer::<EndpointSlice>::notifying(&client, all(), &changed);
+    let (services, slices) = (services_informer.cache(), slices_informer.cache());
     let zone: server::SharedZone = Arc::default();
     let serve = async {
         // An empty zone would deny names that exist: answer only from complete lists.
-        let _ = futures::join!(services.wait_until_ready(), slices.wait_until_ready());
+        futures::join!(services.wait_until_ready(), slices.wait_until_ready());
         refresh(&zone, &config.domain, &services, &slices);
         let handler = server::Handler::new(&config.domain, zone.clone(), config.upstreams.clone());
         let mut dns = hickory_server::Server::new(handler);
@@ -88,8 +88,8 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         }
     };
     tokio::select! {
-        _ = watch_services => {}
-        _ = watch_slices => {}
+        _ = services_informer.run() => {}
+        _ = slices_informer.run() => {}
         _ = serve => {}
     }
     Ok(())
@@ -99,13 +99,13 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
 fn refresh(
     zone: &server::SharedZone,
     domain: &str,
-    services: &Store<Service>,
-    slices: &Store<EndpointSlice>,
+    services: &Cache<Service>,
+    slices: &Cache<EndpointSlice>,
 ) {
     let fresh = Zone::new(
         domain,
         services.state().iter().map(|s| &**s),
         slices.state().iter().map(|s| &**s),
     );
-    *zone.write().expect("zone") = Arc::new(fresh);
+    *zone.write() = Arc::new(fresh);
 }

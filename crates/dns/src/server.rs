@@ -3,9 +3,10 @@
 //! resolvers cache them for the TTL), and everything else forwarded to the upstream
 //! nameservers.
 
+use parking_lot::RwLock;
 use std::net::SocketAddr;
 use std::str::FromStr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{
@@ -171,7 +172,7 @@ impl RequestHandler for Handler {
             e
         });
         let owner = info.query.original().name().clone();
-        let zone = self.zone.read().expect("zone").clone();
+        let zone = self.zone.read().clone();
         let answer = zone.lookup(&owner.to_ascii(), query_type(info.query.query_type()));
         let mut meta = Metadata::response_from_request(&request.metadata);
         meta.recursion_available = true;

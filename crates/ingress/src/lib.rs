@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::serde_json::json;
-use krust_client::cache::cache;
+use krust_client::informer::Informer;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -55,14 +55,19 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| Error::Listen(config.listen, e))?;
-    let changed = Notify::new();
+    let changed = Arc::new(Notify::new());
     let all = watcher::Config::default;
-    let (ingresses, watch_ingresses) = cache::<Ingress>(&client, all(), &changed);
-    let (services, watch_services) = cache::<Service>(&client, all(), &changed);
-    let (slices, watch_slices) = cache::<EndpointSlice>(&client, all(), &changed);
+    let ingresses_informer = Informer::<Ingress>::notifying(&client, all(), &changed);
+    let services_informer = Informer::<Service>::notifying(&client, all(), &changed);
+    let slices_informer = Informer::<EndpointSlice>::notifying(&client, all(), &changed);
+    let (ingresses, services, slices) = (
+        ingresses_informer.cache(),
+        services_informer.cache(),
+        slices_informer.cache(),
+    );
     let routes: serve::SharedRoutes = Arc::default();
     let control = async {
-        let _ = futures::join!(
+        futures::join!(
             ingresses.wait_until_ready(),
             services.wait_until_ready(),
             slices.wait_until_ready()
@@ -82,7 +87,7 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
                 services.state().iter().map(|s| &**s),
                 slices.state().iter().map(|s| &**s),
             );
-            *routes.write().expect("routes") = Arc::new(fresh);
+            *routes.write() = Arc::new(fresh);
             for ingress in &ours {
                 if let Err(err) = report_address(&client, ingress, config.status_ip).await {
                     tracing::warn!(ingress = %ingress.name_any(), error = %err, "updating ingress status failed");
@@ -93,9 +98,9 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
     };
     tracing::info!(listen = %config.listen, class = %config.class, "ingress controller serving");
     tokio::select! {
-        _ = watch_ingresses => {}
-        _ = watch_services => {}
-        _ = watch_slices => {}
+        _ = ingresses_informer.run() => {}
+        _ = services_informer.run() => {}
+        _ = slices_informer.run() => {}
         _ = control => {}
         _ = serve::serve(listener, routes.clone()) => {}
     }

@@ -122,7 +122,7 @@ pub async fn run_with_kubeconfig(
     let runtime = krust_cri::Runtime::connect(&socket)
         .await
         .context("connecting to the container runtime")?;
-    let (client, ca) = crate::controller_manager::client(kubeconfig).await?;
+    let (client, ca) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
     let client_ca = ca.context("the kubeconfig names no cluster CA for the kubelet server")?;
     let node_name = args.node_name();
     let node_ip = args.node_ip();

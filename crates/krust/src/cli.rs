@@ -212,7 +212,7 @@ async fn server(args: ServerArgs) -> Result<()> {
                 nodes,
                 ..krust_sim::Config::default()
             };
-            let (client, _) = controller_manager::client(&kubeconfig).await?;
+            let (client, _) = krust_client::connect::from_kubeconfig(&kubeconfig).await?;
             krust_sim::run(client, config, stop)
                 .await
                 .context("simulating nodes")

@@ -6,10 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use krust_api::cidr::Ipv4Cidr;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::cli::parse_duration;
 
@@ -121,49 +120,6 @@ pub fn identity() -> String {
     format!("{host}_{:x}{:08x}", std::process::id(), nanos)
 }
 
-/// The CA bundle (PEM) the kubeconfig trusts for its current context's cluster, verbatim
-/// (inline `certificate-authority-data` or the `certificate-authority` file): what the
-/// controllers publish as `kube-root-ca.crt`, as upstream publishes `--root-ca-file`.
-fn root_ca(kubeconfig: &Kubeconfig) -> Result<Option<String>> {
-    use base64::Engine;
-    let Some(current) = &kubeconfig.current_context else {
-        return Ok(None);
-    };
-    let cluster = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| &c.name == current)
-        .and_then(|c| c.context.as_ref())
-        .and_then(|c| kubeconfig.clusters.iter().find(|n| n.name == c.cluster))
-        .and_then(|n| n.cluster.as_ref());
-    let Some(cluster) = cluster else {
-        return Ok(None);
-    };
-    let pem = if let Some(data) = &cluster.certificate_authority_data {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .context("decoding certificate-authority-data")?;
-        String::from_utf8(bytes).context("certificate-authority-data is not PEM")?
-    } else if let Some(path) = &cluster.certificate_authority {
-        std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?
-    } else {
-        return Ok(None);
-    };
-    Ok(Some(pem))
-}
-
-/// A client for the apiserver of `kubeconfig` (YAML), and the cluster CA it trusts.
-pub async fn client(kubeconfig: &str) -> Result<(kube::Client, Option<String>)> {
-    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).context("parsing the kubeconfig")?;
-    let ca = root_ca(&kubeconfig)?;
-    let client_config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .context("loading the kubeconfig")?;
-    let client = krust_client::connect::client(client_config).context("building the API client")?;
-    Ok((client, ca))
-}
-
 /// `krust controller-manager`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: ControllerManagerArgs) -> Result<()> {
     let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
@@ -177,7 +133,7 @@ pub async fn run_with_kubeconfig(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let mut config = args.config()?;
-    let (client, root_ca) = client(kubeconfig).await?;
+    let (client, root_ca) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
     config.root_ca = root_ca;
     tracing::info!(
         leader_elect = config.leader_election.is_some(),

@@ -91,6 +91,6 @@ pub async fn serve(
     config: krust_dns::Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let (client, _) = crate::controller_manager::client(kubeconfig).await?;
+    let (client, _) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
     crate::cli::until_shutdown("cluster DNS", krust_dns::run(client, config), shutdown).await
 }

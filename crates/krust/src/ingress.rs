@@ -62,7 +62,7 @@ pub async fn serve(
     config: krust_ingress::Config,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let (client, _) = crate::controller_manager::client(kubeconfig).await?;
+    let (client, _) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
     crate::cli::until_shutdown(
         "ingress controller",
         krust_ingress::run(client, config),

@@ -57,7 +57,7 @@ pub async fn run(args: ProxyCommand) -> Result<()> {
         .proxy
         .config(args.cluster_cidr)
         .context("--disable-kube-proxy leaves `krust proxy` nothing to do")?;
-    let (client, _) = crate::controller_manager::client(&yaml).await?;
+    let (client, _) = krust_client::connect::from_kubeconfig(&yaml).await?;
     tokio::select! {
         _ = krust_proxy::run(client, config) => {}
         _ = crate::cli::shutdown_signal() => {}

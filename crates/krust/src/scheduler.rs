@@ -58,7 +58,7 @@ pub async fn run_with_kubeconfig(
         .build_frameworks()
         .context("scheduler configuration")?;
     let election = leader.election(LEASE)?;
-    let (client, _) = crate::controller_manager::client(kubeconfig).await?;
+    let (client, _) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
     let instance = crate::controller_manager::identity();
     let elector = election.map(|le| krust_client::leader::LeaderElector::new(client.clone(), le));
     tracing::info!(leader_elect = elector.is_some(), "scheduler starting");

@@ -121,7 +121,7 @@ fn taint(s: &str) -> Result<Taint> {
 pub async fn run(args: SimArgs) -> Result<()> {
     let config = args.config()?;
     let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
-    let client = crate::controller_manager::client(&yaml).await?.0;
+    let client = krust_client::connect::from_kubeconfig(&yaml).await?.0;
     krust_sim::run(client, config, crate::cli::shutdown_signal())
         .await
         .context("simulating nodes")

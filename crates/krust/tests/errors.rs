@@ -465,3 +465,71 @@ fn metrics_count_requests_by_verb_resource_and_code() {
         "{text}"
     );
 }
+
+/// Two requests that once panicked their handler (a `generateName` cut inside a
+/// character; a grace period whose deadline overflowed) get 422 Invalid, change nothing,
+/// and the server goes on serving; `/metrics` counts no panic.
+#[test]
+fn inputs_that_once_panicked_a_handler_are_invalid() {
+    let s = Server::apiserver(&[]);
+    let json_ct = Some("application/json");
+    let before = count_configmaps(&s);
+    let prefix = format!("{}é", "a".repeat(57));
+    let body =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": prefix}});
+    let b = assert_status(
+        s.curl("POST", CMS, json_ct, Some(body.to_string().as_bytes())),
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        b["details"]["causes"][0]["field"], "metadata.generateName",
+        "{b}"
+    );
+    assert!(
+        b["message"]
+            .as_str()
+            .unwrap()
+            .contains("a lowercase RFC 1123 subdomain"),
+        "{b}"
+    );
+    assert_eq!(count_configmaps(&s), before);
+    // A prefix ending in '-' is valid: characters follow it.
+    let body =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "fine-"}});
+    let (code, created) = s.curl("POST", CMS, json_ct, Some(body.to_string().as_bytes()));
+    assert_eq!(code, 201, "{created}");
+    assert!(
+        created["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("fine-")
+    );
+
+    s.ok(&["create", "configmap", "kept"]);
+    let out = s.fails(&["delete", "configmap", "kept", "--grace-period=300000000000"]);
+    assert!(out.contains("gracePeriodSeconds"), "{out}");
+    let b = assert_status(
+        s.curl(
+            "DELETE",
+            &format!("{CMS}/kept?gracePeriodSeconds=300000000000"),
+            None,
+            None,
+        ),
+        422,
+        "Invalid",
+    );
+    assert_eq!(
+        b["details"]["causes"][0]["field"], "gracePeriodSeconds",
+        "{b}"
+    );
+    s.ok(&["get", "configmap", "kept"]);
+    s.ok(&["delete", "configmap", "kept", "--grace-period=9223372036"]);
+
+    let (_, metrics) = s.curl("GET", "/metrics", None, None);
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert!(
+        metrics.contains("apiserver_request_panics_total 0"),
+        "{metrics}"
+    );
+}

@@ -15,9 +15,10 @@
 //! cgroup's working set from capacity); container writable layers do not count
 //! towards a pod's disk use (its logs and emptyDirs do).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -295,19 +296,16 @@ pub struct Evictions(Arc<Mutex<HashMap<String, String>>>);
 
 impl Evictions {
     pub fn message(&self, uid: &str) -> Option<String> {
-        self.0.lock().expect("evictions lock").get(uid).cloned()
+        self.0.lock().get(uid).cloned()
     }
 
     fn insert(&self, uid: String, message: String) {
-        self.0.lock().expect("evictions lock").insert(uid, message);
+        self.0.lock().insert(uid, message);
     }
 
     /// Forgets pods no longer on the node.
     fn retain(&self, live: &BTreeSet<String>) {
-        self.0
-            .lock()
-            .expect("evictions lock")
-            .retain(|uid, _| live.contains(uid));
+        self.0.lock().retain(|uid, _| live.contains(uid));
     }
 }
 

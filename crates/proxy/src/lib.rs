@@ -17,9 +17,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use krust_api::cidr::Ipv4Cidr;
-use krust_client::cache::cache;
+use std::sync::Arc;
+
+use krust_client::cache::Cache;
+use krust_client::informer::Informer;
 use kube::Client;
-use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -42,32 +44,26 @@ pub struct Config {
 /// future is dropped. The rules stay when it ends, as kube-proxy's do: connections keep
 /// working across a restart.
 pub async fn run(client: Client, config: Config) {
-    let changed = Notify::new();
-    let (services, watch_services) = cache::<Service>(
-        &client,
-        watcher::Config::default().labels(NOT_OURS),
-        &changed,
-    );
-    let (slices, watch_slices) = cache::<EndpointSlice>(
-        &client,
-        watcher::Config::default().labels(NOT_OURS),
-        &changed,
-    );
+    let changed = Arc::new(Notify::new());
+    let ours = || watcher::Config::default().labels(NOT_OURS);
+    let services = Informer::<Service>::notifying(&client, ours(), &changed);
+    let slices = Informer::<EndpointSlice>::notifying(&client, ours(), &changed);
+    let caches = (services.cache(), slices.cache());
     tokio::select! {
-        _ = watch_services => {}
-        _ = watch_slices => {}
-        _ = sync(&config, &services, &slices, &changed) => {}
+        _ = services.run() => {}
+        _ = slices.run() => {}
+        _ = sync(&config, &caches.0, &caches.1, &changed) => {}
     }
 }
 
 async fn sync(
     config: &Config,
-    services: &Store<Service>,
-    slices: &Store<EndpointSlice>,
+    services: &Cache<Service>,
+    slices: &Cache<EndpointSlice>,
     changed: &Notify,
 ) {
     // Rules from half a picture would drop traffic that works now.
-    let _ = futures::join!(services.wait_until_ready(), slices.wait_until_ready());
+    futures::join!(services.wait_until_ready(), slices.wait_until_ready());
     tracing::info!(table = %config.table, "service proxy synced its caches");
     let mut loaded: Option<String> = None;
     let mut last_sync = Instant::now();

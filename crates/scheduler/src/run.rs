@@ -13,25 +13,26 @@
 //!
 //! Pods whose `spec.schedulerName` names no profile are left alone.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde_json::{Value, json};
+use krust_client::cache::Watched;
+use krust_client::informer::{EventHandler, Informer};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::Semaphore;
 
 use crate::cache::{Cache, occupies};
 use crate::config::{ConfigError, SchedulerConfiguration};
 use crate::events::{REPORTING_CONTROLLER, Recorder};
-use crate::framework::{Framework, PodInfo, PostFilterResult, ScheduleError};
+use crate::framework::{Framework, PodInfo, PostFilterResult, ScheduleError, Status};
 use crate::queue::{QueuedPod, SchedulingQueue, pod_key};
 
 /// Bindings in flight at once.
@@ -73,15 +74,20 @@ pub async fn run(
     });
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(sender);
-    let (nodes_synced, nodes_ready) = oneshot::channel();
-    let (pods_synced, pods_ready) = oneshot::channel();
-    let (ns_synced, ns_ready) = oneshot::channel();
-    tasks.spawn(scheduler.clone().watch_nodes(nodes_synced));
-    tasks.spawn(scheduler.clone().watch_pods(pods_synced));
-    tasks.spawn(scheduler.clone().watch_namespaces(ns_synced));
-    let _ = futures::join!(nodes_ready, pods_ready, ns_ready);
+    let nodes = informer::<Node>(&scheduler);
+    let pods = informer::<Pod>(&scheduler);
+    let namespaces = informer::<Namespace>(&scheduler);
+    let synced = (nodes.cache(), pods.cache(), namespaces.cache());
+    tasks.spawn(nodes.run());
+    tasks.spawn(pods.run());
+    tasks.spawn(namespaces.run());
+    futures::join!(
+        synced.0.wait_until_ready(),
+        synced.1.wait_until_ready(),
+        synced.2.wait_until_ready()
+    );
     tracing::info!(
-        nodes = scheduler.cache.lock().expect("cache").node_count(),
+        nodes = scheduler.cache.lock().node_count(),
         queued = scheduler.queue.len(),
         profiles = ?scheduler.frameworks.iter().map(Framework::profile_name).collect::<Vec<_>>(),
         "scheduler caches synced; scheduling"
@@ -91,11 +97,7 @@ pub async fn run(
         let mut tick = tokio::time::interval(EXPIRY_PERIOD);
         loop {
             tick.tick().await;
-            expiry
-                .cache
-                .lock()
-                .expect("cache")
-                .expire(tokio::time::Instant::now());
+            expiry.cache.lock().expire(tokio::time::Instant::now());
         }
     });
     tasks.spawn(scheduler.schedule_loop());
@@ -103,37 +105,54 @@ pub async fn run(
     Ok(())
 }
 
-/// A watch of one kind, handing each event to `handle`; the first complete list fires
-/// `synced`. Relists report what they saw (`Init` … `InitDone`) so the handler can drop
-/// what vanished meanwhile.
-async fn watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    synced: oneshot::Sender<()>,
-    mut handle: impl FnMut(Event<K>),
-) where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
+/// An informer of every `K` (managedFields dropped) whose events go to the scheduler.
+fn informer<K>(scheduler: &Arc<Scheduler>) -> Arc<Informer<K>>
+where
+    K: Watched,
+    Scheduler: EventHandler<K>,
 {
-    let mut synced = Some(synced);
-    // managedFields are often the larger part of an object and nothing here reads them.
-    let mut events = watcher::watcher(api, config)
-        .modify(|obj| obj.meta_mut().managed_fields = None)
-        .boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(event) => {
-                let done = matches!(event, Event::InitDone);
-                handle(event);
-                if done && let Some(tx) = synced.take() {
-                    let _ = tx.send(());
-                }
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "scheduler watch failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
+    let informer = Informer::new(
+        Api::all(scheduler.client.clone()),
+        watcher::Config::default(),
+    );
+    informer.add_handler(scheduler.clone());
+    informer
+}
+
+/// Nodes go to the cache; any node event may make room for a waiting pod.
+impl EventHandler<Node> for Scheduler {
+    fn on_apply(&self, _old: Option<&Node>, new: &Arc<Node>) {
+        self.cache.lock().upsert_node(new.clone());
+        self.queue.move_all_to_active_or_backoff();
+    }
+    fn on_delete(&self, node: &Arc<Node>) {
+        self.cache.lock().remove_node(&node.name_any());
+    }
+}
+
+impl EventHandler<Pod> for Scheduler {
+    fn on_apply(&self, _old: Option<&Pod>, new: &Arc<Pod>) {
+        self.on_pod(new.clone());
+    }
+    fn on_delete(&self, pod: &Arc<Pod>) {
+        self.on_pod_deleted(pod);
+    }
+}
+
+/// Namespace labels, for affinity terms with a namespaceSelector.
+impl EventHandler<Namespace> for Scheduler {
+    fn on_apply(&self, _old: Option<&Namespace>, ns: &Arc<Namespace>) {
+        let labels = ns.labels().clone();
+        self.cache
+            .lock()
+            .snapshot_mut()
+            .set_namespace_labels(&ns.name_any(), labels);
+    }
+    fn on_delete(&self, ns: &Arc<Namespace>) {
+        self.cache
+            .lock()
+            .snapshot_mut()
+            .remove_namespace(&ns.name_any());
     }
 }
 
@@ -147,119 +166,6 @@ impl Scheduler {
         self.frameworks.iter().find(|f| f.profile_name() == name)
     }
 
-    async fn watch_nodes(self: Arc<Self>, synced: oneshot::Sender<()>) {
-        let api: Api<Node> = Api::all(self.client.clone());
-        let mut relisted: HashSet<String> = HashSet::new();
-        watch(
-            api,
-            watcher::Config::default(),
-            synced,
-            |event| match event {
-                Event::Apply(node) | Event::InitApply(node) => {
-                    relisted.insert(node.name_any());
-                    self.cache
-                        .lock()
-                        .expect("cache")
-                        .upsert_node(Arc::new(node));
-                    self.queue.move_all_to_active_or_backoff();
-                }
-                Event::Delete(node) => self
-                    .cache
-                    .lock()
-                    .expect("cache")
-                    .remove_node(&node.name_any()),
-                Event::Init => relisted.clear(),
-                Event::InitDone => {
-                    let mut cache = self.cache.lock().expect("cache");
-                    let gone: Vec<String> = cache
-                        .snapshot()
-                        .nodes()
-                        .iter()
-                        .map(|n| n.name().to_string())
-                        .filter(|n| !relisted.contains(n))
-                        .collect();
-                    for name in gone {
-                        cache.remove_node(&name);
-                    }
-                }
-            },
-        )
-        .await
-    }
-
-    async fn watch_pods(self: Arc<Self>, synced: oneshot::Sender<()>) {
-        let api: Api<Pod> = Api::all(self.client.clone());
-        let mut relisted: Vec<Arc<Pod>> = Vec::new();
-        let mut known: std::collections::HashMap<String, Arc<Pod>> = Default::default();
-        watch(
-            api,
-            watcher::Config::default(),
-            synced,
-            |event| match event {
-                Event::Apply(pod) => {
-                    let pod = Arc::new(pod);
-                    known.insert(pod.uid().unwrap_or_default(), pod.clone());
-                    self.on_pod(pod);
-                }
-                Event::InitApply(pod) => relisted.push(Arc::new(pod)),
-                Event::Delete(pod) => {
-                    known.remove(&pod.uid().unwrap_or_default());
-                    self.on_pod_deleted(&pod);
-                }
-                Event::Init => relisted.clear(),
-                Event::InitDone => {
-                    let seen: HashSet<String> = relisted
-                        .iter()
-                        .map(|p| p.uid().unwrap_or_default())
-                        .collect();
-                    let vanished: Vec<Arc<Pod>> = known
-                        .values()
-                        .filter(|p| !seen.contains(&p.uid().unwrap_or_default()))
-                        .cloned()
-                        .collect();
-                    for pod in vanished {
-                        self.on_pod_deleted(&pod);
-                    }
-                    known = relisted
-                        .drain(..)
-                        .map(|p| (p.uid().unwrap_or_default(), p))
-                        .collect();
-                    for pod in known.values() {
-                        self.on_pod(pod.clone());
-                    }
-                }
-            },
-        )
-        .await
-    }
-
-    async fn watch_namespaces(self: Arc<Self>, synced: oneshot::Sender<()>) {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        watch(
-            api,
-            watcher::Config::default(),
-            synced,
-            |event| match event {
-                Event::Apply(ns) | Event::InitApply(ns) => {
-                    let labels = ns.labels().clone();
-                    self.cache
-                        .lock()
-                        .expect("cache")
-                        .snapshot_mut()
-                        .set_namespace_labels(&ns.name_any(), labels);
-                }
-                Event::Delete(ns) => self
-                    .cache
-                    .lock()
-                    .expect("cache")
-                    .snapshot_mut()
-                    .remove_namespace(&ns.name_any()),
-                Event::Init | Event::InitDone => {}
-            },
-        )
-        .await
-    }
-
     /// A pod added or changed: bound pods go to the cache, pods waiting for this
     /// scheduler to the queue.
     fn on_pod(&self, pod: Arc<Pod>) {
@@ -268,7 +174,7 @@ impl Scheduler {
         if bound {
             self.queue.delete(&key);
             let freed = !occupies(&pod);
-            self.cache.lock().expect("cache").upsert_pod(pod);
+            self.cache.lock().upsert_pod(pod);
             if freed {
                 self.queue.move_all_to_active_or_backoff();
             }
@@ -285,11 +191,11 @@ impl Scheduler {
     fn on_pod_deleted(&self, pod: &Pod) {
         self.queue.delete(&pod_key(pod));
         if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
-            self.cache.lock().expect("cache").remove_pod(pod);
+            self.cache.lock().remove_pod(pod);
             self.queue.move_all_to_active_or_backoff();
         } else {
             // A pending pod may have held room as a nominated preemptor.
-            self.cache.lock().expect("cache").forget(pod);
+            self.cache.lock().forget(pod);
         }
     }
 
@@ -301,16 +207,25 @@ impl Scheduler {
                 continue;
             };
             let outcome = {
-                let mut cache = self.cache.lock().expect("cache");
+                let mut cache = self.cache.lock();
                 // The room held for the pod by an earlier preemption is its own to take.
                 cache.forget(&queued.pod);
-                framework.schedule_pod(cache.snapshot(), queued.pod.clone())
+                // A plugin that panics fails this cycle only: the pod is retried after
+                // backoff and the scheduler goes on with the next one.
+                let cycle = AssertUnwindSafe(|| {
+                    framework.schedule_pod(cache.snapshot(), queued.pod.clone())
+                });
+                std::panic::catch_unwind(cycle).unwrap_or_else(|payload| {
+                    let message = krust_api::panics::message(&*payload);
+                    Err(ScheduleError::Internal(Status::error(format!(
+                        "scheduling cycle panicked: {message}"
+                    ))))
+                })
             };
             match outcome {
                 Ok(result) => {
                     self.cache
                         .lock()
-                        .expect("cache")
                         .assume(result.pod_info.clone(), &result.suggested_host);
                     // Waiting for a permit here is the back-pressure that keeps the
                     // scheduler from running ahead of what the apiserver takes.
@@ -376,7 +291,7 @@ impl Scheduler {
             .await;
         match result {
             Ok(_) => {
-                self.cache.lock().expect("cache").finish_binding(pod);
+                self.cache.lock().finish_binding(pod);
                 self.queue.done(&queued);
                 self.events.pod(
                     pod,
@@ -387,7 +302,7 @@ impl Scheduler {
                 );
             }
             Err(err) => {
-                self.cache.lock().expect("cache").forget(pod);
+                self.cache.lock().forget(pod);
                 self.queue.move_all_to_active_or_backoff();
                 match &err {
                     // Gone, or bound by someone else: nothing left to do.
@@ -425,7 +340,7 @@ impl Scheduler {
             message.clone(),
         );
         if let Some(p) = &preemption {
-            self.cache.lock().expect("cache").nominate(
+            self.cache.lock().nominate(
                 Arc::new(PodInfo::new(queued.pod.clone())),
                 &p.nominated_node_name,
             );
@@ -453,7 +368,7 @@ impl Scheduler {
         let node = &result.nominated_node_name;
         for victim in &result.victims {
             if victim.spec.as_ref().is_none_or(|s| s.node_name.is_none()) {
-                self.cache.lock().expect("cache").forget(victim);
+                self.cache.lock().forget(victim);
                 continue;
             }
             let api: Api<Pod> =

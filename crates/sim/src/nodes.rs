@@ -3,9 +3,9 @@
 //! Each node's pod range comes from its Node's `spec.podCIDR` (node IPAM sets it); the
 //! fleet watches its own Nodes to learn it.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use krust_api::cidr::Ipv4Cidr;
+use krust_client::informer::{EventHandler, Informer};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -109,7 +110,7 @@ impl Fleet {
     /// The next pod IP of a node (addresses 2.. of its podCIDR, wrapping), and the
     /// node's own address; `None` until the node has a podCIDR.
     pub fn next_pod_ip(&self, node: &str) -> Option<(Ipv4Addr, Ipv4Addr)> {
-        let mut n = self.nodes.get(node)?.lock().expect("node");
+        let mut n = self.nodes.get(node)?.lock();
         let cidr = n.pod_cidr?;
         let usable = (cidr.size() as u32).saturating_sub(3).max(1);
         let offset = 2 + n.ips_given % usable;
@@ -172,7 +173,7 @@ impl Fleet {
         let targets: Vec<(String, String)> = self
             .nodes
             .iter()
-            .map(|(name, n)| (name.clone(), n.lock().expect("node").uid.clone()))
+            .map(|(name, n)| (name.clone(), n.lock().uid.clone()))
             .collect();
         futures::stream::iter(targets)
             .map(|(name, uid)| {
@@ -189,32 +190,29 @@ impl Fleet {
     }
 
     async fn learn_pod_cidrs(self: Arc<Self>) {
-        let api: Api<Node> = Api::all(self.client.clone());
         let config = watcher::Config::default().labels(&format!("{SIMULATED_LABEL}=true"));
-        let mut events = watcher::watcher(api, config).boxed();
-        while let Some(event) = events.next().await {
-            let node = match event {
-                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
-                Ok(_) => continue,
-                Err(err) => {
-                    tracing::warn!(error = %err, "watching simulated nodes");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            let Some(sim) = self.nodes.get(&node.name_any()) else {
-                continue;
-            };
-            let cidr = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.pod_cidr.as_deref())
-                .and_then(|c| c.parse().ok());
-            let mut sim = sim.lock().expect("node");
-            sim.pod_cidr = cidr;
-            sim.uid = node.uid().unwrap_or_default();
-        }
+        let nodes = Informer::<Node>::new(Api::all(self.client.clone()), config);
+        nodes.add_handler(self);
+        nodes.run().await
     }
+}
+
+/// Each simulated node learns its pod range (and UID) from its Node object.
+impl EventHandler<Node> for Fleet {
+    fn on_apply(&self, _old: Option<&Node>, node: &Arc<Node>) {
+        let Some(sim) = self.nodes.get(&node.name_any()) else {
+            return;
+        };
+        let cidr = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.as_deref())
+            .and_then(|c| c.parse().ok());
+        let mut sim = sim.lock();
+        sim.pod_cidr = cidr;
+        sim.uid = node.uid().unwrap_or_default();
+    }
+    fn on_delete(&self, _node: &Arc<Node>) {}
 }
 
 /// The fake address of node `index` (10.200.0.0/16 onwards), for hostIP and addresses.
@@ -356,5 +354,73 @@ async fn renew_lease(client: &Client, node: &str, uid: &str) -> Result<(), kube:
             api.create(&PostParams::default(), &lease).await.map(|_| ())
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config {
+            zones: 2,
+            taints: vec![k8s_openapi::api::core::v1::Taint {
+                key: "dedicated".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }],
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn a_node_object_looks_like_a_registered_kubelets() {
+        let node = node_object(&config(), 3);
+        assert_eq!(node.name_any(), "sim-node-3");
+        let labels = node.labels();
+        assert_eq!(labels["kubernetes.io/hostname"], "sim-node-3");
+        assert_eq!(labels["topology.kubernetes.io/zone"], "zone-1");
+        assert_eq!(labels[SIMULATED_LABEL], "true");
+        let spec = node.spec.as_ref().unwrap();
+        assert_eq!(spec.taints.as_ref().unwrap()[0].key, "dedicated");
+        let status = node.status.as_ref().unwrap();
+        assert_eq!(status.capacity, status.allocatable);
+        assert_eq!(status.capacity.as_ref().unwrap()["pods"].0, "110");
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("True", Some("KubeletReady"))
+        );
+        assert_eq!(status.addresses.as_ref().unwrap()[0].address, "10.200.0.4");
+    }
+
+    #[tokio::test]
+    async fn the_fleet_learns_pod_ranges_from_its_nodes_and_hands_out_addresses() {
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let fleet = Fleet {
+            client,
+            config: Arc::new(config()),
+            nodes: HashMap::from([("sim-node-0".to_string(), Mutex::new(SimNode::default()))]),
+        };
+        assert_eq!(fleet.next_pod_ip("sim-node-0"), None, "no range yet");
+        let mut node = node_object(&config(), 0);
+        node.metadata.uid = Some("u0".into());
+        node.spec.as_mut().unwrap().pod_cidr = Some("10.42.7.0/30".into());
+        fleet.on_apply(None, &Arc::new(node.clone()));
+        let ip = |fleet: &Fleet| fleet.next_pod_ip("sim-node-0").map(|(p, _)| p.to_string());
+        assert_eq!(ip(&fleet).as_deref(), Some("10.42.7.2"));
+        // A /30 has one usable pod address after the gateway: it wraps.
+        assert_eq!(ip(&fleet).as_deref(), Some("10.42.7.2"));
+        assert_eq!(fleet.nodes["sim-node-0"].lock().uid, "u0");
+        // Nodes of other fleets are not ours.
+        node.metadata.name = Some("elsewhere".into());
+        fleet.on_apply(None, &Arc::new(node));
+        assert_eq!(fleet.next_pod_ip("elsewhere"), None);
     }
 }

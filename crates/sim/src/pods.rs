@@ -2,18 +2,20 @@
 //! statuses, after the configured delay) and finished when deleted (removed at once,
 //! as a kubelet does once its containers have stopped).
 //!
-//! One watch of all pods feeds a channel drained by `concurrency` workers. A pod is
+//! One informer of all pods feeds a channel drained by `concurrency` workers. A pod is
 //! started once per UID; a pod that is already Running and Ready (e.g. after the
 //! simulator restarted) is left as it is.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde_json::{Value, json};
+use krust_client::informer::{EventHandler, Informer};
+use krust_client::supervise::restart_on_panic;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -52,34 +54,47 @@ pub async fn run(client: Client, config: Arc<Config>, fleet: Arc<Fleet>) {
         let client = client.clone();
         let fleet = fleet.clone();
         let seen = seen.clone();
-        workers.spawn(async move {
-            loop {
-                let Some(action) = rx.lock().await.recv().await else {
-                    return;
-                };
-                act(&client, &fleet, &seen, action).await;
+        let work = move || {
+            let (rx, client, fleet, seen) =
+                (rx.clone(), client.clone(), fleet.clone(), seen.clone());
+            async move {
+                loop {
+                    let Some(action) = rx.lock().await.recv().await else {
+                        return;
+                    };
+                    act(&client, &fleet, &seen, action).await;
+                }
             }
-        });
+        };
+        workers.spawn(restart_on_panic("simulated pod worker", work));
     }
-    let api: Api<Pod> = Api::all(client);
-    let mut events = watcher::watcher(api, watcher::Config::default()).boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                on_pod(&config, &fleet, &seen, &tx, Arc::new(pod));
-            }
-            Ok(watcher::Event::Delete(pod)) => {
-                let uid = pod.uid().unwrap_or_default();
-                let mut seen = seen.lock().expect("seen");
-                seen.started.remove(&uid);
-                seen.finishing.remove(&uid);
-            }
-            Ok(_) => {}
-            Err(err) => {
-                tracing::warn!(error = %err, "watching pods of simulated nodes");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
+    let pods = Informer::<Pod>::new(Api::all(client), watcher::Config::default());
+    pods.add_handler(Arc::new(PodEvents {
+        config,
+        fleet,
+        seen,
+        tx,
+    }));
+    pods.run().await
+}
+
+/// Starts pods bound to the fleet's nodes, and finishes them when they are deleted.
+struct PodEvents {
+    config: Arc<Config>,
+    fleet: Arc<Fleet>,
+    seen: Arc<Mutex<Seen>>,
+    tx: mpsc::UnboundedSender<Action>,
+}
+
+impl EventHandler<Pod> for PodEvents {
+    fn on_apply(&self, _old: Option<&Pod>, pod: &Arc<Pod>) {
+        on_pod(&self.config, &self.fleet, &self.seen, &self.tx, pod.clone());
+    }
+    fn on_delete(&self, pod: &Arc<Pod>) {
+        let uid = pod.uid().unwrap_or_default();
+        let mut seen = self.seen.lock();
+        seen.started.remove(&uid);
+        seen.finishing.remove(&uid);
     }
 }
 
@@ -95,7 +110,7 @@ fn on_pod(
         return;
     }
     let uid = pod.uid().unwrap_or_default();
-    let mut seen = seen.lock().expect("seen");
+    let mut seen = seen.lock();
     if pod.metadata.deletion_timestamp.is_some() {
         if seen.finishing.insert(uid) {
             let _ = tx.send(Action::Finish(pod));
@@ -140,7 +155,7 @@ async fn act(client: &Client, fleet: &Fleet, seen: &Mutex<Seen>, action: Action)
     if let Err(err) = result {
         // Forget it, so that the pod's next event tries again.
         let uid = pod.uid().unwrap_or_default();
-        let mut seen = seen.lock().expect("seen");
+        let mut seen = seen.lock();
         seen.started.remove(&uid);
         seen.finishing.remove(&uid);
         tracing::warn!(pod = %pod.name_any(), error = %err, "simulated pod update failed");
@@ -278,4 +293,53 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    fn pod() -> Pod {
+        let container = |name: &str| Container {
+            name: name.into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("p".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![container("app")],
+                init_containers: Some(vec![container("setup")]),
+                node_name: Some("sim-node-0".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_started_pod_is_running_and_ready_with_its_addresses() {
+        let mut pod = pod();
+        assert!(!is_running_and_ready(&pod));
+        let patch = running_status(&pod, Some("10.42.0.5".into()), Some("10.200.0.1".into()));
+        let status = &patch["status"];
+        assert_eq!(status["podIP"], "10.42.0.5");
+        assert_eq!(status["hostIPs"][0]["ip"], "10.200.0.1");
+        assert_eq!(
+            status["containerStatuses"][0]["containerID"],
+            "sim://u1/app"
+        );
+        assert_eq!(status["containerStatuses"][0]["ready"], true);
+        assert_eq!(
+            status["initContainerStatuses"][0]["state"]["terminated"]["reason"],
+            "Completed"
+        );
+        pod.status = Some(k8s_openapi::serde_json::from_value(status.clone()).unwrap());
+        assert!(is_running_and_ready(&pod));
+    }
 }

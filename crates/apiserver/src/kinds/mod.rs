@@ -5,11 +5,17 @@
 
 mod apps;
 mod batch;
+mod coordination;
 mod core;
+mod discovery;
 mod event;
-mod misc;
+mod networking;
 mod pod;
+mod policy;
+mod rbac;
+mod scheduling;
 mod service;
+mod storage;
 pub mod table;
 pub mod validation;
 
@@ -203,50 +209,58 @@ pub fn all() -> &'static [Kind] {
             kind::<api::apps::v1::StatefulSet>("apps", "statefulsets", &apps::STATEFUL_SET),
             kind::<api::batch::v1::CronJob>("batch", "cronjobs", &batch::CRON_JOB),
             kind::<api::batch::v1::Job>("batch", "jobs", &batch::JOB),
-            kind::<api::coordination::v1::Lease>("coordination.k8s.io", "leases", &misc::LEASE),
+            kind::<api::coordination::v1::Lease>(
+                "coordination.k8s.io",
+                "leases",
+                &coordination::LEASE,
+            ),
             kind::<api::discovery::v1::EndpointSlice>(
                 "discovery.k8s.io",
                 "endpointslices",
-                &misc::ENDPOINT_SLICE,
+                &discovery::ENDPOINT_SLICE,
             ),
             kind::<api::events::v1::Event>("events.k8s.io", "events", &event::EVENTS_V1),
             kind::<api::networking::v1::IngressClass>(
                 "networking.k8s.io",
                 "ingressclasses",
-                &misc::INGRESS_CLASS,
+                &networking::INGRESS_CLASS,
             ),
-            kind::<api::networking::v1::Ingress>("networking.k8s.io", "ingresses", &misc::INGRESS),
+            kind::<api::networking::v1::Ingress>(
+                "networking.k8s.io",
+                "ingresses",
+                &networking::INGRESS,
+            ),
             kind::<api::networking::v1::NetworkPolicy>(
                 "networking.k8s.io",
                 "networkpolicies",
-                &misc::NETWORK_POLICY,
+                &networking::NETWORK_POLICY,
             ),
             kind::<api::policy::v1::PodDisruptionBudget>(
                 "policy",
                 "poddisruptionbudgets",
-                &misc::PDB,
+                &policy::PDB,
             ),
             kind::<api::rbac::v1::ClusterRoleBinding>(
                 "rbac.authorization.k8s.io",
                 "clusterrolebindings",
-                &misc::ROLE_BINDING,
+                &rbac::ROLE_BINDING,
             ),
             kind::<api::rbac::v1::ClusterRole>("rbac.authorization.k8s.io", "clusterroles", &Plain),
             kind::<api::rbac::v1::RoleBinding>(
                 "rbac.authorization.k8s.io",
                 "rolebindings",
-                &misc::ROLE_BINDING,
+                &rbac::ROLE_BINDING,
             ),
             kind::<api::rbac::v1::Role>("rbac.authorization.k8s.io", "roles", &Plain),
             kind::<api::scheduling::v1::PriorityClass>(
                 "scheduling.k8s.io",
                 "priorityclasses",
-                &misc::PRIORITY_CLASS,
+                &scheduling::PRIORITY_CLASS,
             ),
             kind::<api::storage::v1::StorageClass>(
                 "storage.k8s.io",
                 "storageclasses",
-                &misc::STORAGE_CLASS,
+                &storage::STORAGE_CLASS,
             ),
         ]
     })

@@ -30,19 +30,46 @@ pub enum NameRule {
 }
 
 pub fn check_name(rule: NameRule, field: &str, name: &str, errs: &mut Vec<Cause>) {
-    let v = Value::String(name.to_string());
+    check_name_shown(rule, field, name, &Value::String(name.to_string()), errs);
+}
+
+/// `metadata.generateName` follows the name rule as a prefix (upstream's
+/// `ValidateObjectMeta`): a trailing `-` is allowed, since characters follow it, and
+/// path-segment names may be `.` or `..` as a prefix.
+pub fn check_generate_name(rule: NameRule, field: &str, prefix: &str, errs: &mut Vec<Cause>) {
+    let shown = Value::String(prefix.to_string());
+    match rule {
+        NameRule::PathSegment if prefix == "." || prefix == ".." => {}
+        _ => {
+            // Upstream's maskTrailingDash: the dash and the character before it become `a`.
+            let masked = match prefix.strip_suffix('-') {
+                Some(rest) if !rest.is_empty() => {
+                    let mut cut = rest.len() - 1;
+                    while !rest.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    format!("{}a", &rest[..cut])
+                }
+                _ => prefix.to_string(),
+            };
+            check_name_shown(rule, field, &masked, &shown, errs);
+        }
+    }
+}
+
+fn check_name_shown(rule: NameRule, field: &str, name: &str, v: &Value, errs: &mut Vec<Cause>) {
     match rule {
         NameRule::Subdomain if !is_dns1123_subdomain(name) => {
-            errs.push(Cause::invalid(field, &v, DNS1123_SUBDOMAIN_MSG));
+            errs.push(Cause::invalid(field, v, DNS1123_SUBDOMAIN_MSG));
         }
         NameRule::Label if !is_dns1123_label(name) => {
-            errs.push(Cause::invalid(field, &v, DNS1123_LABEL_MSG));
+            errs.push(Cause::invalid(field, v, DNS1123_LABEL_MSG));
         }
         NameRule::PathSegment if name == "." || name == ".." => {
-            errs.push(Cause::invalid(field, &v, format!("may not be '{name}'")));
+            errs.push(Cause::invalid(field, v, format!("may not be '{name}'")));
         }
         NameRule::PathSegment if name.contains('/') || name.contains('%') => {
-            errs.push(Cause::invalid(field, &v, "may not contain '/' or '%'"));
+            errs.push(Cause::invalid(field, v, "may not contain '/' or '%'"));
         }
         _ => {}
     }

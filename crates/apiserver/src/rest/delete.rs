@@ -11,6 +11,10 @@ use super::read::{Filter, list_prefix};
 use super::{Call, store_error};
 use crate::response::{self, Response};
 
+/// The longest grace period: upstream computes the deadline as a Go `time.Duration`
+/// (nanoseconds in an int64), which a longer one overflows.
+const MAX_GRACE_PERIOD: i64 = i64::MAX / 1_000_000_000;
+
 /// The parts of metav1.DeleteOptions the server acts on.
 #[derive(Debug, Default)]
 pub struct DeleteOptions {
@@ -48,6 +52,18 @@ fn options(call: &mut Call<'_>) -> Result<DeleteOptions, ApiError> {
     }
     if let Some(g) = call.query.int("gracePeriodSeconds")? {
         opts.grace_period = Some(g);
+    }
+    if let Some(g) = opts.grace_period.filter(|g| *g > MAX_GRACE_PERIOD) {
+        return Err(ApiError::invalid(
+            "DeleteOptions",
+            "",
+            "",
+            vec![krust_api::status::Cause::invalid(
+                "gracePeriodSeconds",
+                &json!(g),
+                format!("must be less than or equal to {MAX_GRACE_PERIOD}"),
+            )],
+        ));
     }
     if let Some(p) = call.query.get("propagationPolicy") {
         opts.propagation = Some(p.to_string());
@@ -176,7 +192,10 @@ async fn delete_object(
         }
     }
     let meta = &mut new["metadata"];
-    let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(grace.unwrap_or(0));
+    // A grace period from the pod spec is not bounded by validation: clamp it, as the
+    // deadline must stay a representable time.
+    let deadline = jiff::Timestamp::now()
+        + jiff::SignedDuration::from_secs(grace.unwrap_or(0).min(MAX_GRACE_PERIOD));
     meta["deletionTimestamp"] = json!(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
     meta["deletionGracePeriodSeconds"] = json!(grace.unwrap_or(0));
     if !finalizers.is_empty() {

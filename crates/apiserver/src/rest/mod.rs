@@ -113,11 +113,13 @@ impl Call<'_> {
 
     /// The managed-fields endpoint of this call (kind, version, subresource, and the
     /// fields its strategy resets).
-    pub fn endpoint(&self, part: Part) -> krust_api::apply::Endpoint<'static> {
+    pub fn endpoint(&self, part: Part) -> krust_apimachinery::apply::Endpoint<'static> {
         let info = self.kind.info;
-        let mut e = krust_api::apply::Endpoint::new(info.group, info.version, info.kind);
+        let mut e = krust_apimachinery::apply::Endpoint::new(info.group, info.version, info.kind);
         match part {
-            Part::Main if self.kind.has_status() => e.reset_fields = krust_api::apply::RESET_STATUS,
+            Part::Main if self.kind.has_status() => {
+                e.reset_fields = krust_apimachinery::apply::RESET_STATUS
+            }
             Part::Main => {}
             Part::Status => {
                 e.subresource = Some("status");
@@ -132,11 +134,11 @@ impl Call<'_> {
     pub fn record_update(&self, part: Part, old: Option<&Value>, new: &mut Value) {
         let manager = self.field_manager();
         let time = now();
-        let m = krust_api::apply::Manager {
+        let m = krust_apimachinery::apply::Manager {
             name: &manager,
             time: &time,
         };
-        krust_api::apply::record_update(&self.endpoint(part), old, new, &m);
+        krust_apimachinery::apply::record_update(&self.endpoint(part), old, new, &m);
     }
 
     pub fn dry_run(&self) -> bool {
@@ -203,10 +205,11 @@ impl Call<'_> {
         match media {
             "application/json" | "" => serde_json::from_slice(&self.body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}"))),
-            "application/vnd.kubernetes.protobuf" => krust_api::protobuf::decode(&self.body)
-                .map_err(|e| {
+            "application/vnd.kubernetes.protobuf" => {
+                krust_apimachinery::protobuf::decode(&self.body).map_err(|e| {
                     ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
-                }),
+                })
+            }
             "application/yaml" => serde_saphyr::from_slice(&self.body).map_err(|e| {
                 ApiError::bad_request(format!("error decoding YAML request body: {e}"))
             }),

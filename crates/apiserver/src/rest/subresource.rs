@@ -7,7 +7,7 @@ use krust_api::status::ApiError;
 use krust_store::Compare;
 use serde_json::{Value, json};
 
-use krust_api::patch::{TypeRef, root_type};
+use krust_apimachinery::patch::{TypeRef, root_type};
 
 use super::write::{Ownership, PatchType, apply_patch, patch, patch_type, update, update_object};
 use super::{Call, Part, now, parse_rv};

@@ -68,19 +68,33 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
     };
     let global = call.api.cache.clone();
     let store = call.api.store.clone();
+    let metrics = call.api.metrics.clone();
+    let request = (call.kind.info.plural, call.namespace().map(str::to_string));
     tokio::spawn(async move {
-        let _ = tokio::time::timeout(
-            timeout,
-            watcher.run(
-                tx,
-                initial,
-                start,
-                send_initial == Some(true),
-                global,
-                store,
-            ),
-        )
+        let errors = tx.clone();
+        let run = watcher.run(
+            tx,
+            initial,
+            start,
+            send_initial == Some(true),
+            global,
+            store,
+        );
+        let describe = || match &request {
+            (plural, Some(ns)) => format!("WATCH {plural} in namespace {ns}"),
+            (plural, None) => format!("WATCH {plural}"),
+        };
+        let caught = crate::recover::catch(&metrics, describe, async {
+            let _ = tokio::time::timeout(timeout, run).await;
+        })
         .await;
+        if caught.is_none() {
+            // The client learns why its watch ended, as from any watch error.
+            let status = crate::recover::error().to_status();
+            let _ = errors
+                .send(line(&json!({"type": "ERROR", "object": status})))
+                .await;
+        }
     });
     let body = BodyExt::boxed(StreamBody::new(tokio_stream_from(rx)));
     let mut resp = http::Response::new(body);

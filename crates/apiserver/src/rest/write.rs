@@ -2,13 +2,13 @@
 //! optimistic concurrency on the object's resourceVersion.
 
 use http::StatusCode;
-use krust_api::patch::{TypeRef, apply_strategic_merge_patch, root_type};
 use krust_api::status::{ApiError, Cause};
+use krust_apimachinery::patch::{TypeRef, apply_strategic_merge_patch, root_type};
 use krust_store::{Compare, Revision};
 use serde_json::{Value, json};
 
 use super::{Call, Part, now, parse_rv};
-use crate::kinds::validation::{check_annotations, check_labels, check_name};
+use crate::kinds::validation::{check_annotations, check_generate_name, check_labels, check_name};
 use crate::response::Response;
 
 /// Who computes a write's managedFields.
@@ -70,7 +70,7 @@ pub async fn create_object(
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
         {
-            Some(prefix) => generate_name(prefix),
+            Some(prefix) => krust_api::names::generate_name(prefix),
             None => {
                 return Err(ApiError::invalid(
                     info.kind,
@@ -138,34 +138,19 @@ fn drop_empty_metadata(obj: &mut Value) {
     });
 }
 
-/// `generateName` plus five random characters from upstream's alphabet.
-fn generate_name(prefix: &str) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    let suffix: String = bytes[..5]
-        .iter()
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
-        .collect();
-    let max = 63 - 5;
-    let prefix = if prefix.len() > max {
-        &prefix[..max]
-    } else {
-        prefix
-    };
-    format!("{prefix}{suffix}")
-}
-
 /// Metadata checks plus the kind's validation; `old` for updates.
 fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let info = call.kind.info;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let mut errs = Vec::new();
-    check_name(
-        call.kind.strategy.name_rule(),
-        "metadata.name",
-        name,
-        &mut errs,
-    );
+    let rule = call.kind.strategy.name_rule();
+    if let Some(prefix) = obj["metadata"]["generateName"]
+        .as_str()
+        .filter(|p| !p.is_empty())
+    {
+        check_generate_name(rule, "metadata.generateName", prefix, &mut errs);
+    }
+    check_name(rule, "metadata.name", name, &mut errs);
     check_labels("metadata.labels", &obj["metadata"]["labels"], &mut errs);
     check_annotations(
         "metadata.annotations",
@@ -437,34 +422,37 @@ fn server_side_apply(
 ) -> Result<Value, ApiError> {
     let manager = call.field_manager();
     let time = now();
-    let m = krust_api::apply::Manager {
+    let m = krust_apimachinery::apply::Manager {
         name: &manager,
         time: &time,
     };
     let force = call.query.flag("force");
-    krust_api::apply::apply(&call.endpoint(part), live, config, &m, force).map_err(|e| match e {
-        krust_api::apply::ApplyError::Conflicts(conflicts) => {
-            let name = call.name();
-            let message = krust_api::apply::ApplyError::Conflicts(conflicts.clone()).to_string();
-            ApiError {
-                details: Some(Box::new(krust_api::status::Details {
-                    name: name.to_string(),
-                    group: call.kind.info.group.to_string(),
-                    kind: call.kind.info.plural.to_string(),
-                    causes: conflicts
-                        .iter()
-                        .map(|c| Cause {
-                            reason: "FieldManagerConflict",
-                            message: c.message(),
-                            field: c.field.clone(),
-                        })
-                        .collect(),
-                    retry_after_seconds: None,
-                })),
-                ..ApiError::new(409, "Conflict", message)
+    krust_apimachinery::apply::apply(&call.endpoint(part), live, config, &m, force).map_err(|e| {
+        match e {
+            krust_apimachinery::apply::ApplyError::Conflicts(conflicts) => {
+                let name = call.name();
+                let message =
+                    krust_apimachinery::apply::ApplyError::Conflicts(conflicts.clone()).to_string();
+                ApiError {
+                    details: Some(Box::new(krust_api::status::Details {
+                        name: name.to_string(),
+                        group: call.kind.info.group.to_string(),
+                        kind: call.kind.info.plural.to_string(),
+                        causes: conflicts
+                            .iter()
+                            .map(|c| Cause {
+                                reason: "FieldManagerConflict",
+                                message: c.message(),
+                                field: c.field.clone(),
+                            })
+                            .collect(),
+                        retry_after_seconds: None,
+                    })),
+                    ..ApiError::new(409, "Conflict", message)
+                }
             }
+            krust_apimachinery::apply::ApplyError::Invalid(msg) => ApiError::bad_request(msg),
         }
-        krust_api::apply::ApplyError::Invalid(msg) => ApiError::bad_request(msg),
     })
 }
 

@@ -25,10 +25,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Store;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
+use krust_client::cache::Cache;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Client, ResourceExt};
@@ -36,11 +36,11 @@ use kube::{Client, ResourceExt};
 use self::rollout::Counts;
 use self::template_hash::{POD_TEMPLATE_HASH, compute_hash, equal_ignore_hash};
 use crate::Error;
-use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
-use crate::queue::{Reconciler, WorkQueue};
 use krust_client::events::{EventRecorder, EventType};
+use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
 
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
@@ -59,8 +59,8 @@ const NOT_COPIED: &[&str] = &[
 
 pub struct DeploymentController {
     client: Client,
-    deployments: Store<Deployment>,
-    replicasets: Store<ReplicaSet>,
+    deployments: Cache<Deployment>,
+    replicasets: Cache<ReplicaSet>,
     queue: Arc<WorkQueue>,
     events: EventRecorder,
 }
@@ -72,8 +72,8 @@ impl DeploymentController {
         let rs_informer = informers.get::<ReplicaSet>();
         let controller = Arc::new(DeploymentController {
             client,
-            deployments: d_informer.store(),
-            replicasets: rs_informer.store(),
+            deployments: d_informer.cache(),
+            replicasets: rs_informer.cache(),
             queue: WorkQueue::new("deployment"),
             events,
         });
@@ -100,6 +100,8 @@ impl DeploymentController {
 }
 
 impl Reconciler for DeploymentController {
+    type Error = Error;
+
     fn queue(&self) -> &Arc<WorkQueue> {
         &self.queue
     }
@@ -810,10 +812,10 @@ pub fn selector_of(d: &Deployment) -> Result<Selector, Error> {
 struct DeploymentEvents(Arc<WorkQueue>);
 
 impl EventHandler<Deployment> for DeploymentEvents {
-    fn on_apply(&self, _old: Option<&Deployment>, new: &Deployment) {
+    fn on_apply(&self, _old: Option<&Deployment>, new: &Arc<Deployment>) {
         self.0.add(key_of(&new.metadata));
     }
-    fn on_delete(&self, _obj: &Deployment) {}
+    fn on_delete(&self, _obj: &Arc<Deployment>) {}
 }
 
 struct ReplicaSetEvents(Arc<DeploymentController>);
@@ -833,7 +835,7 @@ impl ReplicaSetEvents {
 }
 
 impl EventHandler<ReplicaSet> for ReplicaSetEvents {
-    fn on_apply(&self, old: Option<&ReplicaSet>, new: &ReplicaSet) {
+    fn on_apply(&self, old: Option<&ReplicaSet>, new: &Arc<ReplicaSet>) {
         if let Some(old) = old {
             if old.resource_version() == new.resource_version() {
                 return;
@@ -846,7 +848,7 @@ impl EventHandler<ReplicaSet> for ReplicaSetEvents {
         }
         self.enqueue(new);
     }
-    fn on_delete(&self, obj: &ReplicaSet) {
+    fn on_delete(&self, obj: &Arc<ReplicaSet>) {
         self.enqueue(obj);
     }
 }

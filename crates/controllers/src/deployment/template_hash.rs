@@ -15,10 +15,6 @@ use k8s_openapi::serde_json;
 
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 
-/// upstream's `rand.SafeEncodeString` alphabet: no vowels (no words), no 0/1/3 (no
-/// look-alikes).
-const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
 fn fnv32a(bytes: &[u8], mut hash: u32) -> u32 {
     for b in bytes {
         hash ^= *b as u32;
@@ -35,10 +31,7 @@ pub fn compute_hash(template: &PodTemplateSpec, collision_count: Option<i32>) ->
     if let Some(c) = collision_count {
         hash = fnv32a(&(c as u32).to_le_bytes(), hash);
     }
-    hash.to_string()
-        .bytes()
-        .map(|b| ALPHANUMS[b as usize % ALPHANUMS.len()] as char)
-        .collect()
+    krust_api::names::safe_encode(hash.to_string().bytes())
 }
 
 /// The template without the `pod-template-hash` label (and without an empty label map).
@@ -94,7 +87,11 @@ mod tests {
         let h = compute_hash(&template("nginx:1", None), None);
         assert_eq!(h, compute_hash(&template("nginx:1", None), None));
         assert!(!h.is_empty() && h.len() <= 10, "{h}");
-        assert!(h.bytes().all(|b| ALPHANUMS.contains(&b)), "{h}");
+        assert!(
+            h.bytes()
+                .all(|b| krust_api::names::SAFE_ALPHABET.contains(&b)),
+            "{h}"
+        );
     }
 
     #[test]

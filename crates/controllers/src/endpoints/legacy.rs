@@ -13,20 +13,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Store;
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use krust_client::cache::Cache;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{key_of, split_key};
 use crate::pods::CachedPod;
-use crate::queue::{Reconciler, WorkQueue};
+use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
 
 /// Upstream's cap on the addresses of one Endpoints object.
 pub const MAX_ADDRESSES: usize = 1000;
@@ -34,9 +34,9 @@ pub const OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
 
 pub struct EndpointsController {
     client: Client,
-    services: Store<Service>,
-    pods: Store<CachedPod>,
-    endpoints: Store<Endpoints>,
+    services: Cache<Service>,
+    pods: Cache<CachedPod>,
+    endpoints: Cache<Endpoints>,
     queue: Arc<WorkQueue>,
 }
 
@@ -50,7 +50,7 @@ impl EndpointsController {
             client,
             services,
             pods,
-            endpoints: endpoints.store(),
+            endpoints: endpoints.cache(),
             queue: queue.clone(),
         });
         endpoints.add_handler(Arc::new(EndpointsEvents(queue)));
@@ -59,6 +59,8 @@ impl EndpointsController {
 }
 
 impl Reconciler for EndpointsController {
+    type Error = Error;
+
     fn queue(&self) -> &Arc<WorkQueue> {
         &self.queue
     }
@@ -230,10 +232,10 @@ fn subset_key(ports: &[EndpointPort]) -> String {
 struct EndpointsEvents(Arc<WorkQueue>);
 
 impl EventHandler<Endpoints> for EndpointsEvents {
-    fn on_apply(&self, _old: Option<&Endpoints>, new: &Endpoints) {
+    fn on_apply(&self, _old: Option<&Endpoints>, new: &Arc<Endpoints>) {
         self.0.add(key_of(&new.metadata));
     }
-    fn on_delete(&self, obj: &Endpoints) {
+    fn on_delete(&self, obj: &Arc<Endpoints>) {
         self.0.add(key_of(&obj.metadata));
     }
 }

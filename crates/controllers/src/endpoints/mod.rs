@@ -13,15 +13,15 @@ pub mod slice;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::cache::Store;
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use krust_client::cache::Cache;
 use kube::ResourceExt;
 
-use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::key_of;
 use crate::pods::{CachedPod, Phase};
-use crate::queue::WorkQueue;
+use krust_client::informer::{EventHandler, SharedInformers};
+use krust_client::queue::WorkQueue;
 
 /// The label that says a Service is headless, on its EndpointSlices and Endpoints.
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
@@ -41,7 +41,7 @@ fn selects(selector: &BTreeMap<String, String>, pod: &CachedPod) -> bool {
 }
 
 /// The pods of the Service's namespace that its selector matches.
-pub fn selected_pods(svc: &Service, pods: &Store<CachedPod>) -> Vec<Arc<CachedPod>> {
+pub fn selected_pods(svc: &Service, pods: &Cache<CachedPod>) -> Vec<Arc<CachedPod>> {
     let Some(selector) = selector(svc) else {
         return Vec::new();
     };
@@ -114,32 +114,32 @@ pub fn published_labels(svc: &Service, extra: &[(&str, &str)]) -> BTreeMap<Strin
 pub fn watch_services_and_pods(
     informers: &SharedInformers,
     queue: &Arc<WorkQueue>,
-) -> (Store<Service>, Store<CachedPod>) {
+) -> (Cache<Service>, Cache<CachedPod>) {
     let services = informers.get::<Service>();
     let pods = informers.get::<CachedPod>();
     services.add_handler(Arc::new(ServiceEvents(queue.clone())));
     pods.add_handler(Arc::new(PodEvents {
-        services: services.store(),
+        services: services.cache(),
         queue: queue.clone(),
     }));
-    (services.store(), pods.store())
+    (services.cache(), pods.cache())
 }
 
 /// Queues a Service when it changes.
 struct ServiceEvents(Arc<WorkQueue>);
 
 impl EventHandler<Service> for ServiceEvents {
-    fn on_apply(&self, _old: Option<&Service>, new: &Service) {
+    fn on_apply(&self, _old: Option<&Service>, new: &Arc<Service>) {
         self.0.add(key_of(&new.metadata));
     }
-    fn on_delete(&self, obj: &Service) {
+    fn on_delete(&self, obj: &Arc<Service>) {
         self.0.add(key_of(&obj.metadata));
     }
 }
 
 /// Queues the Services that select a pod, before or after the change.
 struct PodEvents {
-    services: Store<Service>,
+    services: Cache<Service>,
     queue: Arc<WorkQueue>,
 }
 
@@ -157,7 +157,7 @@ impl PodEvents {
 }
 
 impl EventHandler<CachedPod> for PodEvents {
-    fn on_apply(&self, old: Option<&CachedPod>, new: &CachedPod) {
+    fn on_apply(&self, old: Option<&CachedPod>, new: &Arc<CachedPod>) {
         // A pod that changed only where endpoints do not look (e.g. a container
         // restart count) still costs a pass; passes that change nothing write nothing.
         match old {
@@ -165,7 +165,7 @@ impl EventHandler<CachedPod> for PodEvents {
             None => self.enqueue_selecting(&[new]),
         }
     }
-    fn on_delete(&self, obj: &CachedPod) {
+    fn on_delete(&self, obj: &Arc<CachedPod>) {
         self.enqueue_selecting(&[obj]);
     }
 }

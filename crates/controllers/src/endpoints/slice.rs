@@ -18,23 +18,24 @@
 //! not shown yet is tracked, and a pass waits for the cache to catch up rather than
 //! act on a view that would make it create a slice twice.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::Store;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use krust_client::cache::Cache;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::informer::{EventHandler, SharedInformers};
 use crate::owner::{controller_ref, key_of, split_key};
 use crate::pods::CachedPod;
-use crate::queue::{Reconciler, WorkQueue};
+use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
 
 pub use krust_client::endpoints::SERVICE_NAME_LABEL;
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
@@ -214,15 +215,14 @@ impl Tracker {
     fn note(&self, key: &str, p: Pending) {
         self.pending
             .lock()
-            .expect("tracker")
             .entry(key.to_string())
             .or_default()
             .push(p);
     }
 
     /// Drops what the cache has caught up with; true if something is still missing.
-    fn behind(&self, key: &str, ns: &str, slices: &Store<EndpointSlice>) -> bool {
-        let mut pending = self.pending.lock().expect("tracker");
+    fn behind(&self, key: &str, ns: &str, slices: &Cache<EndpointSlice>) -> bool {
+        let mut pending = self.pending.lock();
         let Some(list) = pending.get_mut(key) else {
             return false;
         };
@@ -243,16 +243,16 @@ impl Tracker {
     }
 
     fn forget(&self, key: &str) {
-        self.pending.lock().expect("tracker").remove(key);
+        self.pending.lock().remove(key);
     }
 }
 
 pub struct EndpointSliceController {
     client: Client,
-    services: Store<Service>,
-    pods: Store<CachedPod>,
-    nodes: Store<Node>,
-    slices: Store<EndpointSlice>,
+    services: Cache<Service>,
+    pods: Cache<CachedPod>,
+    nodes: Cache<Node>,
+    slices: Cache<EndpointSlice>,
     tracker: Tracker,
     queue: Arc<WorkQueue>,
 }
@@ -268,8 +268,8 @@ impl EndpointSliceController {
             client,
             services,
             pods,
-            nodes: nodes.store(),
-            slices: slices.store(),
+            nodes: nodes.cache(),
+            slices: slices.cache(),
             tracker: Tracker::default(),
             queue: queue.clone(),
         });
@@ -279,6 +279,8 @@ impl EndpointSliceController {
 }
 
 impl Reconciler for EndpointSliceController {
+    type Error = Error;
+
     fn queue(&self) -> &Arc<WorkQueue> {
         &self.queue
     }
@@ -494,10 +496,10 @@ impl SliceEvents {
 }
 
 impl EventHandler<EndpointSlice> for SliceEvents {
-    fn on_apply(&self, _old: Option<&EndpointSlice>, new: &EndpointSlice) {
+    fn on_apply(&self, _old: Option<&EndpointSlice>, new: &Arc<EndpointSlice>) {
         self.enqueue(new);
     }
-    fn on_delete(&self, obj: &EndpointSlice) {
+    fn on_delete(&self, obj: &Arc<EndpointSlice>) {
         self.enqueue(obj);
     }
 }

@@ -22,8 +22,9 @@
 
 pub mod graph;
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -41,9 +42,9 @@ use tokio::sync::oneshot;
 
 use crate::Error;
 use crate::owner::release_patch;
-use crate::queue::WorkQueue;
 use graph::{Deletion, FOREGROUND, Graph, Identity, ORPHAN, Uid, Work};
 use krust_client::is_status;
+use krust_client::queue::WorkQueue;
 
 /// Resources the collector leaves alone, as upstream does: events come and go in bulk
 /// and never own anything.
@@ -139,7 +140,7 @@ impl GarbageCollector {
         futures::future::join_all(synced).await;
         tracing::info!(
             kinds = gc.resources.watched.len(),
-            objects = gc.graph.lock().expect("graph").len(),
+            objects = gc.graph.lock().len(),
             "garbage collector synced"
         );
         let this = gc.clone();
@@ -181,11 +182,7 @@ impl GarbageCollector {
                     self.observe(&ar, &obj.metadata);
                 }
                 Event::InitDone => {
-                    let known = self
-                        .graph
-                        .lock()
-                        .expect("graph")
-                        .observed_of(&ar.api_version, &ar.kind);
+                    let known = self.graph.lock().observed_of(&ar.api_version, &ar.kind);
                     for uid in known.iter().filter(|u| !relisted.contains(*u)) {
                         self.forget(uid);
                     }
@@ -199,16 +196,12 @@ impl GarbageCollector {
     }
 
     fn observe(&self, ar: &ApiResource, meta: &ObjectMeta) {
-        let work = self
-            .graph
-            .lock()
-            .expect("graph")
-            .observe(&ar.api_version, &ar.kind, meta);
+        let work = self.graph.lock().observe(&ar.api_version, &ar.kind, meta);
         self.enqueue(work);
     }
 
     fn forget(&self, uid: &str) {
-        let work = self.graph.lock().expect("graph").forget(uid);
+        let work = self.graph.lock().forget(uid);
         self.enqueue(work);
     }
 
@@ -239,7 +232,7 @@ impl GarbageCollector {
     /// The object's current metadata, or `None` if it is gone (deleted, or its name now
     /// belongs to another UID).
     async fn live(&self, identity: &Identity) -> Result<Option<ObjectMeta>, Error> {
-        if self.absent.lock().expect("absent").contains(&*identity.uid) {
+        if self.absent.lock().contains(&*identity.uid) {
             return Ok(None);
         }
         let found = self
@@ -252,7 +245,7 @@ impl GarbageCollector {
                 Ok(Some(obj.metadata))
             }
             _ => {
-                let mut absent = self.absent.lock().expect("absent");
+                let mut absent = self.absent.lock();
                 if absent.len() >= ABSENT_MEMORY {
                     absent.clear();
                 }
@@ -272,7 +265,6 @@ impl GarbageCollector {
         let seen = self
             .graph
             .lock()
-            .expect("graph")
             .node(&owner.uid)
             .filter(|n| n.observed)
             .map(|n| n.deletion);
@@ -296,7 +288,6 @@ impl GarbageCollector {
         let node = self
             .graph
             .lock()
-            .expect("graph")
             .node(uid)
             .map(|n| (n.identity.clone(), n.observed));
         let Some((identity, observed)) = node else {
@@ -352,7 +343,6 @@ impl GarbageCollector {
         let has_dependents = self
             .graph
             .lock()
-            .expect("graph")
             .node(uid)
             .is_some_and(|n| !n.dependents.is_empty());
         let has = |f: &str| latest.finalizers.iter().flatten().any(|x| x == f);
@@ -377,7 +367,7 @@ impl GarbageCollector {
         latest: &ObjectMeta,
     ) -> Result<Option<Duration>, Error> {
         let (blocking, waiting_on) = {
-            let graph = self.graph.lock().expect("graph");
+            let graph = self.graph.lock();
             let blocking = graph.blocking_dependents(&identity.uid);
             // Dependents deleting their own dependents are on their way already.
             let waiting_on: Vec<String> = blocking
@@ -467,7 +457,7 @@ impl GarbageCollector {
 
     async fn attempt_to_orphan(&self, uid: &str) -> Result<Option<Duration>, Error> {
         let node = {
-            let graph = self.graph.lock().expect("graph");
+            let graph = self.graph.lock();
             graph.node(uid).map(|n| {
                 let dependents: Vec<Identity> = n
                     .dependents

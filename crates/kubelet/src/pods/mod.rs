@@ -12,16 +12,17 @@ pub mod tokens;
 pub mod volumes;
 pub mod worker;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use krust_client::events::EventRecorder;
+use krust_client::informer::{EventHandler, Informer};
+use krust_client::supervise::restart_on_panic;
 use krust_cri::Runtime;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
@@ -36,67 +37,92 @@ pub async fn run(
     recorder: EventRecorder,
     evictions: Evictions,
 ) {
-    let api: Api<Pod> = Api::all(client.clone());
     let selector = format!("spec.nodeName={}", config.node_name);
-    let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
-        .default_backoff()
-        .boxed();
+    let pods = Informer::<Pod>::new(
+        Api::all(client.clone()),
+        watcher::Config::default().fields(&selector),
+    );
     let (relisted, relist) = watch::channel(Arc::new(pleg::Snapshot::empty()));
     tokio::spawn(pleg::run(runtime.clone(), relisted));
-    let mut workers: HashMap<String, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
-    let mut relisted: Vec<String> = Vec::new();
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(e) => e,
-            Err(err) => {
-                tracing::warn!(error = %err, "watching this node's pods failed; retrying");
-                continue;
+    pods.add_handler(Arc::new(Workers {
+        client,
+        runtime,
+        config,
+        recorder,
+        evictions,
+        relist,
+        running: Mutex::default(),
+    }));
+    pods.run().await
+}
+
+/// One worker per pod UID, each fed the latest version of its pod; `None` tells it the
+/// pod is gone from the API.
+struct Workers {
+    client: Client,
+    runtime: Runtime,
+    config: Arc<Config>,
+    recorder: EventRecorder,
+    evictions: Evictions,
+    relist: watch::Receiver<Arc<pleg::Snapshot>>,
+    running: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
+}
+
+impl Workers {
+    fn stop(&self, running: &mut HashMap<String, watch::Sender<Option<Arc<Pod>>>>, pod: &Pod) {
+        if let Some(tx) = running.remove(&pod.uid().unwrap_or_default()) {
+            let _ = tx.send(None);
+        }
+    }
+}
+
+impl EventHandler<Pod> for Workers {
+    fn on_apply(&self, old: Option<&Pod>, pod: &Arc<Pod>) {
+        let uid = pod.uid().unwrap_or_default();
+        let mut running = self.running.lock();
+        // A pod deleted and created again under the same name while the watch was down
+        // comes back as an update: the old one's worker tears it down.
+        if let Some(old) = old.filter(|old| old.uid() != pod.uid()) {
+            self.stop(&mut running, old);
+        }
+        running.retain(|_, tx| !tx.is_closed());
+        match running.get(&uid) {
+            Some(tx) => {
+                let _ = tx.send(Some(pod.clone()));
             }
-        };
-        match event {
-            Event::Apply(pod) | Event::InitApply(pod) => {
-                let uid = pod.uid().unwrap_or_default();
-                relisted.push(uid.clone());
-                let pod = Arc::new(pod);
-                workers.retain(|_, tx| !tx.is_closed());
-                match workers.get(&uid) {
-                    Some(tx) => {
-                        let _ = tx.send(Some(pod));
-                    }
-                    None => {
-                        let (tx, rx) = watch::channel(Some(pod));
-                        let worker = worker::Worker::new(
-                            client.clone(),
-                            runtime.clone(),
-                            config.clone(),
-                            recorder.clone(),
-                            evictions.clone(),
-                            relist.clone(),
-                        );
-                        tokio::spawn(worker.run(rx));
-                        workers.insert(uid, tx);
-                    }
-                }
-            }
-            Event::Delete(pod) => {
-                if let Some(tx) = workers.remove(&pod.uid().unwrap_or_default()) {
-                    let _ = tx.send(None);
-                }
-            }
-            Event::Init => relisted.clear(),
-            Event::InitDone => {
-                // Pods deleted while the watch was down.
-                let gone: Vec<String> = workers
-                    .keys()
-                    .filter(|uid| !relisted.contains(uid))
-                    .cloned()
-                    .collect();
-                for uid in gone {
-                    if let Some(tx) = workers.remove(&uid) {
-                        let _ = tx.send(None);
-                    }
-                }
+            None => {
+                let (tx, rx) = watch::channel(Some(pod.clone()));
+                let (client, runtime, config) = (
+                    self.client.clone(),
+                    self.runtime.clone(),
+                    self.config.clone(),
+                );
+                let (recorder, evictions, relist) = (
+                    self.recorder.clone(),
+                    self.evictions.clone(),
+                    self.relist.clone(),
+                );
+                // A worker that panics is replaced by a fresh one, which finds the pod's
+                // sandbox and containers by label as a restarted kubelet does.
+                let start = move || {
+                    let worker = worker::Worker::new(
+                        client.clone(),
+                        runtime.clone(),
+                        config.clone(),
+                        recorder.clone(),
+                        evictions.clone(),
+                        relist.clone(),
+                    );
+                    worker.run(rx.clone())
+                };
+                let what = format!("pod worker of {}", pod.name_any());
+                tokio::spawn(restart_on_panic(what, start));
+                running.insert(uid, tx);
             }
         }
+    }
+
+    fn on_delete(&self, pod: &Arc<Pod>) {
+        self.stop(&mut self.running.lock(), pod);
     }
 }

@@ -19,8 +19,9 @@ mod history;
 mod index;
 mod watch;
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::path::Path;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use redb::Database;
@@ -103,11 +104,11 @@ impl EmbeddedStore {
 
 impl Shared {
     fn read_index(&self) -> RwLockReadGuard<'_, Index> {
-        self.index.read().expect("index lock poisoned")
+        self.index.read()
     }
 
     fn write_index(&self) -> RwLockWriteGuard<'_, Index> {
-        self.index.write().expect("index lock poisoned")
+        self.index.write()
     }
 
     fn get(&self, key: &str, revision: Revision) -> Result<(Option<KeyValue>, Revision)> {

@@ -9,25 +9,35 @@
 //!
 //! Keys are `namespace/name` strings, like client-go's `MetaNamespaceKeyFunc`.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio::sync::Notify;
 
-use crate::Error;
-
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
 
+/// Why a pass failed, as far as the queue cares: every failure is retried with backoff,
+/// but an expected race is not worth a warning.
+pub trait PassError: std::fmt::Display + Send {
+    /// A write lost an optimistic-concurrency race (409), retried on fresher data.
+    fn is_conflict(&self) -> bool;
+}
+
 /// A controller driven by a work queue: one level-triggered pass per key.
 pub trait Reconciler: Send + Sync + 'static {
+    type Error: PassError;
     fn queue(&self) -> &Arc<WorkQueue>;
     /// One pass over `key`; see [`WorkQueue::run`] for what the result means.
-    fn reconcile(&self, key: &str) -> impl Future<Output = Result<Option<Duration>, Error>> + Send;
+    fn reconcile(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Duration>, Self::Error>> + Send;
 }
 
 /// Runs `workers` reconcile loops of a controller. Never returns.
@@ -72,7 +82,7 @@ impl WorkQueue {
     /// Queues `key` unless it is already waiting.
     pub fn add(&self, key: impl Into<String>) {
         let key = key.into();
-        let mut s = self.state.lock().expect("queue lock");
+        let mut s = self.state.lock();
         if !s.dirty.insert(key.clone()) {
             return;
         }
@@ -92,7 +102,7 @@ impl WorkQueue {
         }
         let due = Instant::now() + delay;
         {
-            let mut s = self.state.lock().expect("queue lock");
+            let mut s = self.state.lock();
             match s.delayed.get(&key) {
                 Some(earlier) if *earlier <= due => return,
                 _ => s.delayed.insert(key.clone(), due),
@@ -102,7 +112,7 @@ impl WorkQueue {
         tokio::spawn(async move {
             tokio::time::sleep_until(due.into()).await;
             if let Some(queue) = queue.upgrade() {
-                let mut s = queue.state.lock().expect("queue lock");
+                let mut s = queue.state.lock();
                 // Only the timer that owns the entry clears it; a replaced (later) timer
                 // still adds the key, which costs one deduplicated add.
                 if s.delayed.get(&key) == Some(&due) {
@@ -117,7 +127,7 @@ impl WorkQueue {
     /// Queues `key` after its backoff delay, which doubles with every consecutive failure.
     pub fn add_rate_limited(self: &Arc<Self>, key: String) {
         let failures = {
-            let mut s = self.state.lock().expect("queue lock");
+            let mut s = self.state.lock();
             let n = s.failures.entry(key.clone()).or_insert(0);
             *n += 1;
             *n
@@ -127,14 +137,14 @@ impl WorkQueue {
 
     /// Clears the failure count of `key` after a successful pass.
     pub fn forget(&self, key: &str) {
-        self.state.lock().expect("queue lock").failures.remove(key);
+        self.state.lock().failures.remove(key);
     }
 
     /// Waits for the next key and marks it as being processed.
     async fn next(&self) -> String {
         loop {
             {
-                let mut s = self.state.lock().expect("queue lock");
+                let mut s = self.state.lock();
                 if let Some(key) = s.queue.pop_front() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
@@ -151,7 +161,7 @@ impl WorkQueue {
 
     /// Ends processing of `key`; re-queues it if an event named it meanwhile.
     fn done(&self, key: &str) {
-        let mut s = self.state.lock().expect("queue lock");
+        let mut s = self.state.lock();
         s.processing.remove(key);
         if s.dirty.contains(key) {
             s.queue.push_back(key.to_string());
@@ -162,7 +172,7 @@ impl WorkQueue {
 
     /// Number of keys waiting (for tests and logs).
     pub fn len(&self) -> usize {
-        self.state.lock().expect("queue lock").queue.len()
+        self.state.lock().queue.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -173,10 +183,11 @@ impl WorkQueue {
     /// `Ok(Some(delay))` to be looked at again after `delay` (e.g. when a pod becomes
     /// available after minReadySeconds), `Ok(None)` when done, or an error to be retried
     /// with backoff. Never returns.
-    pub async fn run<F, Fut>(self: Arc<Self>, workers: usize, reconcile: F)
+    pub async fn run<F, Fut, E>(self: Arc<Self>, workers: usize, reconcile: F)
     where
         F: Fn(String) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Option<Duration>, Error>> + Send,
+        Fut: Future<Output = Result<Option<Duration>, E>> + Send,
+        E: PassError,
     {
         let reconcile = Arc::new(reconcile);
         let mut set = tokio::task::JoinSet::new();
@@ -189,18 +200,18 @@ impl WorkQueue {
                     // A panicking pass must not leave its key marked as processing (it
                     // would never be reconciled again) nor take the worker down.
                     let result = AssertUnwindSafe(reconcile(key.clone())).catch_unwind().await;
-                    let result = result.unwrap_or_else(|_| {
-                        tracing::error!(controller = queue.name, %key, "reconcile panicked; retrying");
-                        Err(Error::Panicked)
-                    });
                     match result {
-                        Ok(requeue) => {
+                        Err(_) => {
+                            tracing::error!(controller = queue.name, %key, "reconcile panicked; retrying");
+                            queue.add_rate_limited(key.clone());
+                        }
+                        Ok(Ok(requeue)) => {
                             queue.forget(&key);
                             if let Some(delay) = requeue {
                                 queue.add_after(key.clone(), delay);
                             }
                         }
-                        Err(err) => {
+                        Ok(Err(err)) => {
                             if err.is_conflict() {
                                 tracing::debug!(controller = queue.name, %key, error = %err, "conflict; retrying");
                             } else {
@@ -228,6 +239,21 @@ fn backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    struct TestError;
+
+    impl std::fmt::Display for TestError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("test error")
+        }
+    }
+
+    impl PassError for TestError {
+        fn is_conflict(&self) -> bool {
+            false
+        }
+    }
 
     #[tokio::test]
     async fn a_key_queued_twice_is_processed_once() {
@@ -285,7 +311,7 @@ mod tests {
                 async move {
                     assert!(n > 0, "first pass of {key} panics");
                     let _ = done_tx.send(key);
-                    Ok(None)
+                    Ok::<_, TestError>(None)
                 }
             }))
         };
