@@ -9,3 +9,4 @@ pub mod panics;
 pub mod registry;
 pub mod selector;
 pub mod status;
+pub mod sync;

@@ -4,9 +4,10 @@
 //! transaction, so apiservers sharing one store never hand out the same IP or port.
 //! Allocations are released if the write that needed them fails.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use krust_api::cidr::Ipv4Cidr;
@@ -201,12 +202,12 @@ impl ServiceAllocator {
             .find(|p| ports.insert(*p))
     }
 
-    fn lock_ips(&self) -> parking_lot::MutexGuard<'_, HashSet<u32>> {
-        self.ips.lock()
+    fn lock_ips(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        self.ips.locked()
     }
 
-    fn lock_ports(&self) -> parking_lot::MutexGuard<'_, HashSet<u16>> {
-        self.ports.lock()
+    fn lock_ports(&self) -> std::sync::MutexGuard<'_, HashSet<u16>> {
+        self.ports.locked()
     }
 }
 

@@ -7,9 +7,10 @@
 //! a watcher that falls behind the ring's start gets 410 Gone instead of slowing writers,
 //! as upstream's cacher does.
 
-use parking_lot::RwLock;
+use krust_api::sync::UnpoisonedRw;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::sync::RwLock;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -223,8 +224,8 @@ impl ResourceCache {
         *self.revision.borrow()
     }
 
-    fn read(&self) -> parking_lot::RwLockReadGuard<'_, State> {
-        self.state.read()
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read_locked()
     }
 
     /// Decodes an object read from the store (for paged lists served by the store).
@@ -274,7 +275,7 @@ impl ResourceCache {
 
     fn apply(&self, event: &Event) {
         let rev = event.revision();
-        let mut state = self.state.write();
+        let mut state = self.state.write_locked();
         let cache_event = match event {
             Event::Put { kv, .. } => {
                 let Some(obj) = self.cached(kv, rev) else {
@@ -312,7 +313,7 @@ impl ResourceCache {
 
     fn load(&self, kv: &KeyValue) {
         if let Some(obj) = self.cached(kv, kv.mod_revision) {
-            let mut state = self.state.write();
+            let mut state = self.state.write_locked();
             state.objects.insert(kv.key.clone(), Arc::new(obj));
         }
     }

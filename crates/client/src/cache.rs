@@ -6,10 +6,11 @@
 //! keys each object with copies of its name, namespace, resourceVersion and UID, which
 //! for tens of thousands of pods is as much as the cached pods themselves).
 
-use parking_lot::RwLock;
+use krust_api::sync::UnpoisonedRw;
 use std::fmt::Debug;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
+use std::sync::RwLock;
 
 use hashbrown::HashTable;
 use k8s_openapi::serde::de::DeserializeOwned;
@@ -142,7 +143,7 @@ impl<K> Clone for Cache<K> {
 impl<K: Cached> Cache<K> {
     /// The cached object, `namespace` `None` for a cluster-scoped kind.
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
-        self.table.read().get(namespace, name).cloned()
+        self.table.read_locked().get(namespace, name).cloned()
     }
 
     /// Every cached object.
@@ -152,7 +153,7 @@ impl<K: Cached> Cache<K> {
 
     /// The cached objects for which `keep` holds.
     pub fn state_filter(&self, keep: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
-        let table = self.table.read();
+        let table = self.table.read_locked();
         table.iter().filter(|o| keep(o)).cloned().collect()
     }
 
@@ -188,18 +189,20 @@ impl<K: Cached> Writer<K> {
 
     /// Stores `obj`, returning the version it replaces.
     pub fn apply(&self, obj: Arc<K>) -> Option<Arc<K>> {
-        self.table.write().insert(obj)
+        self.table.write_locked().insert(obj)
     }
 
     /// Removes `obj`, returning the cached version.
     pub fn delete(&self, obj: &K) -> Option<Arc<K>> {
-        self.table.write().remove(obj.namespace(), obj.name())
+        self.table
+            .write_locked()
+            .remove(obj.namespace(), obj.name())
     }
 
     /// Replaces the whole cache with a fresh list (marking it ready), returning the
     /// previous contents.
     pub fn replace(&self, fresh: Table<K>) -> Table<K> {
-        let old = std::mem::replace(&mut *self.table.write(), fresh);
+        let old = std::mem::replace(&mut *self.table.write_locked(), fresh);
         self.ready.send_replace(true);
         old
     }

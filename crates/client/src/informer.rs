@@ -16,13 +16,14 @@
 //! breaks without bookkeeping of its own. Components that recompute everything on any
 //! change register a [`Notify`] as their handler.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use futures::StreamExt;
 use kube::Client;
@@ -84,21 +85,26 @@ impl<K: Cached> Informer<K> {
 
     /// Registers a handler; call before the informers start.
     pub fn add_handler(&self, handler: Arc<dyn EventHandler<K>>) {
-        self.handlers.lock().push(handler);
+        self.handlers.locked().push(handler);
     }
 
     /// Watches and feeds the cache and handlers until dropped. An informer runs once: a
     /// second call returns at once.
     pub async fn run(self: Arc<Self>) {
-        let Some(writer) = self.writer.lock().take() else {
+        let Some(writer) = self.writer.locked().take() else {
             return;
         };
-        let handlers: Vec<_> = self.handlers.lock().clone();
+        let handlers: Vec<_> = self.handlers.locked().clone();
         let mut stream = watcher(self.api.clone(), self.config.clone())
             .default_backoff()
             .boxed();
         // A re-list fills a fresh table, swapped in whole once the list is complete.
         let mut relisted = Table::new();
+        // The listed objects in the order they came, which is the order handlers see them
+        // in: a table's order is random, and handlers that build structures the way the
+        // objects arrive (the scheduler's node list) would then walk memory at random
+        // (measured: 15–20 % fewer pods/s in SchedulingBasic).
+        let mut listed: Vec<Arc<K>> = Vec::new();
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(event) => event,
@@ -118,14 +124,18 @@ impl<K: Cached> Informer<K> {
                     writer.delete(&obj);
                     each(&handlers, |h| h.on_delete(&obj));
                 }
-                Event::Init => relisted = Table::new(),
+                Event::Init => {
+                    relisted = Table::new();
+                    listed.clear();
+                }
                 Event::InitApply(obj) => {
-                    relisted.insert(Arc::new(K::from_wire(obj)));
+                    let obj = Arc::new(K::from_wire(obj));
+                    relisted.insert(obj.clone());
+                    listed.push(obj);
                 }
                 Event::InitDone => {
-                    let fresh: Vec<Arc<K>> = relisted.iter().cloned().collect();
                     let mut before = writer.replace(std::mem::take(&mut relisted));
-                    for obj in fresh {
+                    for obj in std::mem::take(&mut listed) {
                         let old = before.remove(obj.namespace(), obj.name());
                         each(&handlers, |h| h.on_apply(old.as_deref(), &obj));
                     }
@@ -195,7 +205,7 @@ impl SharedInformers {
 
     /// The informer of kind `K` across all namespaces.
     pub fn get<K: Cached>(&self) -> Arc<Informer<K>> {
-        let mut informers = self.informers.lock();
+        let mut informers = self.informers.locked();
         if let Some(existing) = informers.get(&TypeId::of::<K>()) {
             return existing
                 .clone()
@@ -208,7 +218,7 @@ impl SharedInformers {
         let cache = informer.cache();
         let synced: Task = Box::pin(async move { cache.wait_until_ready().await });
         self.pending
-            .lock()
+            .locked()
             .push((Box::pin(informer.clone().run()), synced));
         informer
     }
@@ -216,7 +226,7 @@ impl SharedInformers {
     /// Starts every informer created so far on `tasks` and waits until all caches hold a
     /// complete list.
     pub async fn start(&self, tasks: &mut tokio::task::JoinSet<()>) {
-        let pending: Vec<_> = std::mem::take(&mut *self.pending.lock());
+        let pending: Vec<_> = std::mem::take(&mut *self.pending.locked());
         let mut synced = Vec::new();
         for (run, ready) in pending {
             tasks.spawn(run);

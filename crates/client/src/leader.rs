@@ -10,8 +10,9 @@
 //!   so two instances are never active at once.
 //! - Every write is a compare-and-swap on the lease's resourceVersion.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -157,7 +158,7 @@ impl LeaderElector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let observed_at = {
-            let mut observed = self.observed.lock();
+            let mut observed = self.observed.locked();
             match &*observed {
                 Some((seen, at)) if *seen == spec => *at,
                 _ => {
@@ -195,7 +196,7 @@ impl LeaderElector {
             .await
         {
             Ok(_) => {
-                *self.observed.lock() = Some((new_spec, Instant::now()));
+                *self.observed.locked() = Some((new_spec, Instant::now()));
                 if !i_hold {
                     tracing::info!(lease = %self.lease_name(), previous = %holder, "took over leader lease");
                 }

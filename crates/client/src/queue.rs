@@ -9,11 +9,12 @@
 //!
 //! Keys are `namespace/name` strings, like client-go's `MetaNamespaceKeyFunc`.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -82,7 +83,7 @@ impl WorkQueue {
     /// Queues `key` unless it is already waiting.
     pub fn add(&self, key: impl Into<String>) {
         let key = key.into();
-        let mut s = self.state.lock();
+        let mut s = self.state.locked();
         if !s.dirty.insert(key.clone()) {
             return;
         }
@@ -102,7 +103,7 @@ impl WorkQueue {
         }
         let due = Instant::now() + delay;
         {
-            let mut s = self.state.lock();
+            let mut s = self.state.locked();
             match s.delayed.get(&key) {
                 Some(earlier) if *earlier <= due => return,
                 _ => s.delayed.insert(key.clone(), due),
@@ -112,7 +113,7 @@ impl WorkQueue {
         tokio::spawn(async move {
             tokio::time::sleep_until(due.into()).await;
             if let Some(queue) = queue.upgrade() {
-                let mut s = queue.state.lock();
+                let mut s = queue.state.locked();
                 // Only the timer that owns the entry clears it; a replaced (later) timer
                 // still adds the key, which costs one deduplicated add.
                 if s.delayed.get(&key) == Some(&due) {
@@ -127,7 +128,7 @@ impl WorkQueue {
     /// Queues `key` after its backoff delay, which doubles with every consecutive failure.
     pub fn add_rate_limited(self: &Arc<Self>, key: String) {
         let failures = {
-            let mut s = self.state.lock();
+            let mut s = self.state.locked();
             let n = s.failures.entry(key.clone()).or_insert(0);
             *n += 1;
             *n
@@ -137,14 +138,14 @@ impl WorkQueue {
 
     /// Clears the failure count of `key` after a successful pass.
     pub fn forget(&self, key: &str) {
-        self.state.lock().failures.remove(key);
+        self.state.locked().failures.remove(key);
     }
 
     /// Waits for the next key and marks it as being processed.
     async fn next(&self) -> String {
         loop {
             {
-                let mut s = self.state.lock();
+                let mut s = self.state.locked();
                 if let Some(key) = s.queue.pop_front() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
@@ -161,7 +162,7 @@ impl WorkQueue {
 
     /// Ends processing of `key`; re-queues it if an event named it meanwhile.
     fn done(&self, key: &str) {
-        let mut s = self.state.lock();
+        let mut s = self.state.locked();
         s.processing.remove(key);
         if s.dirty.contains(key) {
             s.queue.push_back(key.to_string());
@@ -172,7 +173,7 @@ impl WorkQueue {
 
     /// Number of keys waiting (for tests and logs).
     pub fn len(&self) -> usize {
-        self.state.lock().queue.len()
+        self.state.locked().queue.len()
     }
 
     pub fn is_empty(&self) -> bool {

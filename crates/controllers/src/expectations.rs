@@ -8,8 +8,9 @@
 //! Like client-go's `UIDTrackingControllerExpectations`, deletions are tracked per pod, so
 //! a pod that is seen being deleted twice (deletionTimestamp set, then gone) counts once.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long unobserved expectations hold a controller back (upstream's `ExpectationsTimeout`).
@@ -34,7 +35,7 @@ impl Expectations {
     }
 
     fn satisfied_at(&self, key: &str, now: Instant) -> bool {
-        match self.by_owner.lock().get(key) {
+        match self.by_owner.locked().get(key) {
             None => true,
             Some(e) => {
                 (e.creations <= 0 && e.deletions.is_empty())
@@ -45,7 +46,7 @@ impl Expectations {
 
     /// Records that `count` pods are being created for `key`.
     pub fn expect_creations(&self, key: &str, count: usize) {
-        self.by_owner.lock().insert(
+        self.by_owner.locked().insert(
             key.to_string(),
             Expected {
                 creations: count as i64,
@@ -57,7 +58,7 @@ impl Expectations {
 
     /// Records that the pods `pod_keys` are being deleted for `key`.
     pub fn expect_deletions(&self, key: &str, pod_keys: impl IntoIterator<Item = String>) {
-        self.by_owner.lock().insert(
+        self.by_owner.locked().insert(
             key.to_string(),
             Expected {
                 creations: 0,
@@ -69,14 +70,14 @@ impl Expectations {
 
     /// A pod of `key` was seen created, or a create was given up (it will not be seen).
     pub fn creation_observed(&self, key: &str) {
-        if let Some(e) = self.by_owner.lock().get_mut(key) {
+        if let Some(e) = self.by_owner.locked().get_mut(key) {
             e.creations -= 1;
         }
     }
 
     /// The pod `pod_key` of `key` was seen deleted (or terminating), or its delete failed.
     pub fn deletion_observed(&self, key: &str, pod_key: &str) {
-        if let Some(e) = self.by_owner.lock().get_mut(key) {
+        if let Some(e) = self.by_owner.locked().get_mut(key) {
             e.deletions.remove(pod_key);
         }
     }
@@ -85,7 +86,7 @@ impl Expectations {
     /// in the cache, and must not be counted in the owner's status.
     pub fn pending_deletions(&self, key: &str) -> HashSet<String> {
         self.by_owner
-            .lock()
+            .locked()
             .get(key)
             .map(|e| e.deletions.clone())
             .unwrap_or_default()
@@ -93,7 +94,7 @@ impl Expectations {
 
     /// The owner is gone.
     pub fn forget(&self, key: &str) {
-        self.by_owner.lock().remove(key);
+        self.by_owner.locked().remove(key);
     }
 }
 

@@ -9,8 +9,9 @@
 //! free again, and Nodes still waiting for a range are queued. When the cluster CIDR is
 //! exhausted the Node gets a `CIDRNotAvailable` event and is looked at again later.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -148,10 +149,10 @@ impl Reconciler for NodeIpamController {
             return Ok(None);
         };
         if let Some(cidr) = pod_cidr(&node) {
-            self.set().lock().occupy(name, cidr);
+            self.set().locked().occupy(name, cidr);
             return Ok(None);
         }
-        let Some(cidr) = self.set().lock().allocate(name) else {
+        let Some(cidr) = self.set().locked().allocate(name) else {
             let message = format!("Node {name} status is now: CIDRNotAvailable");
             // Upstream reports it as a node status change, a Normal event.
             self.events
@@ -169,7 +170,7 @@ impl Reconciler for NodeIpamController {
                 Ok(None)
             }
             Err(e) if is_status(&e, 404) => {
-                self.set().lock().release(name);
+                self.set().locked().release(name);
                 Ok(None)
             }
             Err(e) => Err(Error::api("setting the pod CIDR of node", name, e)),
@@ -191,7 +192,7 @@ impl EventHandler<Node> for NodeEvents {
     }
     fn on_delete(&self, obj: &Arc<Node>) {
         if let Some(set) = self.0.set.get() {
-            set.lock().release(&obj.name_any());
+            set.locked().release(&obj.name_any());
         }
         // A range is free: Nodes waiting for one need not wait for their retry.
         for node in self.0.nodes.state() {

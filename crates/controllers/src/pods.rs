@@ -5,11 +5,12 @@
 //! then the most restarted, then the newest go first; times compared on a logarithmic
 //! scale).
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Mutex;
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -66,7 +67,7 @@ impl From<ObjectMeta> for PodMeta {
         let boxed = |s: Option<String>| s.unwrap_or_default().into_boxed_str();
         PodMeta {
             namespace: NAMESPACES
-                .lock()
+                .locked()
                 .intern(meta.namespace.as_deref().unwrap_or_default()),
             name: boxed(meta.name),
             uid: boxed(meta.uid),
@@ -149,7 +150,7 @@ static LABEL_SETS: LazyLock<Mutex<Interner<BTreeMap<String, String>>>> =
 static NAMESPACES: LazyLock<Mutex<Interner<str>>> = LazyLock::new(Mutex::default);
 
 fn shared_labels(labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
-    LABEL_SETS.lock().intern(labels)
+    LABEL_SETS.locked().intern(labels)
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -538,18 +538,19 @@ impl EventHandler<CachedPod> for PodEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parking_lot::Mutex;
+    use krust_api::sync::Unpoisoned;
+    use std::sync::Mutex;
 
     #[tokio::test]
     async fn creations_go_in_batches_of_1_2_4_and_stop_at_the_first_failing_batch() {
         let calls = Mutex::new(Vec::new());
         let (done, err) = slow_start_batch(10, |i| {
-            calls.lock().push(i);
+            calls.locked().push(i);
             async move { if i == 4 { Err("quota") } else { Ok(i) } }
         })
         .await;
         // Batches [0], [1, 2], [3, 4, 5, 6]: the third fails, the rest are never sent.
-        assert_eq!(calls.lock().len(), 7);
+        assert_eq!(calls.locked().len(), 7);
         assert_eq!(done.len(), 6);
         assert_eq!(err, Some("quota"));
         let (done, err) = slow_start_batch(10, |i| async move { Ok::<_, ()>(i) }).await;

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use krust_api::sync::UnpoisonedRw;
 use krust_client::cache::Cache;
 use krust_client::informer::Informer;
 use kube::Client;
@@ -107,5 +108,5 @@ fn refresh(
         services.state().iter().map(|s| &**s),
         slices.state().iter().map(|s| &**s),
     );
-    *zone.write() = Arc::new(fresh);
+    *zone.write_locked() = Arc::new(fresh);
 }

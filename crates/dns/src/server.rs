@@ -3,10 +3,11 @@
 //! resolvers cache them for the TTL), and everything else forwarded to the upstream
 //! nameservers.
 
-use parking_lot::RwLock;
+use krust_api::sync::UnpoisonedRw;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::RwLock;
 use std::time::Duration;
 
 use hickory_proto::op::{
@@ -172,7 +173,7 @@ impl RequestHandler for Handler {
             e
         });
         let owner = info.query.original().name().clone();
-        let zone = self.zone.read().clone();
+        let zone = self.zone.read_locked().clone();
         let answer = zone.lookup(&owner.to_ascii(), query_type(info.query.query_type()));
         let mut meta = Metadata::response_from_request(&request.metadata);
         meta.recursion_available = true;

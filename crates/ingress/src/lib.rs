@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::serde_json::json;
+use krust_api::sync::UnpoisonedRw;
 use krust_client::informer::Informer;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
@@ -87,7 +88,7 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
                 services.state().iter().map(|s| &**s),
                 slices.state().iter().map(|s| &**s),
             );
-            *routes.write() = Arc::new(fresh);
+            *routes.write_locked() = Arc::new(fresh);
             for ingress in &ours {
                 if let Err(err) = report_address(&client, ingress, config.status_ip).await {
                     tracing::warn!(ingress = %ingress.name_any(), error = %err, "updating ingress status failed");

@@ -3,10 +3,11 @@
 //! the `X-Forwarded-*` headers a reverse proxy adds. No rule: 404; a Service without
 //! ready endpoints: 503; a pod that does not answer: 502 — as ingress-nginx answers.
 
-use parking_lot::RwLock;
+use krust_api::sync::UnpoisonedRw;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
@@ -85,7 +86,7 @@ impl Proxy {
             .or_else(|| req.uri().host())
             .unwrap_or_default()
             .to_string();
-        let routes = self.routes.read().clone();
+        let routes = self.routes.read_locked().clone();
         let Some(backend) = routes.route(&host, req.uri().path()) else {
             return plain(StatusCode::NOT_FOUND, "default backend - 404");
         };

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use krust_store::etcd::testing::EtcdCluster;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use tokio::task::JoinSet;
 
@@ -400,75 +401,11 @@ async fn main() -> Result {
     Ok(())
 }
 
-/// A single-member etcd on free ports (the Debian etcd 3.4 this machine has).
-struct Etcd {
-    child: Child,
-    _dir: tempfile::TempDir,
-    client: String,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_etcd() -> Result<Etcd> {
-    let dir = tempfile::tempdir()?;
-    let port = |_| -> Result<u16> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
-    let (client, peer) = (
-        format!("http://127.0.0.1:{}", port(0)?),
-        format!("http://127.0.0.1:{}", port(1)?),
-    );
-    let child = Command::new(std::env::var("KRUST_ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
-        .args(["--name", "bench", "--data-dir"])
-        .arg(dir.path().join("etcd"))
-        .args([
-            "--listen-client-urls",
-            &client,
-            "--advertise-client-urls",
-            &client,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer,
-            "--initial-advertise-peer-urls",
-            &peer,
-        ])
-        .args(["--initial-cluster", &format!("bench={peer}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let etcd = Etcd {
-        child,
-        _dir: dir,
-        client,
-    };
-    // etcd serves once its port accepts connections and the member is elected.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let addr = etcd.client.trim_start_matches("http://").to_string();
-        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            return Ok(etcd);
-        }
-        if Instant::now() > deadline {
-            return Err("etcd did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Creates/s at 64 clients, GETs/s and LIST of 10k, embedded vs etcd, in one run.
 async fn etcd_comparison() -> Result {
     println!("\n== embedded vs etcd (same machine, same run) ==");
-    let etcd = start_etcd().await?;
-    let endpoint = format!("etcd://{}", etcd.client.trim_start_matches("http://"));
+    let etcd = EtcdCluster::start(1).await;
+    let endpoint = etcd.datastore_endpoint();
     for (label, extra) in [
         ("embedded", vec![]),
         ("etcd", vec!["--datastore-endpoint".to_string(), endpoint]),

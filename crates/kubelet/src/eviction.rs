@@ -15,10 +15,11 @@
 //! cgroup's working set from capacity); container writable layers do not count
 //! towards a pod's disk use (its logs and emptyDirs do).
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -296,16 +297,16 @@ pub struct Evictions(Arc<Mutex<HashMap<String, String>>>);
 
 impl Evictions {
     pub fn message(&self, uid: &str) -> Option<String> {
-        self.0.lock().get(uid).cloned()
+        self.0.locked().get(uid).cloned()
     }
 
     fn insert(&self, uid: String, message: String) {
-        self.0.lock().insert(uid, message);
+        self.0.locked().insert(uid, message);
     }
 
     /// Forgets pods no longer on the node.
     fn retain(&self, live: &BTreeSet<String>) {
-        self.0.lock().retain(|uid, _| live.contains(uid));
+        self.0.locked().retain(|uid, _| live.contains(uid));
     }
 }
 

@@ -13,10 +13,11 @@
 //! backoff instead of unschedulable: the event may already have made it schedulable
 //! (upstream's "move request cycle").
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -170,7 +171,7 @@ impl SchedulingQueue {
     pub fn add(&self, pod: Arc<Pod>) {
         let key = pod_key(&pod);
         let now = Instant::now();
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.locked();
         match inner.entries.get_mut(&key) {
             Some(e) => {
                 let changed =
@@ -201,11 +202,11 @@ impl SchedulingQueue {
 
     /// The pod is gone or has a node: forget it.
     pub fn delete(&self, key: &str) {
-        self.inner.lock().entries.remove(key);
+        self.inner.locked().entries.remove(key);
     }
 
     pub fn len(&self) -> usize {
-        self.inner.lock().entries.len()
+        self.inner.locked().entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -214,7 +215,7 @@ impl SchedulingQueue {
 
     /// How many pods wait in each sub-queue: (active, backoff, unschedulable).
     pub fn counts(&self) -> (usize, usize, usize) {
-        let inner = self.inner.lock();
+        let inner = self.inner.locked();
         let mut counts = (0, 0, 0);
         for e in inner.entries.values() {
             match e.place {
@@ -232,7 +233,7 @@ impl SchedulingQueue {
         loop {
             let notified = self.ready.notified();
             let wait = {
-                let mut inner = self.inner.lock();
+                let mut inner = self.inner.locked();
                 let now = Instant::now();
                 self.flush(&mut inner, now);
                 while let Some(top) = inner.active.pop() {
@@ -291,7 +292,7 @@ impl SchedulingQueue {
     /// No node fitted the pod in its cycle.
     pub fn unschedulable(&self, popped: &QueuedPod) {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.locked();
         let events = inner.events;
         let Some(e) = inner.entries.get_mut(&popped.key) else {
             return;
@@ -312,7 +313,7 @@ impl SchedulingQueue {
     /// The cycle or the binding failed for another reason: retry after the backoff.
     pub fn retry(&self, popped: &QueuedPod) {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.locked();
         let Some(e) = inner.entries.get_mut(&popped.key) else {
             return;
         };
@@ -329,7 +330,7 @@ impl SchedulingQueue {
     /// A cluster event that may make unschedulable pods schedulable.
     pub fn move_all_to_active_or_backoff(&self) {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.locked();
         inner.events += 1;
         let waiting: Vec<String> = inner
             .entries

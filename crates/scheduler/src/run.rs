@@ -13,9 +13,10 @@
 //!
 //! Pods whose `spec.schedulerName` names no profile are left alone.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
@@ -87,7 +88,7 @@ pub async fn run(
         synced.2.wait_until_ready()
     );
     tracing::info!(
-        nodes = scheduler.cache.lock().node_count(),
+        nodes = scheduler.cache.locked().node_count(),
         queued = scheduler.queue.len(),
         profiles = ?scheduler.frameworks.iter().map(Framework::profile_name).collect::<Vec<_>>(),
         "scheduler caches synced; scheduling"
@@ -97,7 +98,7 @@ pub async fn run(
         let mut tick = tokio::time::interval(EXPIRY_PERIOD);
         loop {
             tick.tick().await;
-            expiry.cache.lock().expire(tokio::time::Instant::now());
+            expiry.cache.locked().expire(tokio::time::Instant::now());
         }
     });
     tasks.spawn(scheduler.schedule_loop());
@@ -122,11 +123,11 @@ where
 /// Nodes go to the cache; any node event may make room for a waiting pod.
 impl EventHandler<Node> for Scheduler {
     fn on_apply(&self, _old: Option<&Node>, new: &Arc<Node>) {
-        self.cache.lock().upsert_node(new.clone());
+        self.cache.locked().upsert_node(new.clone());
         self.queue.move_all_to_active_or_backoff();
     }
     fn on_delete(&self, node: &Arc<Node>) {
-        self.cache.lock().remove_node(&node.name_any());
+        self.cache.locked().remove_node(&node.name_any());
     }
 }
 
@@ -144,13 +145,13 @@ impl EventHandler<Namespace> for Scheduler {
     fn on_apply(&self, _old: Option<&Namespace>, ns: &Arc<Namespace>) {
         let labels = ns.labels().clone();
         self.cache
-            .lock()
+            .locked()
             .snapshot_mut()
             .set_namespace_labels(&ns.name_any(), labels);
     }
     fn on_delete(&self, ns: &Arc<Namespace>) {
         self.cache
-            .lock()
+            .locked()
             .snapshot_mut()
             .remove_namespace(&ns.name_any());
     }
@@ -174,7 +175,7 @@ impl Scheduler {
         if bound {
             self.queue.delete(&key);
             let freed = !occupies(&pod);
-            self.cache.lock().upsert_pod(pod);
+            self.cache.locked().upsert_pod(pod);
             if freed {
                 self.queue.move_all_to_active_or_backoff();
             }
@@ -191,11 +192,11 @@ impl Scheduler {
     fn on_pod_deleted(&self, pod: &Pod) {
         self.queue.delete(&pod_key(pod));
         if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
-            self.cache.lock().remove_pod(pod);
+            self.cache.locked().remove_pod(pod);
             self.queue.move_all_to_active_or_backoff();
         } else {
             // A pending pod may have held room as a nominated preemptor.
-            self.cache.lock().forget(pod);
+            self.cache.locked().forget(pod);
         }
     }
 
@@ -207,7 +208,7 @@ impl Scheduler {
                 continue;
             };
             let outcome = {
-                let mut cache = self.cache.lock();
+                let mut cache = self.cache.locked();
                 // The room held for the pod by an earlier preemption is its own to take.
                 cache.forget(&queued.pod);
                 // A plugin that panics fails this cycle only: the pod is retried after
@@ -225,7 +226,7 @@ impl Scheduler {
             match outcome {
                 Ok(result) => {
                     self.cache
-                        .lock()
+                        .locked()
                         .assume(result.pod_info.clone(), &result.suggested_host);
                     // Waiting for a permit here is the back-pressure that keeps the
                     // scheduler from running ahead of what the apiserver takes.
@@ -291,7 +292,7 @@ impl Scheduler {
             .await;
         match result {
             Ok(_) => {
-                self.cache.lock().finish_binding(pod);
+                self.cache.locked().finish_binding(pod);
                 self.queue.done(&queued);
                 self.events.pod(
                     pod,
@@ -302,7 +303,7 @@ impl Scheduler {
                 );
             }
             Err(err) => {
-                self.cache.lock().forget(pod);
+                self.cache.locked().forget(pod);
                 self.queue.move_all_to_active_or_backoff();
                 match &err {
                     // Gone, or bound by someone else: nothing left to do.
@@ -340,7 +341,7 @@ impl Scheduler {
             message.clone(),
         );
         if let Some(p) = &preemption {
-            self.cache.lock().nominate(
+            self.cache.locked().nominate(
                 Arc::new(PodInfo::new(queued.pod.clone())),
                 &p.nominated_node_name,
             );
@@ -368,7 +369,7 @@ impl Scheduler {
         let node = &result.nominated_node_name;
         for victim in &result.victims {
             if victim.spec.as_ref().is_none_or(|s| s.node_name.is_none()) {
-                self.cache.lock().forget(victim);
+                self.cache.locked().forget(victim);
                 continue;
             }
             let api: Api<Pod> =

@@ -3,9 +3,10 @@
 //! Each node's pod range comes from its Node's `spec.podCIDR` (node IPAM sets it); the
 //! fleet watches its own Nodes to learn it.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -110,7 +111,7 @@ impl Fleet {
     /// The next pod IP of a node (addresses 2.. of its podCIDR, wrapping), and the
     /// node's own address; `None` until the node has a podCIDR.
     pub fn next_pod_ip(&self, node: &str) -> Option<(Ipv4Addr, Ipv4Addr)> {
-        let mut n = self.nodes.get(node)?.lock();
+        let mut n = self.nodes.get(node)?.locked();
         let cidr = n.pod_cidr?;
         let usable = (cidr.size() as u32).saturating_sub(3).max(1);
         let offset = 2 + n.ips_given % usable;
@@ -173,7 +174,7 @@ impl Fleet {
         let targets: Vec<(String, String)> = self
             .nodes
             .iter()
-            .map(|(name, n)| (name.clone(), n.lock().uid.clone()))
+            .map(|(name, n)| (name.clone(), n.locked().uid.clone()))
             .collect();
         futures::stream::iter(targets)
             .map(|(name, uid)| {
@@ -208,7 +209,7 @@ impl EventHandler<Node> for Fleet {
             .as_ref()
             .and_then(|s| s.pod_cidr.as_deref())
             .and_then(|c| c.parse().ok());
-        let mut sim = sim.lock();
+        let mut sim = sim.locked();
         sim.pod_cidr = cidr;
         sim.uid = node.uid().unwrap_or_default();
     }
@@ -417,7 +418,7 @@ mod tests {
         assert_eq!(ip(&fleet).as_deref(), Some("10.42.7.2"));
         // A /30 has one usable pod address after the gateway: it wraps.
         assert_eq!(ip(&fleet).as_deref(), Some("10.42.7.2"));
-        assert_eq!(fleet.nodes["sim-node-0"].lock().uid, "u0");
+        assert_eq!(fleet.nodes["sim-node-0"].locked().uid, "u0");
         // Nodes of other fleets are not ours.
         node.metadata.name = Some("elsewhere".into());
         fleet.on_apply(None, &Arc::new(node));

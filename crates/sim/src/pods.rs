@@ -6,9 +6,10 @@
 //! started once per UID; a pod that is already Running and Ready (e.g. after the
 //! simulator restarted) is left as it is.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -92,7 +93,7 @@ impl EventHandler<Pod> for PodEvents {
     }
     fn on_delete(&self, pod: &Arc<Pod>) {
         let uid = pod.uid().unwrap_or_default();
-        let mut seen = self.seen.lock();
+        let mut seen = self.seen.locked();
         seen.started.remove(&uid);
         seen.finishing.remove(&uid);
     }
@@ -110,7 +111,7 @@ fn on_pod(
         return;
     }
     let uid = pod.uid().unwrap_or_default();
-    let mut seen = seen.lock();
+    let mut seen = seen.locked();
     if pod.metadata.deletion_timestamp.is_some() {
         if seen.finishing.insert(uid) {
             let _ = tx.send(Action::Finish(pod));
@@ -155,7 +156,7 @@ async fn act(client: &Client, fleet: &Fleet, seen: &Mutex<Seen>, action: Action)
     if let Err(err) = result {
         // Forget it, so that the pod's next event tries again.
         let uid = pod.uid().unwrap_or_default();
-        let mut seen = seen.lock();
+        let mut seen = seen.locked();
         seen.started.remove(&uid);
         seen.finishing.remove(&uid);
         tracing::warn!(pod = %pod.name_any(), error = %err, "simulated pod update failed");

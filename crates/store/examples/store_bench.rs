@@ -10,12 +10,6 @@
 //! system temp dir); put them on the disk you care about, since durable writes are bound by its
 //! fsync latency. Both backends run the same measurements, one after the other.
 
-// The etcd test harness, shared with the tests; the benchmark uses only the single-member
-// part of it.
-#[allow(dead_code, unused_imports)]
-#[path = "../tests/etcd_harness/mod.rs"]
-mod etcd_harness;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +20,7 @@ use krust_store::embedded::EmbeddedStore;
 use krust_store::{Compare, Event, Op, RangeRequest, Store, Txn};
 use tokio::task::JoinSet;
 
-use etcd_harness::EtcdCluster;
+use krust_store::etcd::testing::EtcdCluster;
 
 /// How long each write and read phase runs.
 const PHASE: Duration = Duration::from_secs(3);

@@ -1,7 +1,6 @@
 //! The shared behaviour suite, plus etcd-only behaviour, against [`EtcdStore`] on real etcd
-//! processes (see `etcd_harness`). Without an etcd binary these tests fail; they never skip.
+//! processes (see `krust_store::etcd::testing`). Without an etcd binary these tests fail; they never skip.
 
-mod etcd_harness;
 mod suite;
 
 use std::collections::BTreeMap;
@@ -19,7 +18,7 @@ use krust_store::{
 };
 use tokio::task::JoinSet;
 
-use etcd_harness::{EtcdCluster, ServerTls};
+use krust_store::etcd::testing::{self, EtcdCluster, ServerTls};
 
 /// The suite's stores keep their keys under this prefix, so that it also checks that the
 /// prefix is added to every key and stripped from every answer.
@@ -401,7 +400,7 @@ fn tls_files(dir: &Path, name: &str) -> (ServerTls, EtcdTls) {
 /// An endpoint nobody listens on fails `connect` with the endpoint in the message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_to_nothing_fails_clearly() {
-    let endpoint = format!("http://127.0.0.1:{}", etcd_harness::free_port());
+    let endpoint = format!("http://127.0.0.1:{}", testing::free_port());
     let result = tokio::time::timeout(
         TIMEOUT,
         EtcdStore::connect(std::slice::from_ref(&endpoint), "", None),

@@ -18,9 +18,10 @@
 //! not shown yet is tracked, and a pass waits for the cache to catch up rather than
 //! act on a view that would make it create a slice twice.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
@@ -214,7 +215,7 @@ enum Pending {
 impl Tracker {
     fn note(&self, key: &str, p: Pending) {
         self.pending
-            .lock()
+            .locked()
             .entry(key.to_string())
             .or_default()
             .push(p);
@@ -222,7 +223,7 @@ impl Tracker {
 
     /// Drops what the cache has caught up with; true if something is still missing.
     fn behind(&self, key: &str, ns: &str, slices: &Cache<EndpointSlice>) -> bool {
-        let mut pending = self.pending.lock();
+        let mut pending = self.pending.locked();
         let Some(list) = pending.get_mut(key) else {
             return false;
         };
@@ -243,7 +244,7 @@ impl Tracker {
     }
 
     fn forget(&self, key: &str) {
-        self.pending.lock().remove(key);
+        self.pending.locked().remove(key);
     }
 }
 

@@ -22,9 +22,10 @@
 
 pub mod graph;
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -140,7 +141,7 @@ impl GarbageCollector {
         futures::future::join_all(synced).await;
         tracing::info!(
             kinds = gc.resources.watched.len(),
-            objects = gc.graph.lock().len(),
+            objects = gc.graph.locked().len(),
             "garbage collector synced"
         );
         let this = gc.clone();
@@ -182,7 +183,7 @@ impl GarbageCollector {
                     self.observe(&ar, &obj.metadata);
                 }
                 Event::InitDone => {
-                    let known = self.graph.lock().observed_of(&ar.api_version, &ar.kind);
+                    let known = self.graph.locked().observed_of(&ar.api_version, &ar.kind);
                     for uid in known.iter().filter(|u| !relisted.contains(*u)) {
                         self.forget(uid);
                     }
@@ -196,12 +197,12 @@ impl GarbageCollector {
     }
 
     fn observe(&self, ar: &ApiResource, meta: &ObjectMeta) {
-        let work = self.graph.lock().observe(&ar.api_version, &ar.kind, meta);
+        let work = self.graph.locked().observe(&ar.api_version, &ar.kind, meta);
         self.enqueue(work);
     }
 
     fn forget(&self, uid: &str) {
-        let work = self.graph.lock().forget(uid);
+        let work = self.graph.locked().forget(uid);
         self.enqueue(work);
     }
 
@@ -232,7 +233,7 @@ impl GarbageCollector {
     /// The object's current metadata, or `None` if it is gone (deleted, or its name now
     /// belongs to another UID).
     async fn live(&self, identity: &Identity) -> Result<Option<ObjectMeta>, Error> {
-        if self.absent.lock().contains(&*identity.uid) {
+        if self.absent.locked().contains(&*identity.uid) {
             return Ok(None);
         }
         let found = self
@@ -245,7 +246,7 @@ impl GarbageCollector {
                 Ok(Some(obj.metadata))
             }
             _ => {
-                let mut absent = self.absent.lock();
+                let mut absent = self.absent.locked();
                 if absent.len() >= ABSENT_MEMORY {
                     absent.clear();
                 }
@@ -264,7 +265,7 @@ impl GarbageCollector {
     ) -> Result<OwnerState, Error> {
         let seen = self
             .graph
-            .lock()
+            .locked()
             .node(&owner.uid)
             .filter(|n| n.observed)
             .map(|n| n.deletion);
@@ -287,7 +288,7 @@ impl GarbageCollector {
     async fn attempt_to_delete(&self, uid: &str) -> Result<Option<Duration>, Error> {
         let node = self
             .graph
-            .lock()
+            .locked()
             .node(uid)
             .map(|n| (n.identity.clone(), n.observed));
         let Some((identity, observed)) = node else {
@@ -342,7 +343,7 @@ impl GarbageCollector {
         }
         let has_dependents = self
             .graph
-            .lock()
+            .locked()
             .node(uid)
             .is_some_and(|n| !n.dependents.is_empty());
         let has = |f: &str| latest.finalizers.iter().flatten().any(|x| x == f);
@@ -367,7 +368,7 @@ impl GarbageCollector {
         latest: &ObjectMeta,
     ) -> Result<Option<Duration>, Error> {
         let (blocking, waiting_on) = {
-            let graph = self.graph.lock();
+            let graph = self.graph.locked();
             let blocking = graph.blocking_dependents(&identity.uid);
             // Dependents deleting their own dependents are on their way already.
             let waiting_on: Vec<String> = blocking
@@ -457,7 +458,7 @@ impl GarbageCollector {
 
     async fn attempt_to_orphan(&self, uid: &str) -> Result<Option<Duration>, Error> {
         let node = {
-            let graph = self.graph.lock();
+            let graph = self.graph.locked();
             graph.node(uid).map(|n| {
                 let dependents: Vec<Identity> = n
                     .dependents

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use krust_store::etcd::testing::EtcdCluster;
 use serde_json::Value;
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
@@ -463,18 +464,11 @@ impl Drop for Component {
     }
 }
 
-/// A real etcd cluster on free loopback ports (one data dir per member), killed on drop.
+/// A real etcd cluster on free loopback ports, killed on drop: the store's launcher
+/// (`krust_store::etcd::testing`), driven from these blocking tests.
 pub struct Etcd {
-    dir: tempfile::TempDir,
-    members: Vec<EtcdMember>,
-    initial_cluster: String,
-}
-
-struct EtcdMember {
-    name: String,
-    client_port: u16,
-    peer_port: u16,
-    child: Option<Child>,
+    cluster: EtcdCluster,
+    runtime: tokio::runtime::Runtime,
 }
 
 impl Etcd {
@@ -483,107 +477,23 @@ impl Etcd {
     }
 
     pub fn cluster(size: usize) -> Etcd {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let members: Vec<EtcdMember> = (0..size)
-            .map(|i| EtcdMember {
-                name: format!("m{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
-                child: None,
-            })
-            .collect();
-        let initial_cluster = members
-            .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut etcd = Etcd {
-            dir,
-            members,
-            initial_cluster,
-        };
-        for i in 0..size {
-            etcd.spawn(i);
-        }
-        for i in 0..size {
-            etcd.wait_healthy(i);
-        }
-        etcd
-    }
-
-    fn spawn(&mut self, i: usize) {
-        let m = &self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client_port);
-        let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let child = Command::new(std::env::var("KRUST_ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
-            .args(["--name", &m.name, "--data-dir"])
-            .arg(self.dir.path().join(&m.name))
-            .args([
-                "--listen-client-urls",
-                &client,
-                "--advertise-client-urls",
-                &client,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .args([
-                "--initial-cluster",
-                &self.initial_cluster,
-                "--initial-cluster-token",
-                "krust-e2e",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd is not installed: apt-get install etcd-server (or set KRUST_ETCD_BIN)");
-        self.members[i].child = Some(child);
-    }
-
-    fn wait_healthy(&self, i: usize) {
-        let url = format!("http://127.0.0.1:{}/health", self.members[i].client_port);
-        wait_for("etcd to serve", Duration::from_secs(30), || {
-            let out = Command::new("curl").args(["-sf", &url]).output().ok()?;
-            String::from_utf8_lossy(&out.stdout)
-                .contains("true")
-                .then_some(())
-        });
-    }
-
-    /// SIGKILLs one member.
-    pub fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.members[i].child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the etcd launcher");
+        let cluster = runtime.block_on(EtcdCluster::start(size));
+        Etcd { cluster, runtime }
     }
 
     /// Starts a killed member again on its data dir and waits until it serves.
     pub fn restart(&mut self, i: usize) {
-        self.kill(i);
-        self.spawn(i);
-        self.wait_healthy(i);
+        self.cluster.kill(i);
+        self.runtime.block_on(self.cluster.restart(i));
     }
 
     /// `--datastore-endpoint` naming every member.
     pub fn endpoint(&self) -> String {
-        let members: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.client_port))
-            .collect();
-        format!("etcd://{}", members.join(","))
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
+        self.cluster.datastore_endpoint()
     }
 }
 

@@ -12,9 +12,10 @@ pub mod tokens;
 pub mod volumes;
 pub mod worker;
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Pod;
 use krust_client::events::EventRecorder;
@@ -79,7 +80,7 @@ impl Workers {
 impl EventHandler<Pod> for Workers {
     fn on_apply(&self, old: Option<&Pod>, pod: &Arc<Pod>) {
         let uid = pod.uid().unwrap_or_default();
-        let mut running = self.running.lock();
+        let mut running = self.running.locked();
         // A pod deleted and created again under the same name while the watch was down
         // comes back as an update: the old one's worker tears it down.
         if let Some(old) = old.filter(|old| old.uid() != pod.uid()) {
@@ -123,6 +124,6 @@ impl EventHandler<Pod> for Workers {
     }
 
     fn on_delete(&self, pod: &Arc<Pod>) {
-        self.stop(&mut self.running.lock(), pod);
+        self.stop(&mut self.running.locked(), pod);
     }
 }

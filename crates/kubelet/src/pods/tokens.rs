@@ -2,8 +2,9 @@
 //! keeps them: one TokenRequest per audience and lifetime of a pod, bound to the pod,
 //! reused until 80% of its lifetime (at most 24 h) has passed, then replaced.
 
-use parking_lot::Mutex;
+use krust_api::sync::Unpoisoned;
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -30,7 +31,7 @@ impl Tokens {
         expiration: i64,
     ) -> Result<String, ConfigError> {
         let key = (audience.to_string(), expiration);
-        if let Some((token, refresh)) = self.0.lock().get(&key)
+        if let Some((token, refresh)) = self.0.locked().get(&key)
             && Instant::now() < *refresh
         {
             return Ok(token.clone());
@@ -71,7 +72,7 @@ impl Tokens {
         let token = answer.status.map(|s| s.token).unwrap_or_default();
         let lifetime = Duration::from_secs(expiration.max(0) as u64);
         let refresh = Instant::now() + lifetime.mul_f64(0.8).min(MAX_AGE);
-        self.0.lock().insert(key, (token.clone(), refresh));
+        self.0.locked().insert(key, (token.clone(), refresh));
         Ok(token)
     }
 }

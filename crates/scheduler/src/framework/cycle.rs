@@ -731,7 +731,8 @@ mod tests {
 
 #[cfg(test)]
 mod binding_tests {
-    use parking_lot::Mutex;
+    use krust_api::sync::Unpoisoned;
+    use std::sync::Mutex;
 
     use super::*;
     use crate::config::Profile;
@@ -750,7 +751,7 @@ mod binding_tests {
 
     impl ReservePlugin for Recorder {
         fn reserve(&self, _state: &mut CycleState, _pod: &PodInfo, node_name: &str) -> Status {
-            self.0.lock().push(format!("reserve {node_name}"));
+            self.0.locked().push(format!("reserve {node_name}"));
             if node_name == "bad" {
                 Status::error("no room")
             } else {
@@ -758,13 +759,13 @@ mod binding_tests {
             }
         }
         fn unreserve(&self, _state: &mut CycleState, _pod: &PodInfo, node_name: &str) {
-            self.0.lock().push(format!("unreserve {node_name}"));
+            self.0.locked().push(format!("unreserve {node_name}"));
         }
     }
 
     impl BindPlugin for Recorder {
         fn bind(&self, _state: &mut CycleState, _pod: &PodInfo, node_name: &str) -> Status {
-            self.0.lock().push(format!("bind {node_name}"));
+            self.0.locked().push(format!("bind {node_name}"));
             Status::success()
         }
     }
@@ -792,7 +793,7 @@ mod binding_tests {
         );
         fw.run_unreserve(&mut state, &info, "bad");
         assert_eq!(
-            *recorder.0.lock(),
+            *recorder.0.locked(),
             ["reserve good", "bind good", "reserve bad", "unreserve bad"]
         );
         // Without bind plugins, nobody binds.

@@ -19,9 +19,10 @@ mod history;
 mod index;
 mod watch;
 
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use krust_api::sync::UnpoisonedRw;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
 use redb::Database;
@@ -104,11 +105,11 @@ impl EmbeddedStore {
 
 impl Shared {
     fn read_index(&self) -> RwLockReadGuard<'_, Index> {
-        self.index.read()
+        self.index.read_locked()
     }
 
     fn write_index(&self) -> RwLockWriteGuard<'_, Index> {
-        self.index.write()
+        self.index.write_locked()
     }
 
     fn get(&self, key: &str, revision: Revision) -> Result<(Option<KeyValue>, Revision)> {

@@ -20,6 +20,8 @@ mod compaction;
 mod error;
 mod keys;
 mod kv;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod txn;
 mod watch;
 

@@ -1,4 +1,6 @@
-//! Real etcd clusters on loopback for tests and the benchmark.
+//! Real etcd clusters on loopback, the one launcher of every test and benchmark that
+//! needs etcd (the store's suite, the end-to-end tests, `store_bench`, `api_bench`).
+//! Built with the `testing` feature.
 //!
 //! [`EtcdCluster::start`] runs `size` members in a temporary directory on free ports and
 //! returns once every member serves linearizable reads. Members can be killed (SIGKILL) and
@@ -10,9 +12,9 @@ mod member;
 use std::path::Path;
 use std::time::Duration;
 
-use krust_store::etcd::{EtcdStore, EtcdTls};
 use tempfile::TempDir;
 
+use super::{EtcdStore, EtcdTls};
 use member::Member;
 pub use member::{ServerTls, free_port};
 
@@ -102,6 +104,16 @@ impl EtcdCluster {
     /// Every member's client URL.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(Member::client_url).collect()
+    }
+
+    /// The `--datastore-endpoint` of a krust apiserver naming every member.
+    pub fn datastore_endpoint(&self) -> String {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect();
+        format!("etcd://{}", members.join(","))
     }
 
     /// One member's client URL.

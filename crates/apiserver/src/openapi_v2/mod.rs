@@ -6,9 +6,8 @@
 //!
 //! The document is converted from the v3 documents of [`crate::openapi`], so both versions
 //! describe the same schemas, paths and extensions. All group versions are merged into one
-//! document, as upstream serves v2. The protobuf encoder is hand-written: the document only
-//! needs a handful of gnostic messages, and the conversion keeps exactly the keys the
-//! encoder knows (the field tables below), so the JSON and protobuf forms carry the same data.
+//! document, as upstream serves v2. [`gnostic`] holds the protobuf messages (prost's
+//! derive) and fills them from the JSON, so both forms carry the same data.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -18,6 +17,8 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::openapi;
+
+mod gnostic;
 
 /// The Content-Type of the protobuf response, as upstream's kube-openapi handler sends it.
 /// Clients may also ask for it by its older name, `...spec.v2@v1.0+protobuf` (kubectl 1.27
@@ -48,7 +49,7 @@ fn documents() -> &'static Documents {
             json: Bytes::from(
                 serde_json::to_vec(&doc).expect("a serde_json::Value always serializes"),
             ),
-            protobuf: Bytes::from(encode_document(&doc)),
+            protobuf: Bytes::from(gnostic::encode(&doc)),
         }
     })
 }
@@ -196,7 +197,7 @@ fn schema_v2(schema: &Map<String, Value>) -> Map<String, Value> {
                 out.insert("type".into(), json!("string"));
                 out.insert("format".into(), json!("int-or-string"));
             }
-            (k, _) if k.starts_with("x-") || field(SCHEMA_FIELDS, k).is_some() => {
+            (k, _) if k.starts_with("x-") || gnostic::SCHEMA_KEYS.contains(&k) => {
                 out.insert(key.clone(), value.clone());
             }
             _ => {}
@@ -210,7 +211,9 @@ fn schema_v2(schema: &Map<String, Value>) -> Map<String, Value> {
 fn path_item_v2(path: &str, item: &Map<String, Value>) -> Value {
     let mut out = Map::new();
     for (method, op) in item {
-        if let (Some(_), Value::Object(op)) = (path_item_field(method), op) {
+        if let (true, Value::Object(op)) =
+            (gnostic::PATH_ITEM_METHODS.contains(&method.as_str()), op)
+        {
             out.insert(method.clone(), operation_v2(op));
         }
     }
@@ -277,7 +280,7 @@ fn operation_v2(op: &Map<String, Value>) -> Value {
                 }
                 out.insert(key.clone(), Value::Object(responses));
             }
-            k if k.starts_with("x-") || field(OPERATION_FIELDS, k).is_some() => {
+            k if k.starts_with("x-") || gnostic::OPERATION_KEYS.contains(&k) => {
                 out.insert(key.clone(), value.clone());
             }
             _ => {}
@@ -297,463 +300,11 @@ fn parameter_v2(param: &Map<String, Value>) -> Value {
     let mut out = Map::new();
     let schema = param.get("schema").and_then(Value::as_object);
     for (key, value) in param.iter().chain(schema.into_iter().flatten()) {
-        if key.starts_with("x-") || non_body_field(key, true).is_some() {
+        if key.starts_with("x-") || gnostic::NON_BODY_KEYS.contains(&key.as_str()) {
             out.insert(key.clone(), value.clone());
         }
     }
     Value::Object(out)
-}
-
-// ---------------------------------------------------------------------------------------
-// Protobuf encoding of the v2 JSON document (gnostic openapi_v2 messages)
-// ---------------------------------------------------------------------------------------
-
-/// How a JSON value is encoded into a scalar-ish protobuf field.
-#[derive(Clone, Copy)]
-enum Encoding {
-    Str,
-    Strs,
-    Bool,
-    Int64,
-    Double,
-    /// `openapi_v2.Any` holding the value's YAML (JSON is YAML).
-    Any,
-    Anys,
-}
-
-type Fields = &'static [(&'static str, u32, Encoding)];
-
-fn field(fields: Fields, key: &str) -> Option<(u32, Encoding)> {
-    fields
-        .iter()
-        .find(|(k, _, _)| *k == key)
-        .map(|&(_, n, encoding)| (n, encoding))
-}
-
-/// `openapi_v2.Schema`'s scalar fields; the structured ones are encoded in [`schema`].
-const SCHEMA_FIELDS: Fields = &[
-    ("$ref", 1, Encoding::Str),
-    ("format", 2, Encoding::Str),
-    ("title", 3, Encoding::Str),
-    ("description", 4, Encoding::Str),
-    ("default", 5, Encoding::Any),
-    ("multipleOf", 6, Encoding::Double),
-    ("maximum", 7, Encoding::Double),
-    ("exclusiveMaximum", 8, Encoding::Bool),
-    ("minimum", 9, Encoding::Double),
-    ("exclusiveMinimum", 10, Encoding::Bool),
-    ("maxLength", 11, Encoding::Int64),
-    ("minLength", 12, Encoding::Int64),
-    ("pattern", 13, Encoding::Str),
-    ("maxItems", 14, Encoding::Int64),
-    ("minItems", 15, Encoding::Int64),
-    ("uniqueItems", 16, Encoding::Bool),
-    ("maxProperties", 17, Encoding::Int64),
-    ("minProperties", 18, Encoding::Int64),
-    ("required", 19, Encoding::Strs),
-    ("enum", 20, Encoding::Anys),
-    ("discriminator", 26, Encoding::Str),
-    ("readOnly", 27, Encoding::Bool),
-    ("example", 30, Encoding::Any),
-];
-
-/// `openapi_v2.Operation`'s scalar fields (parameters and responses are structured).
-const OPERATION_FIELDS: Fields = &[
-    ("tags", 1, Encoding::Strs),
-    ("summary", 2, Encoding::Str),
-    ("description", 3, Encoding::Str),
-    ("operationId", 5, Encoding::Str),
-    ("produces", 6, Encoding::Strs),
-    ("consumes", 7, Encoding::Strs),
-    ("schemes", 10, Encoding::Strs),
-    ("deprecated", 11, Encoding::Bool),
-];
-
-/// The fields of `HeaderParameterSubSchema` / `PathParameterSubSchema`. The query and
-/// formData sub-schemas are the same with `allowEmptyValue` inserted as field 5, shifting
-/// every later field up by one.
-const NON_BODY_FIELDS: Fields = &[
-    ("required", 1, Encoding::Bool),
-    ("in", 2, Encoding::Str),
-    ("description", 3, Encoding::Str),
-    ("name", 4, Encoding::Str),
-    ("type", 5, Encoding::Str),
-    ("format", 6, Encoding::Str),
-    ("collectionFormat", 8, Encoding::Str),
-    ("default", 9, Encoding::Any),
-    ("maximum", 10, Encoding::Double),
-    ("exclusiveMaximum", 11, Encoding::Bool),
-    ("minimum", 12, Encoding::Double),
-    ("exclusiveMinimum", 13, Encoding::Bool),
-    ("maxLength", 14, Encoding::Int64),
-    ("minLength", 15, Encoding::Int64),
-    ("pattern", 16, Encoding::Str),
-    ("maxItems", 17, Encoding::Int64),
-    ("minItems", 18, Encoding::Int64),
-    ("uniqueItems", 19, Encoding::Bool),
-    ("enum", 20, Encoding::Anys),
-    ("multipleOf", 21, Encoding::Double),
-];
-
-/// Field number of the vendor extensions in the header/path parameter sub-schemas.
-const NON_BODY_VENDOR_EXTENSION: u32 = 22;
-
-fn non_body_field(key: &str, allows_empty_value: bool) -> Option<(u32, Encoding)> {
-    if key == "allowEmptyValue" {
-        return allows_empty_value.then_some((5, Encoding::Bool));
-    }
-    let shift = u32::from(allows_empty_value);
-    field(NON_BODY_FIELDS, key).map(|(n, encoding)| {
-        if n >= 5 {
-            (n + shift, encoding)
-        } else {
-            (n, encoding)
-        }
-    })
-}
-
-/// `openapi_v2.PathItem`'s operation fields.
-fn path_item_field(method: &str) -> Option<u32> {
-    match method {
-        "get" => Some(2),
-        "put" => Some(3),
-        "post" => Some(4),
-        "delete" => Some(5),
-        "options" => Some(6),
-        "head" => Some(7),
-        "patch" => Some(8),
-        _ => None,
-    }
-}
-
-/// A protobuf message being written: fields are appended in the order given, which any
-/// protobuf decoder accepts.
-#[derive(Default)]
-struct Message(Vec<u8>);
-
-impl Message {
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-
-    fn key(&mut self, field: u32, wire_type: u8) {
-        self.varint(u64::from(field) << 3 | u64::from(wire_type));
-    }
-
-    fn bytes(&mut self, field: u32, b: &[u8]) {
-        self.key(field, 2);
-        self.varint(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
-
-    fn string(&mut self, field: u32, s: &str) {
-        self.bytes(field, s.as_bytes());
-    }
-
-    fn message(&mut self, field: u32, m: Message) {
-        self.bytes(field, &m.0);
-    }
-
-    fn bool(&mut self, field: u32, b: bool) {
-        self.key(field, 0);
-        self.varint(u64::from(b));
-    }
-
-    fn int64(&mut self, field: u32, v: i64) {
-        self.key(field, 0);
-        // int64 is encoded as the two's complement bits of the value.
-        self.varint(v as u64);
-    }
-
-    fn double(&mut self, field: u32, v: f64) {
-        self.key(field, 1);
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-
-    fn value(&mut self, field: u32, encoding: Encoding, v: &Value) {
-        match encoding {
-            Encoding::Str => {
-                if let Some(s) = v.as_str() {
-                    self.string(field, s);
-                }
-            }
-            Encoding::Strs => {
-                for s in v.as_array().into_iter().flatten().filter_map(Value::as_str) {
-                    self.string(field, s);
-                }
-            }
-            Encoding::Bool => {
-                if let Some(b) = v.as_bool() {
-                    self.bool(field, b);
-                }
-            }
-            Encoding::Int64 => {
-                if let Some(n) = v.as_i64() {
-                    self.int64(field, n);
-                }
-            }
-            Encoding::Double => {
-                if let Some(n) = v.as_f64() {
-                    self.double(field, n);
-                }
-            }
-            Encoding::Any => self.message(field, any(v)),
-            Encoding::Anys => {
-                for item in v.as_array().into_iter().flatten() {
-                    self.message(field, any(item));
-                }
-            }
-        }
-    }
-
-    /// `obj[key]`, when present.
-    fn member(&mut self, field: u32, encoding: Encoding, obj: &Map<String, Value>, key: &str) {
-        if let Some(v) = obj.get(key) {
-            self.value(field, encoding, v);
-        }
-    }
-
-    /// The `x-` keys of a JSON object as repeated `NamedAny` vendor extensions.
-    fn vendor_extensions(&mut self, field: u32, obj: &Map<String, Value>) {
-        for (name, value) in obj.iter().filter(|(k, _)| k.starts_with("x-")) {
-            let mut named = Message::default();
-            named.string(1, name);
-            named.message(2, any(value));
-            self.message(field, named);
-        }
-    }
-}
-
-/// `openapi_v2.Any{yaml}`: kubectl reads extension values by YAML-decoding this text.
-fn any(v: &Value) -> Message {
-    let mut m = Message::default();
-    m.string(2, &v.to_string());
-    m
-}
-
-/// A `Named*` map entry: `{name = 1, value = 2}`.
-fn named(name: &str, value: Message) -> Message {
-    let mut m = Message::default();
-    m.string(1, name);
-    m.message(2, value);
-    m
-}
-
-fn encode_document(doc: &Value) -> Vec<u8> {
-    let mut m = Message::default();
-    if let Some(s) = doc["swagger"].as_str() {
-        m.string(1, s);
-    }
-    if let Some(info) = doc["info"].as_object() {
-        let mut i = Message::default();
-        i.member(1, Encoding::Str, info, "title");
-        i.member(2, Encoding::Str, info, "version");
-        i.vendor_extensions(7, info);
-        m.message(2, i);
-    }
-    if let Some(paths) = doc["paths"].as_object() {
-        let mut p = Message::default();
-        for (path, item) in paths {
-            if let Some(item) = item.as_object() {
-                p.message(2, named(path, path_item(item)));
-            }
-        }
-        m.message(8, p);
-    }
-    if let Some(defs) = doc["definitions"].as_object() {
-        let mut d = Message::default();
-        for (name, s) in defs {
-            if let Some(s) = s.as_object() {
-                d.message(1, named(name, schema(s)));
-            }
-        }
-        m.message(9, d);
-    }
-    if let Some(obj) = doc.as_object() {
-        m.vendor_extensions(16, obj);
-    }
-    m.0
-}
-
-fn path_item(item: &Map<String, Value>) -> Message {
-    let mut m = Message::default();
-    for (key, value) in item {
-        match (path_item_field(key), value) {
-            (Some(n), Value::Object(op)) => m.message(n, operation(op)),
-            _ if key == "parameters" => {
-                for p in value
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_object)
-                {
-                    m.message(9, parameters_item(p));
-                }
-            }
-            _ => {}
-        }
-    }
-    m.vendor_extensions(10, item);
-    m
-}
-
-fn operation(op: &Map<String, Value>) -> Message {
-    let mut m = Message::default();
-    for (key, value) in op {
-        match key.as_str() {
-            "parameters" => {
-                for p in value
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_object)
-                {
-                    m.message(8, parameters_item(p));
-                }
-            }
-            "responses" => {
-                let mut responses = Message::default();
-                for (code, r) in value.as_object().into_iter().flatten() {
-                    let Some(r) = r.as_object() else { continue };
-                    let mut response = Message::default();
-                    response.member(1, Encoding::Str, r, "description");
-                    if let Some(s) = r.get("schema").and_then(Value::as_object) {
-                        let mut item = Message::default();
-                        item.message(1, schema(s));
-                        response.message(2, item);
-                    }
-                    response.vendor_extensions(5, r);
-                    // ResponseValue is a oneof of Response (1) and JsonReference (2).
-                    let mut response_value = Message::default();
-                    response_value.message(1, response);
-                    responses.message(1, named(code, response_value));
-                }
-                m.message(9, responses);
-            }
-            k => {
-                if let Some((n, encoding)) = field(OPERATION_FIELDS, k) {
-                    m.value(n, encoding, value);
-                }
-            }
-        }
-    }
-    m.vendor_extensions(13, op);
-    m
-}
-
-/// `ParametersItem{parameter: Parameter{body_parameter | non_body_parameter}}`.
-fn parameters_item(p: &Map<String, Value>) -> Message {
-    let mut parameter = Message::default();
-    if p.get("in").and_then(Value::as_str) == Some("body") {
-        let mut body = Message::default();
-        body.member(1, Encoding::Str, p, "description");
-        body.member(2, Encoding::Str, p, "name");
-        body.member(3, Encoding::Str, p, "in");
-        body.member(4, Encoding::Bool, p, "required");
-        if let Some(s) = p.get("schema").and_then(Value::as_object) {
-            body.message(5, schema(s));
-        }
-        body.vendor_extensions(6, p);
-        parameter.message(1, body);
-    } else {
-        // NonBodyParameter's oneof: header 1, formData 2, query 3, path 4.
-        let (oneof, allows_empty_value) = match p.get("in").and_then(Value::as_str) {
-            Some("header") => (1, false),
-            Some("formData") => (2, true),
-            Some("path") => (4, false),
-            // `query`, the only other non-body location v2 has.
-            _ => (3, true),
-        };
-        let mut sub = Message::default();
-        for (key, value) in p {
-            if let Some((n, encoding)) = non_body_field(key, allows_empty_value) {
-                sub.value(n, encoding, value);
-            }
-        }
-        let shift = u32::from(allows_empty_value);
-        sub.vendor_extensions(NON_BODY_VENDOR_EXTENSION + shift, p);
-        let mut non_body = Message::default();
-        non_body.message(oneof, sub);
-        parameter.message(2, non_body);
-    }
-    let mut item = Message::default();
-    item.message(1, parameter);
-    item
-}
-
-fn schema(s: &Map<String, Value>) -> Message {
-    let mut m = Message::default();
-    for (key, value) in s {
-        match (key.as_str(), value) {
-            // AdditionalPropertiesItem: oneof schema (1) | boolean (2).
-            ("additionalProperties", v) => {
-                let mut item = Message::default();
-                match v {
-                    Value::Object(sub) => item.message(1, schema(sub)),
-                    Value::Bool(b) => item.bool(2, *b),
-                    _ => continue,
-                }
-                m.message(21, item);
-            }
-            // TypeItem{repeated value}: v2 allows a type or a list of types.
-            ("type", v) => {
-                let mut item = Message::default();
-                match v {
-                    Value::String(t) => item.string(1, t),
-                    v => item.value(1, Encoding::Strs, v),
-                }
-                m.message(22, item);
-            }
-            // ItemsItem{repeated schema}: one schema, or a tuple of them.
-            ("items", v) => {
-                let mut item = Message::default();
-                match v {
-                    Value::Object(sub) => item.message(1, schema(sub)),
-                    v => {
-                        for sub in v
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(Value::as_object)
-                        {
-                            item.message(1, schema(sub));
-                        }
-                    }
-                }
-                m.message(23, item);
-            }
-            ("allOf", v) => {
-                for sub in v
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_object)
-                {
-                    m.message(24, schema(sub));
-                }
-            }
-            ("properties", Value::Object(props)) => {
-                let mut p = Message::default();
-                for (name, sub) in props {
-                    if let Some(sub) = sub.as_object() {
-                        p.message(1, named(name, schema(sub)));
-                    }
-                }
-                m.message(25, p);
-            }
-            (k, v) => {
-                if let Some((n, encoding)) = field(SCHEMA_FIELDS, k) {
-                    m.value(n, encoding, v);
-                }
-            }
-        }
-    }
-    m.vendor_extensions(31, s);
-    m
 }
 
 #[cfg(test)]
