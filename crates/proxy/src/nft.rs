@@ -2,13 +2,14 @@
 //! atomically (the whole table is replaced in one transaction, so a packet sees either
 //! the old rules or the new ones).
 //!
-//! The shape follows kube-proxy's nftables mode (checked with Debian 12's nft 1.0.6):
-//! a verdict map from (address, protocol, port) to a chain per Service port, which picks an endpoint at random (`numgen random mod N`) and DNATs to
-//! it; NodePorts through a second map for traffic to any local address; traffic that
-//! does not come from a pod, and a pod reaching itself through its Service (hairpin),
-//! is marked and masqueraded, so replies come back through this node's conntrack; new
-//! connections to a Service without endpoints are rejected in the filter hooks, so
-//! clients fail at once instead of timing out.
+//! The shape follows kube-proxy's nftables mode (checked with Debian 12's nft 1.0.6): a
+//! verdict map from (address, protocol, port) to a chain per Service port, which picks
+//! an endpoint at random (`numgen random mod N`) and DNATs to it; NodePorts through a
+//! second map for traffic to any local address; traffic that does not come from a pod,
+//! and a pod reaching itself through its Service (hairpin), is marked and masqueraded,
+//! so replies come back through this node's conntrack; new connections to a Service
+//! without endpoints are rejected in the filter hooks, so clients fail at once instead
+//! of timing out.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
