@@ -4,7 +4,6 @@
 //! transaction, so apiservers sharing one store never hand out the same IP or port.
 //! Allocations are released if the write that needed them fails.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
@@ -12,6 +11,7 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use krust_api::cidr::Ipv4Cidr;
 use krust_api::status::Cause;
+use krust_api::sync::Unpoisoned;
 use krust_store::{Compare, Op, Store, StoreError, Txn, TxnResult};
 use serde_json::{Value, json};
 

@@ -341,9 +341,7 @@ async fn read_body(body: RequestBody) -> Result<Bytes, ApiError> {
     let body = match body {
         RequestBody::Streaming(body) => body,
         RequestBody::Read(bytes) if bytes.len() > rest::MAX_BODY => {
-            return Err(ApiError::too_large(
-                "Request entity too large: limit is 3145728",
-            ));
+            return Err(rest::body_too_large());
         }
         RequestBody::Read(bytes) => return Ok(bytes),
     };
@@ -354,9 +352,7 @@ async fn read_body(body: RequestBody) -> Result<Bytes, ApiError> {
                 .downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
-            Err(ApiError::too_large(
-                "Request entity too large: limit is 3145728",
-            ))
+            Err(rest::body_too_large())
         }
         Err(err) => Err(ApiError::bad_request(format!(
             "reading the request body: {err}"

@@ -7,13 +7,12 @@
 //! a watcher that falls behind the ring's start gets 410 Gone instead of slowing writers,
 //! as upstream's cacher does.
 
-use krust_api::sync::UnpoisonedRw;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use krust_api::sync::UnpoisonedRw;
 use krust_store::{Event, KeyValue, RangeRequest, Revision, Store, StoreError};
 use serde_json::Value;
 use tokio::sync::watch;

@@ -6,14 +6,13 @@
 //! keys each object with copies of its name, namespace, resourceVersion and UID, which
 //! for tens of thousands of pods is as much as the cached pods themselves).
 
-use krust_api::sync::UnpoisonedRw;
 use std::fmt::Debug;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Arc;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use hashbrown::HashTable;
 use k8s_openapi::serde::de::DeserializeOwned;
+use krust_api::sync::UnpoisonedRw;
 use kube::Resource;
 use tokio::sync::watch;
 

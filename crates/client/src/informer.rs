@@ -16,16 +16,15 @@
 //! breaks without bookkeeping of its own. Components that recompute everything on any
 //! change register a [`Notify`] as their handler.
 
-use krust_api::sync::Unpoisoned;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use krust_api::sync::Unpoisoned;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;

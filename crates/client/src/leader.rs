@@ -10,7 +10,6 @@
 //!   so two instances are never active at once.
 //! - Every write is a compare-and-swap on the lease's resourceVersion.
 
-use krust_api::sync::Unpoisoned;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
+use krust_api::sync::Unpoisoned;
 use kube::Client;
 
 use kube::api::{Api, PostParams};

@@ -9,15 +9,14 @@
 //!
 //! Keys are `namespace/name` strings, like client-go's `MetaNamespaceKeyFunc`.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use krust_api::sync::Unpoisoned;
 use tokio::sync::Notify;
 
 const BASE_DELAY: Duration = Duration::from_millis(5);

@@ -8,10 +8,11 @@
 //! Like client-go's `UIDTrackingControllerExpectations`, deletions are tracked per pod, so
 //! a pod that is seen being deleted twice (deletionTimestamp set, then gone) counts once.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use krust_api::sync::Unpoisoned;
 
 /// How long unobserved expectations hold a controller back (upstream's `ExpectationsTimeout`).
 pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);

@@ -9,15 +9,14 @@
 //! free again, and Nodes still waiting for a range are queued. When the cluster CIDR is
 //! exhausted the Node gets a `CIDRNotAvailable` event and is looked at again later.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::serde_json::json;
 use krust_api::cidr::Ipv4Cidr;
+use krust_api::sync::Unpoisoned;
 use krust_client::cache::Cache;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};

@@ -5,18 +5,17 @@
 //! then the most restarted, then the newest go first; times compared on a logarithmic
 //! scale).
 
-use krust_api::sync::Unpoisoned;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{NamespaceResourceScope, Resource as _};
+use krust_api::sync::Unpoisoned;
 use kube::Resource;
 use serde::{Deserialize, Deserializer};
 

@@ -3,11 +3,9 @@
 //! resolvers cache them for the TTL), and everything else forwarded to the upstream
 //! nameservers.
 
-use krust_api::sync::UnpoisonedRw;
 use std::net::SocketAddr;
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hickory_proto::op::{
@@ -18,6 +16,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 use hickory_server::net::runtime::Time;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::{MessageResponse, MessageResponseBuilder};
+use krust_api::sync::UnpoisonedRw;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::timeout;

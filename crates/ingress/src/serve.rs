@@ -3,12 +3,10 @@
 //! the `X-Forwarded-*` headers a reverse proxy adds. No rule: 404; a Service without
 //! ready endpoints: 503; a pod that does not answer: 502 — as ingress-nginx answers.
 
-use krust_api::sync::UnpoisonedRw;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
@@ -18,6 +16,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use krust_api::sync::UnpoisonedRw;
 use tokio::net::TcpListener;
 
 use crate::routes::Routes;

@@ -15,15 +15,14 @@
 //! cgroup's working set from capacity); container writable layers do not count
 //! towards a pod's disk use (its logs and emptyDirs do).
 
-use krust_api::sync::Unpoisoned;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::serde_json::json;
+use krust_api::sync::Unpoisoned;
 use krust_client::events::{EventRecorder, EventType};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};

@@ -13,14 +13,13 @@
 //! backoff instead of unschedulable: the event may already have made it schedulable
 //! (upstream's "move request cycle").
 
-use krust_api::sync::Unpoisoned;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use krust_api::sync::Unpoisoned;
 use tokio::sync::Notify;
 // tokio's clock, so that tests can run the backoffs on paused time.
 use tokio::time::Instant;

@@ -13,16 +13,15 @@
 //!
 //! Pods whose `spec.schedulerName` names no profile are left alone.
 
-use krust_api::sync::Unpoisoned;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde_json::{Value, json};
+use krust_api::sync::Unpoisoned;
 use krust_client::cache::Watched;
 use krust_client::informer::{EventHandler, Informer};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};

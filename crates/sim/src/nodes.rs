@@ -3,10 +3,8 @@
 //! Each node's pod range comes from its Node's `spec.podCIDR` (node IPAM sets it); the
 //! fleet watches its own Nodes to learn it.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -17,6 +15,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use krust_api::cidr::Ipv4Cidr;
+use krust_api::sync::Unpoisoned;
 use krust_client::informer::{EventHandler, Informer};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;

@@ -6,15 +6,14 @@
 //! started once per UID; a pod that is already Running and Ready (e.g. after the
 //! simulator restarted) is left as it is.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde_json::{Value, json};
+use krust_api::sync::Unpoisoned;
 use krust_client::informer::{EventHandler, Informer};
 use krust_client::supervise::restart_on_panic;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};

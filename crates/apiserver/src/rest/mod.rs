@@ -29,6 +29,11 @@ use crate::response::{self, Output, Response};
 /// Largest request body accepted, as upstream (3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
+/// The 413 for a body over [`MAX_BODY`], in upstream's words.
+pub fn body_too_large() -> ApiError {
+    ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}"))
+}
+
 /// One resource request, parsed and authenticated.
 #[derive(Clone)]
 pub struct Call<'a> {
@@ -196,9 +201,7 @@ impl Call<'_> {
 
     pub fn body_value(&self) -> Result<Value, ApiError> {
         if self.body.len() > MAX_BODY {
-            return Err(ApiError::too_large(
-                "Request entity too large: limit is 3145728",
-            ));
+            return Err(body_too_large());
         }
         let ct = self.content_type.as_deref().unwrap_or("application/json");
         let media = ct.split(';').next().unwrap_or_default().trim();

@@ -329,9 +329,7 @@ pub(super) fn patch_type(ct: Option<&str>) -> Result<PatchType, ApiError> {
 pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError> {
     let ty = patch_type(call.content_type.as_deref())?;
     if call.body.len() > super::MAX_BODY {
-        return Err(ApiError::too_large(
-            "Request entity too large: limit is 3145728",
-        ));
+        return Err(super::body_too_large());
     }
     let patch: Value = match ty {
         PatchType::Apply => serde_saphyr::from_slice(&call.body)

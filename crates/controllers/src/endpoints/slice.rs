@@ -18,15 +18,14 @@
 //! not shown yet is tracked, and a pass waits for the cache to catch up rather than
 //! act on a view that would make it create a slice twice.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use krust_api::sync::Unpoisoned;
 use krust_client::cache::Cache;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};

@@ -22,15 +22,14 @@
 
 pub mod graph;
 
-use krust_api::sync::Unpoisoned;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::serde_json::json;
+use krust_api::sync::Unpoisoned;
 use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams,

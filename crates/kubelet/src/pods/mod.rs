@@ -12,12 +12,11 @@ pub mod tokens;
 pub mod volumes;
 pub mod worker;
 
-use krust_api::sync::Unpoisoned;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
+use krust_api::sync::Unpoisoned;
 use krust_client::events::EventRecorder;
 use krust_client::informer::{EventHandler, Informer};
 use krust_client::supervise::restart_on_panic;
@@ -69,11 +68,10 @@ struct Workers {
     running: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
 }
 
-impl Workers {
-    fn stop(&self, running: &mut HashMap<String, watch::Sender<Option<Arc<Pod>>>>, pod: &Pod) {
-        if let Some(tx) = running.remove(&pod.uid().unwrap_or_default()) {
-            let _ = tx.send(None);
-        }
+/// Tells the worker of `pod`'s UID that the pod is gone.
+fn stop(running: &mut HashMap<String, watch::Sender<Option<Arc<Pod>>>>, pod: &Pod) {
+    if let Some(tx) = running.remove(&pod.uid().unwrap_or_default()) {
+        let _ = tx.send(None);
     }
 }
 
@@ -84,7 +82,7 @@ impl EventHandler<Pod> for Workers {
         // A pod deleted and created again under the same name while the watch was down
         // comes back as an update: the old one's worker tears it down.
         if let Some(old) = old.filter(|old| old.uid() != pod.uid()) {
-            self.stop(&mut running, old);
+            stop(&mut running, old);
         }
         running.retain(|_, tx| !tx.is_closed());
         match running.get(&uid) {
@@ -124,6 +122,6 @@ impl EventHandler<Pod> for Workers {
     }
 
     fn on_delete(&self, pod: &Arc<Pod>) {
-        self.stop(&mut self.running.locked(), pod);
+        stop(&mut self.running.locked(), pod);
     }
 }

@@ -2,13 +2,13 @@
 //! keeps them: one TokenRequest per audience and lifetime of a pod, bound to the pod,
 //! reused until 80% of its lifetime (at most 24 h) has passed, then replaced.
 
-use krust_api::sync::Unpoisoned;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use krust_api::sync::Unpoisoned;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 

@@ -19,12 +19,11 @@ mod history;
 mod index;
 mod watch;
 
-use krust_api::sync::UnpoisonedRw;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
+use krust_api::sync::UnpoisonedRw;
 use redb::Database;
 
 use crate::{
