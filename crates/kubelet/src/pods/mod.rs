@@ -45,12 +45,14 @@ pub async fn run(
     let (relisted, relist) = watch::channel(Arc::new(pleg::Snapshot::empty()));
     tokio::spawn(pleg::run(runtime.clone(), relisted));
     pods.add_handler(Arc::new(Workers {
-        client,
-        runtime,
-        config,
-        recorder,
-        evictions,
-        relist,
+        shared: worker::Shared {
+            client,
+            runtime,
+            config,
+            events: recorder,
+            evictions,
+            relist,
+        },
         running: Mutex::default(),
     }));
     pods.run().await
@@ -59,12 +61,7 @@ pub async fn run(
 /// One worker per pod UID, each fed the latest version of its pod; `None` tells it the
 /// pod is gone from the API.
 struct Workers {
-    client: Client,
-    runtime: Runtime,
-    config: Arc<Config>,
-    recorder: EventRecorder,
-    evictions: Evictions,
-    relist: watch::Receiver<Arc<pleg::Snapshot>>,
+    shared: worker::Shared,
     running: Mutex<HashMap<String, watch::Sender<Option<Arc<Pod>>>>>,
 }
 
@@ -91,29 +88,10 @@ impl EventHandler<Pod> for Workers {
             }
             None => {
                 let (tx, rx) = watch::channel(Some(pod.clone()));
-                let (client, runtime, config) = (
-                    self.client.clone(),
-                    self.runtime.clone(),
-                    self.config.clone(),
-                );
-                let (recorder, evictions, relist) = (
-                    self.recorder.clone(),
-                    self.evictions.clone(),
-                    self.relist.clone(),
-                );
                 // A worker that panics is replaced by a fresh one, which finds the pod's
                 // sandbox and containers by label as a restarted kubelet does.
-                let start = move || {
-                    let worker = worker::Worker::new(
-                        client.clone(),
-                        runtime.clone(),
-                        config.clone(),
-                        recorder.clone(),
-                        evictions.clone(),
-                        relist.clone(),
-                    );
-                    worker.run(rx.clone())
-                };
+                let shared = self.shared.clone();
+                let start = move || worker::Worker::new(shared.clone()).run(rx.clone());
                 let what = format!("pod worker of {}", pod.name_any());
                 tokio::spawn(restart_on_panic(what, start));
                 running.insert(uid, tx);

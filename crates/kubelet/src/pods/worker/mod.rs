@@ -104,6 +104,19 @@ pub struct Worker {
     failed_mount: Option<(String, Instant)>,
 }
 
+/// What every pod worker of the node shares.
+#[derive(Clone)]
+pub struct Shared {
+    pub client: Client,
+    pub runtime: Runtime,
+    pub config: Arc<Config>,
+    pub events: EventRecorder,
+    /// Pods the eviction manager has chosen.
+    pub evictions: Evictions,
+    /// The runtime's latest relist.
+    pub relist: Relisted,
+}
+
 /// The outcome of one pass.
 enum Pass {
     Continue,
@@ -112,14 +125,15 @@ enum Pass {
 }
 
 impl Worker {
-    pub fn new(
-        client: Client,
-        runtime: Runtime,
-        config: Arc<Config>,
-        events: EventRecorder,
-        evictions: Evictions,
-        relist: Relisted,
-    ) -> Self {
+    pub fn new(shared: Shared) -> Self {
+        let Shared {
+            client,
+            runtime,
+            config,
+            events,
+            evictions,
+            relist,
+        } = shared;
         let observed = Observed {
             host_ip: config.node_ip.to_string(),
             start_time: k8s_openapi::jiff::Timestamp::now()
