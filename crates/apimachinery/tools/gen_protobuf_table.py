@@ -29,6 +29,7 @@ API_GROUPS = {
     "core": "v1",
     "apps": "apps/v1",
     "authentication": "authentication.k8s.io/v1",
+    "authorization": "authorization.k8s.io/v1",
     "autoscaling": "autoscaling/v1",
     "batch": "batch/v1",
     "coordination": "coordination.k8s.io/v1",
@@ -61,7 +62,13 @@ ROOTS = [
     ("apps/v1", "Deployment", "apps.v1.Deployment"),
     ("apps/v1", "ReplicaSet", "apps.v1.ReplicaSet"),
     ("apps/v1", "StatefulSet", "apps.v1.StatefulSet"),
+    ("authentication.k8s.io/v1", "SelfSubjectReview", "authentication.v1.SelfSubjectReview"),
     ("authentication.k8s.io/v1", "TokenRequest", "authentication.v1.TokenRequest"),
+    ("authentication.k8s.io/v1", "TokenReview", "authentication.v1.TokenReview"),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview", "authorization.v1.LocalSubjectAccessReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", "authorization.v1.SelfSubjectAccessReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", "authorization.v1.SelfSubjectRulesReview"),
+    ("authorization.k8s.io/v1", "SubjectAccessReview", "authorization.v1.SubjectAccessReview"),
     ("autoscaling/v1", "Scale", "autoscaling.v1.Scale"),
     ("batch/v1", "CronJob", "batch.v1.CronJob"),
     ("batch/v1", "Job", "batch.v1.Job"),
@@ -94,6 +101,9 @@ SPECIAL = {
     "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime": "MicroTime",
     "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1": "FieldsV1",
     "k8s.io.apimachinery.pkg.runtime.RawExtension": "RawExtension",
+    # `type ExtraValue []string`, wrapped as `{repeated string items = 1}`.
+    "k8s.io.api.authentication.v1.ExtraValue": "StringList",
+    "k8s.io.api.authorization.v1.ExtraValue": "StringList",
 }
 
 SCALARS = {"string": "Str", "bool": "Bool", "int32": "I32", "int64": "I64", "bytes": "Bytes"}

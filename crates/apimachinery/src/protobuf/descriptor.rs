@@ -99,6 +99,8 @@ pub(super) enum Obj {
     MicroTime,
     FieldsV1,
     RawExtension,
+    /// A message wrapping a Go named `[]string` (`ExtraValue`).
+    StringList,
 }
 
 /// When a field appears in the JSON, following Go's encoding/json on the Go struct

@@ -165,6 +165,7 @@ fn of_chunks(obj: Obj, chunks: &[&[u8]]) -> Result<Value, Located> {
         Obj::MicroTime => wellknown::micro_time(chunks)?,
         Obj::FieldsV1 => wellknown::fields_v1(chunks)?,
         Obj::RawExtension => wellknown::raw_extension(chunks)?,
+        Obj::StringList => wellknown::string_list(chunks)?,
     })
 }
 

@@ -10,7 +10,13 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("apps/v1", "Deployment", &APPS_V1_DEPLOYMENT),
     ("apps/v1", "ReplicaSet", &APPS_V1_REPLICA_SET),
     ("apps/v1", "StatefulSet", &APPS_V1_STATEFUL_SET),
+    ("authentication.k8s.io/v1", "SelfSubjectReview", &AUTHENTICATION_V1_SELF_SUBJECT_REVIEW),
     ("authentication.k8s.io/v1", "TokenRequest", &AUTHENTICATION_V1_TOKEN_REQUEST),
+    ("authentication.k8s.io/v1", "TokenReview", &AUTHENTICATION_V1_TOKEN_REVIEW),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview", &AUTHORIZATION_V1_LOCAL_SUBJECT_ACCESS_REVIEW),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", &AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", &AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW),
+    ("authorization.k8s.io/v1", "SubjectAccessReview", &AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW),
     ("autoscaling/v1", "Scale", &AUTOSCALING_V1_SCALE),
     ("batch/v1", "CronJob", &BATCH_V1_CRON_JOB),
     ("batch/v1", "Job", &BATCH_V1_JOB),
@@ -242,6 +248,15 @@ static AUTHENTICATION_V1_BOUND_OBJECT_REFERENCE: Message = Message::new("authent
     Field::new(4, "uid", 3, One, Str, Omit),
 ]);
 
+static AUTHENTICATION_V1_SELF_SUBJECT_REVIEW: Message = Message::new("authentication.v1.SelfSubjectReview", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "status", 1, One, Obj(Msg(&AUTHENTICATION_V1_SELF_SUBJECT_REVIEW_STATUS)), Keep),
+]);
+
+static AUTHENTICATION_V1_SELF_SUBJECT_REVIEW_STATUS: Message = Message::new("authentication.v1.SelfSubjectReviewStatus", &[
+    Field::new(1, "userInfo", 0, One, Obj(Msg(&AUTHENTICATION_V1_USER_INFO)), Keep),
+]);
+
 static AUTHENTICATION_V1_TOKEN_REQUEST: Message = Message::new("authentication.v1.TokenRequest", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&AUTHENTICATION_V1_TOKEN_REQUEST_SPEC)), Keep),
@@ -257,6 +272,126 @@ static AUTHENTICATION_V1_TOKEN_REQUEST_SPEC: Message = Message::new("authenticat
 static AUTHENTICATION_V1_TOKEN_REQUEST_STATUS: Message = Message::new("authentication.v1.TokenRequestStatus", &[
     Field::new(1, "token", 0, One, Str, Keep),
     Field::new(2, "expirationTimestamp", 1, One, Obj(Time), Keep),
+]);
+
+static AUTHENTICATION_V1_TOKEN_REVIEW: Message = Message::new("authentication.v1.TokenReview", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&AUTHENTICATION_V1_TOKEN_REVIEW_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&AUTHENTICATION_V1_TOKEN_REVIEW_STATUS)), Keep),
+]);
+
+static AUTHENTICATION_V1_TOKEN_REVIEW_SPEC: Message = Message::new("authentication.v1.TokenReviewSpec", &[
+    Field::new(1, "token", 0, One, Str, Omit),
+    Field::new(2, "audiences", 1, List, Str, Omit),
+]);
+
+static AUTHENTICATION_V1_TOKEN_REVIEW_STATUS: Message = Message::new("authentication.v1.TokenReviewStatus", &[
+    Field::new(1, "authenticated", 0, One, Bool, Omit),
+    Field::new(2, "user", 1, One, Obj(Msg(&AUTHENTICATION_V1_USER_INFO)), Keep),
+    Field::new(3, "error", 3, One, Str, Omit),
+    Field::new(4, "audiences", 2, List, Str, Omit),
+]);
+
+static AUTHENTICATION_V1_USER_INFO: Message = Message::new("authentication.v1.UserInfo", &[
+    Field::new(1, "username", 0, One, Str, Omit),
+    Field::new(2, "uid", 1, One, Str, Omit),
+    Field::new(3, "groups", 2, List, Str, Omit),
+    Field::new(4, "extra", 3, Map, Obj(StringList), Omit),
+]);
+
+static AUTHORIZATION_V1_FIELD_SELECTOR_ATTRIBUTES: Message = Message::new("authorization.v1.FieldSelectorAttributes", &[
+    Field::new(1, "rawSelector", 0, One, Str, Omit),
+    Field::new(2, "requirements", 1, List, Obj(Msg(&META_V1_FIELD_SELECTOR_REQUIREMENT)), Omit),
+]);
+
+static AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES: Message = Message::new("authorization.v1.LabelSelectorAttributes", &[
+    Field::new(1, "rawSelector", 0, One, Str, Omit),
+    Field::new(2, "requirements", 1, List, Obj(Msg(&META_V1_LABEL_SELECTOR_REQUIREMENT)), Omit),
+]);
+
+static AUTHORIZATION_V1_LOCAL_SUBJECT_ACCESS_REVIEW: Message = Message::new("authorization.v1.LocalSubjectAccessReview", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS)), Keep),
+]);
+
+static AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES: Message = Message::new("authorization.v1.NonResourceAttributes", &[
+    Field::new(1, "path", 0, One, Str, Omit),
+    Field::new(2, "verb", 1, One, Str, Omit),
+]);
+
+static AUTHORIZATION_V1_NON_RESOURCE_RULE: Message = Message::new("authorization.v1.NonResourceRule", &[
+    Field::new(1, "verbs", 0, List, Str, Keep),
+    Field::new(2, "nonResourceURLs", 1, List, Str, Omit),
+]);
+
+static AUTHORIZATION_V1_RESOURCE_ATTRIBUTES: Message = Message::new("authorization.v1.ResourceAttributes", &[
+    Field::new(1, "namespace", 0, One, Str, Omit),
+    Field::new(2, "verb", 1, One, Str, Omit),
+    Field::new(3, "group", 2, One, Str, Omit),
+    Field::new(4, "version", 3, One, Str, Omit),
+    Field::new(5, "resource", 4, One, Str, Omit),
+    Field::new(6, "subresource", 5, One, Str, Omit),
+    Field::new(7, "name", 6, One, Str, Omit),
+    Field::new(8, "fieldSelector", 7, One, Obj(Msg(&AUTHORIZATION_V1_FIELD_SELECTOR_ATTRIBUTES)), Ptr),
+    Field::new(9, "labelSelector", 8, One, Obj(Msg(&AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES)), Ptr),
+]);
+
+static AUTHORIZATION_V1_RESOURCE_RULE: Message = Message::new("authorization.v1.ResourceRule", &[
+    Field::new(1, "verbs", 0, List, Str, Keep),
+    Field::new(2, "apiGroups", 1, List, Str, Omit),
+    Field::new(3, "resources", 2, List, Str, Omit),
+    Field::new(4, "resourceNames", 3, List, Str, Omit),
+]);
+
+static AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW: Message = Message::new("authorization.v1.SelfSubjectAccessReview", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS)), Keep),
+]);
+
+static AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC: Message = Message::new("authorization.v1.SelfSubjectAccessReviewSpec", &[
+    Field::new(1, "resourceAttributes", 0, One, Obj(Msg(&AUTHORIZATION_V1_RESOURCE_ATTRIBUTES)), Ptr),
+    Field::new(2, "nonResourceAttributes", 1, One, Obj(Msg(&AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES)), Ptr),
+]);
+
+static AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW: Message = Message::new("authorization.v1.SelfSubjectRulesReview", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS)), Keep),
+]);
+
+static AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC: Message = Message::new("authorization.v1.SelfSubjectRulesReviewSpec", &[
+    Field::new(1, "namespace", 0, One, Str, Omit),
+]);
+
+static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW: Message = Message::new("authorization.v1.SubjectAccessReview", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS)), Keep),
+]);
+
+static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC: Message = Message::new("authorization.v1.SubjectAccessReviewSpec", &[
+    Field::new(1, "resourceAttributes", 0, One, Obj(Msg(&AUTHORIZATION_V1_RESOURCE_ATTRIBUTES)), Ptr),
+    Field::new(2, "nonResourceAttributes", 1, One, Obj(Msg(&AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES)), Ptr),
+    Field::new(3, "user", 2, One, Str, Omit),
+    Field::new(4, "groups", 3, List, Str, Omit),
+    Field::new(5, "extra", 4, Map, Obj(StringList), Omit),
+    Field::new(6, "uid", 5, One, Str, Omit),
+]);
+
+static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS: Message = Message::new("authorization.v1.SubjectAccessReviewStatus", &[
+    Field::new(1, "allowed", 0, One, Bool, Keep),
+    Field::new(2, "reason", 2, One, Str, Omit),
+    Field::new(3, "evaluationError", 3, One, Str, Omit),
+    Field::new(4, "denied", 1, One, Bool, Omit),
+]);
+
+static AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS: Message = Message::new("authorization.v1.SubjectRulesReviewStatus", &[
+    Field::new(1, "resourceRules", 0, List, Obj(Msg(&AUTHORIZATION_V1_RESOURCE_RULE)), Keep),
+    Field::new(2, "nonResourceRules", 1, List, Obj(Msg(&AUTHORIZATION_V1_NON_RESOURCE_RULE)), Keep),
+    Field::new(3, "incomplete", 2, One, Bool, Keep),
+    Field::new(4, "evaluationError", 3, One, Str, Omit),
 ]);
 
 static AUTOSCALING_V1_SCALE: Message = Message::new("autoscaling.v1.Scale", &[
@@ -1768,6 +1903,12 @@ static META_V1_DELETE_OPTIONS: Message = Message::new("meta.v1.DeleteOptions", &
     Field::new(4, "propagationPolicy", 3, One, Str, Ptr),
     Field::new(5, "dryRun", 4, List, Str, Omit),
     Field::new(6, "ignoreStoreReadErrorWithClusterBreakingPotential", 5, One, Bool, Ptr),
+]);
+
+static META_V1_FIELD_SELECTOR_REQUIREMENT: Message = Message::new("meta.v1.FieldSelectorRequirement", &[
+    Field::new(1, "key", 0, One, Str, Keep),
+    Field::new(2, "operator", 1, One, Str, Keep),
+    Field::new(3, "values", 2, List, Str, Omit),
 ]);
 
 static META_V1_LABEL_SELECTOR: Message = Message::new("meta.v1.LabelSelector", &[

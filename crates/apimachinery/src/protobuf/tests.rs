@@ -520,3 +520,29 @@ fn malformed_bytes_are_reported_with_their_path() {
         Err(ProtobufError::Malformed { at, error: WireError::Length { .. } }) if at == "runtime.Unknown"
     ));
 }
+
+/// `extra` maps to `ExtraValue`, a `[]string` that protobuf wraps in a message.
+#[test]
+fn subject_access_review_extra_values_are_string_lists() {
+    let attributes = Enc::new().str(1, "team").str(2, "list").str(5, "pods");
+    let spec = Enc::new()
+        .msg(1, attributes)
+        .str(3, "bob")
+        .str(4, "devs")
+        .msg(
+            5,
+            Enc::new()
+                .str(1, "scopes")
+                .msg(2, Enc::new().str(1, "a").str(1, "b")),
+        )
+        .msg(5, Enc::new().str(1, "none").msg(2, Enc::new()));
+    let raw = Enc::new().msg(1, meta("", "")).msg(2, spec);
+    let decoded = decode(&body("authorization.k8s.io/v1", "SubjectAccessReview", raw)).unwrap();
+    assert_eq!(decoded["spec"]["user"], "bob");
+    assert_eq!(decoded["spec"]["groups"], json!(["devs"]));
+    assert_eq!(decoded["spec"]["resourceAttributes"]["verb"], "list");
+    assert_eq!(
+        decoded["spec"]["extra"],
+        json!({"none": null, "scopes": ["a", "b"]})
+    );
+}

@@ -1,6 +1,8 @@
 //! The apimachinery types whose JSON form is not their protobuf structure (they have a
 //! `MarshalJSON` method in Go): `resource.Quantity`, `intstr.IntOrString`, `metav1.Time`,
-//! `metav1.MicroTime`, `metav1.FieldsV1` and `runtime.RawExtension`.
+//! `metav1.MicroTime`, `metav1.FieldsV1` and `runtime.RawExtension`; and the
+//! authentication and authorization `ExtraValue`, a Go `[]string` that protobuf wraps in
+//! a message.
 //!
 //! Each decoder takes the message's bytes in chunks (see [`super::wire::fields`]); no
 //! chunks, or only empty ones, is the Go zero value.
@@ -65,6 +67,21 @@ pub(super) fn micro_time(chunks: &[&[u8]]) -> Result<Value, WireError> {
 /// `{Raw = 1}`: the managed-fields set, already JSON. Unset is `null`.
 pub(super) fn fields_v1(chunks: &[&[u8]]) -> Result<Value, WireError> {
     embedded_json(chunks)
+}
+
+/// `{repeated string items = 1}`: a JSON list of strings; none is `null` (a nil slice).
+pub(super) fn string_list(chunks: &[&[u8]]) -> Result<Value, WireError> {
+    let mut items = Vec::new();
+    for field in fields(chunks) {
+        if let (1, v) = field? {
+            items.push(Value::String(utf8(v.bytes(1)?)));
+        }
+    }
+    Ok(if items.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(items)
+    })
 }
 
 /// `{raw = 1}`: an embedded object, as JSON bytes. Unset is `null`.
