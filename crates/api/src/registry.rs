@@ -124,6 +124,12 @@ impl ResourceInfo {
         self.subresources.contains(&sub)
     }
 
+    /// Whether objects of this resource are never stored: the reviews, which a create
+    /// answers (their `storage` is empty).
+    pub fn is_virtual(&self) -> bool {
+        self.storage.is_empty()
+    }
+
     /// The storage key prefix for all objects of this resource, ending in `/`.
     pub fn storage_prefix(&self) -> String {
         format!("/registry/{}/", self.storage)
@@ -197,6 +203,12 @@ resources! {
     "apps" "v1" "Deployment" "deployments" "deployment" ["deploy"] ["all"] true [Status, Scale] "deployments";
     "apps" "v1" "ReplicaSet" "replicasets" "replicaset" ["rs"] ["all"] true [Status, Scale] "replicasets";
     "apps" "v1" "StatefulSet" "statefulsets" "statefulset" ["sts"] ["all"] true [Status, Scale] "statefulsets";
+    "authentication.k8s.io" "v1" "SelfSubjectReview" "selfsubjectreviews" "selfsubjectreview" [] [] false [] "";
+    "authentication.k8s.io" "v1" "TokenReview" "tokenreviews" "tokenreview" [] [] false [] "";
+    "authorization.k8s.io" "v1" "LocalSubjectAccessReview" "localsubjectaccessreviews" "localsubjectaccessreview" [] [] true [] "";
+    "authorization.k8s.io" "v1" "SelfSubjectAccessReview" "selfsubjectaccessreviews" "selfsubjectaccessreview" [] [] false [] "";
+    "authorization.k8s.io" "v1" "SelfSubjectRulesReview" "selfsubjectrulesreviews" "selfsubjectrulesreview" [] [] false [] "";
+    "authorization.k8s.io" "v1" "SubjectAccessReview" "subjectaccessreviews" "subjectaccessreview" [] [] false [] "";
     "batch" "v1" "CronJob" "cronjobs" "cronjob" ["cj"] ["all"] true [Status] "cronjobs";
     "batch" "v1" "Job" "jobs" "job" [] ["all"] true [Status] "jobs";
     "coordination.k8s.io" "v1" "Lease" "leases" "lease" [] [] true [] "leases";

@@ -149,6 +149,20 @@ impl ApiError {
         Self::new(403, "Forbidden", message)
     }
 
+    /// Upstream's `NewForbidden(resource, name, err)`: `pods "x" is forbidden: why`,
+    /// `pods is forbidden: why` without a name, `forbidden: why` without a resource.
+    pub fn forbidden_for(t: Target<'_>, why: &str) -> Self {
+        let message = match (t.resource.is_empty(), t.name.is_empty()) {
+            (true, true) => format!("forbidden: {why}"),
+            (_, true) => format!("{} is forbidden: {why}", t.qualified()),
+            _ => format!("{} \"{}\" is forbidden: {why}", t.qualified(), t.name),
+        };
+        ApiError {
+            details: Some(Box::new(t.details())),
+            ..Self::forbidden(message)
+        }
+    }
+
     pub fn not_found(t: Target<'_>) -> Self {
         ApiError {
             details: Some(Box::new(t.details())),

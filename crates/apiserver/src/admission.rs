@@ -1,7 +1,8 @@
 //! Admission: the last stage before the store, where writes are mutated and checked. The
 //! built-in steps: NamespaceLifecycle, ServiceAccount (a pod's account and its API
 //! credentials volume), DefaultTolerationSeconds, Priority (a pod's priority from its
-//! PriorityClass) and Service IP/port allocation.
+//! PriorityClass), Service IP/port allocation, NodeRestriction (a kubelet writes only its
+//! own Node and pods) and RBAC's escalation prevention.
 
 use std::sync::Arc;
 
@@ -10,6 +11,8 @@ use serde_json::{Value, json};
 
 use crate::allocator::{ClaimError, ServiceAllocator, claim, claim_keys, unclaim};
 use crate::rest::Call;
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The admission steps run on writes.
 pub struct Admission {
@@ -24,6 +27,10 @@ impl Admission {
         }
         if info.plural == "services" && info.group.is_empty() {
             self.allocate_service(call, obj, None).await?;
+        }
+        crate::authz::node::restrict(&call.user, info.plural, None, obj, None)?;
+        if info.group == RBAC_GROUP {
+            crate::authz::escalation::check(call.api, &call.user, info.plural, obj)?;
         }
         if info.plural == "pods" && info.group.is_empty() {
             service_account(call, obj);
@@ -40,6 +47,11 @@ impl Admission {
         old: &Value,
     ) -> Result<(), ApiError> {
         let info = call.kind.info;
+        let subresource = call.info.subresource.as_deref();
+        crate::authz::node::restrict(&call.user, info.plural, subresource, new, Some(old))?;
+        if info.group == RBAC_GROUP {
+            crate::authz::escalation::check(call.api, &call.user, info.plural, new)?;
+        }
         if info.plural == "services" && info.group.is_empty() {
             // Keep what was allocated; allocate what a type change now needs.
             if new["spec"]["clusterIP"].as_str().is_none_or(str::is_empty)
@@ -153,6 +165,12 @@ impl Admission {
     }
 
     /// Frees what a deleted (or never stored) object held.
+    /// Checks a delete of `old` before it happens.
+    pub fn admit_delete(&self, call: &Call<'_>, old: &Value) -> Result<(), ApiError> {
+        let plural = call.kind.info.plural;
+        crate::authz::node::restrict(&call.user, plural, None, old, Some(old))
+    }
+
     pub async fn after_delete(&self, call: &Call<'_>, obj: &Value) {
         if call.kind.info.plural == "services" && call.kind.info.group.is_empty() {
             self.services.release(obj);

@@ -1,7 +1,6 @@
-//! Authentication (who is asking) and authorization (may they), the first two stages of
-//! the request chain. Both are traits so that later issues can add service-account
-//! tokens and RBAC without touching the server: an [`Authenticators`] chain asks each
-//! authenticator in turn, and the [`Authorizer`] decides per request.
+//! Authentication (who is asking), the first stage of the request chain: an
+//! [`Authenticators`] chain asks each authenticator (client certificates, service-account
+//! tokens) in turn. What the user may do is [`crate::authz`]'s question.
 
 use krust_api::status::ApiError;
 use rustls::pki_types::CertificateDer;
@@ -83,44 +82,6 @@ impl User {
     }
 }
 
-/// Decides whether a user may perform a request.
-pub trait Authorizer: Send + Sync {
-    fn authorize(
-        &self,
-        user: &User,
-        verb: &str,
-        group: &str,
-        resource: &str,
-        namespace: Option<&str>,
-    ) -> Result<(), ApiError>;
-}
-
-/// Every authenticated user may do everything (until RBAC lands).
-pub struct AllowAuthenticated;
-
-impl Authorizer for AllowAuthenticated {
-    fn authorize(
-        &self,
-        user: &User,
-        verb: &str,
-        group: &str,
-        resource: &str,
-        _ns: Option<&str>,
-    ) -> Result<(), ApiError> {
-        if user.is_anonymous() {
-            let what = if group.is_empty() {
-                resource.to_string()
-            } else {
-                format!("{resource}.{group}")
-            };
-            return Err(ApiError::forbidden(format!(
-                "{what} is forbidden: User \"system:anonymous\" cannot {verb} resource \"{resource}\" in API group \"{group}\""
-            )));
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,15 +114,5 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(err.code, 401);
-        assert!(
-            AllowAuthenticated
-                .authorize(&anon, "list", "", "pods", None)
-                .is_err()
-        );
-        assert!(
-            AllowAuthenticated
-                .authorize(&user, "list", "", "pods", None)
-                .is_ok()
-        );
     }
 }

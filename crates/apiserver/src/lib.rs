@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod allocator;
 pub mod auth;
+pub mod authz;
 mod bootstrap;
 mod compactor;
 pub mod connect;
@@ -38,7 +39,8 @@ use tokio::net::TcpListener;
 
 use crate::admission::Admission;
 use crate::allocator::ServiceAllocator;
-use crate::auth::{AllowAuthenticated, Authenticators, Authorizer, ClientCertificates};
+use crate::auth::{Authenticators, ClientCertificates};
+use crate::authz::{Authorizers, PrivilegedGroups, rbac::Rbac};
 use crate::watch_cache::WatchCache;
 
 pub use server::serve_in_process;
@@ -74,7 +76,9 @@ pub struct Api {
     pub cache: Arc<WatchCache>,
     pub admission: Admission,
     pub authenticators: Authenticators,
-    pub authorizer: Box<dyn Authorizer>,
+    /// The authorization chain: `system:masters`, then RBAC.
+    pub authorizers: Authorizers,
+    pub rbac: Arc<Rbac>,
     pub metrics: Arc<metrics::Metrics>,
     /// `host:port` clients are told to use.
     pub advertise: String,
@@ -126,6 +130,7 @@ impl Api {
         let pki = pki::Pki::load_or_create(&config.tls_dir, &sans)?;
         let prefixes = kinds::all()
             .iter()
+            .filter(|k| !k.info.is_virtual())
             .filter(|k| kinds::for_storage(k.info.storage).is_some_and(|s| std::ptr::eq(s, *k)))
             .map(|k| (k.info.storage_prefix(), k.strategy))
             .collect();
@@ -139,6 +144,7 @@ impl Api {
         }
         let tokens =
             Arc::new(tokens::TokenIssuer::new(&pki).context("loading the service-account key")?);
+        let rbac = Arc::new(Rbac::new(&cache)?);
         let api = Arc::new(Api {
             store,
             cache: cache.clone(),
@@ -149,10 +155,17 @@ impl Api {
                 Box::new(ClientCertificates),
                 Box::new(tokens::ServiceAccountTokens {
                     issuer: tokens.clone(),
-                    cache,
+                    cache: cache.clone(),
                 }),
             ]),
-            authorizer: Box::new(AllowAuthenticated),
+            authorizers: Authorizers(vec![
+                Box::new(PrivilegedGroups),
+                Box::new(authz::node::NodeAuthorizer {
+                    cache: cache.clone(),
+                }),
+                Box::new(rbac.clone()),
+            ]),
+            rbac,
             metrics: Arc::new(metrics::Metrics::new()),
             advertise: format!("{}:{port}", config.advertise_address),
             inflight: server::InflightLimits::new(
@@ -163,6 +176,9 @@ impl Api {
             tokens,
         });
         bootstrap::run(&api, services.first_ip(), port).await?;
+        authz::policy::reconcile(&api)
+            .await
+            .context("reconciling the bootstrap RBAC policy")?;
         Ok((api, pki))
     }
 }

@@ -117,12 +117,34 @@ impl Pki {
         })
     }
 
+    /// The kubeconfig a component of this server uses: a fresh client certificate for
+    /// `user` in `groups` (not kept: each start issues new ones).
+    pub fn component_kubeconfig(
+        &self,
+        server_url: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<String> {
+        let owned = self.issuer()?;
+        let (cert, key) = client_cert(&owned.as_ref()?, user, groups)?;
+        Ok(kubeconfig(&self.ca_cert, server_url, &cert, &key))
+    }
+
+    /// The CA's key and certificate, read from the data dir (only the CA's own
+    /// operations need the key).
+    fn issuer(&self) -> Result<OwnedIssuer> {
+        let key = KeyPair::from_pem(&read(&self.dir.join("ca.key"))?).context("parsing CA key")?;
+        Ok(OwnedIssuer {
+            key,
+            cert: self.ca_cert.clone(),
+        })
+    }
+
     /// A serving certificate for a kubelet on this machine (names and addresses in
     /// `sans`), signed by the cluster CA: (certificate, key) in PEM.
     pub fn kubelet_serving_cert(&self, sans: &[String]) -> Result<(String, String)> {
-        let ca_key =
-            KeyPair::from_pem(&read(&self.dir.join("ca.key"))?).context("parsing CA key")?;
-        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert, &ca_key).context("parsing CA cert")?;
+        let owned = self.issuer()?;
+        let issuer = owned.as_ref()?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(sans.to_vec())?;
         let node = sans.first().map_or("kubelet", String::as_str);
@@ -131,6 +153,18 @@ impl Pki {
         params.not_after = rcgen::date_time_ymd(2036, 1, 1);
         let cert = params.signed_by(&key, &issuer)?;
         Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+/// The CA's key with its certificate.
+struct OwnedIssuer {
+    key: KeyPair,
+    cert: String,
+}
+
+impl OwnedIssuer {
+    fn as_ref(&self) -> Result<Issuer<'_, &KeyPair>> {
+        Issuer::from_ca_cert_pem(&self.cert, &self.key).context("parsing CA cert")
     }
 }
 
@@ -220,6 +254,11 @@ fn write_atomic(path: &Path, contents: &str, mode: u32) -> Result<()> {
 
 /// The admin kubeconfig for a server at `server_url`.
 pub fn admin_kubeconfig(pki: &Pki, server_url: &str) -> String {
+    kubeconfig(&pki.ca_cert, server_url, &pki.admin_cert, &pki.admin_key)
+}
+
+/// A kubeconfig trusting `ca` and presenting a client certificate (all PEM).
+fn kubeconfig(ca: &str, server_url: &str, cert: &str, key: &str) -> String {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     format!(
@@ -243,9 +282,9 @@ users:
     client-certificate-data: {cert}
     client-key-data: {key}
 ",
-        ca = b64(&pki.ca_cert),
-        cert = b64(&pki.admin_cert),
-        key = b64(&pki.admin_key),
+        ca = b64(ca),
+        cert = b64(cert),
+        key = b64(key),
     )
 }
 

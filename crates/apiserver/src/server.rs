@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::auth::{Credentials, User};
+use crate::authz::{self, Attributes, Target};
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
 use crate::{Api, discovery, kinds, rest};
@@ -200,94 +201,126 @@ async fn handle(api: &Api, connection_user: &User, req: http::Request<RequestBod
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = Query::parse(parts.uri.query());
-    let header = |name: http::header::HeaderName| {
-        parts
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
+    let parsed = request::parse(&parts.method, &path, &query);
+    let (verb, resource) = match &parsed {
+        None => ("get".to_string(), String::new()),
+        Some(Err(_)) => ("unknown".to_string(), String::new()),
+        Some(Ok(info)) => (info.verb.as_str().to_string(), info.resource.clone()),
     };
-    let accept = header(http::header::ACCEPT);
-    let (verb, resource, resp) = match request::parse(&parts.method, &path, &query) {
-        None => (
-            "get".to_string(),
-            String::new(),
-            non_resource(api, &parts.method, &path, accept.as_deref()),
-        ),
-        Some(Err(e)) => {
-            drain(body).await;
-            ("unknown".into(), String::new(), response::error(&e))
-        }
-        Some(Ok(info)) => {
-            let verb = info.verb.as_str().to_string();
-            let resource = info.resource.clone();
-            let authorization = header(http::header::AUTHORIZATION);
-            // As upstream's union authenticator: a client certificate wins; a bearer token
-            // speaks for requests on connections without one.
-            let bearer = authorization
-                .as_deref()
-                .and_then(|h| h.strip_prefix("Bearer "));
-            let authenticated = match bearer {
-                Some(token) if connection_user.is_anonymous() => {
-                    api.authenticators.authenticate(&Credentials {
-                        client_cert: None,
-                        bearer: Some(token),
-                    })
-                }
-                _ => Ok(connection_user.clone()),
-            };
-            let admitted = authenticated.and_then(|user| {
-                api.authorizer.authorize(
-                    &user,
-                    info.verb.as_str(),
-                    &info.group,
-                    &info.resource,
-                    info.namespace.as_deref(),
-                )?;
-                Ok((user, api.inflight.admit(info.verb)?))
-            });
-            let result = match admitted {
-                Err(e) => {
-                    drain(body).await;
-                    Err(e)
-                }
-                Ok((user, _permit)) => match crate::connect::Connect::of(&info) {
-                    // Streams and upgrades go to the kubelet with their body unread.
-                    Some(connect) => match body {
-                        RequestBody::Streaming(body) => {
-                            let req = http::Request::from_parts(parts, body);
-                            crate::connect::serve(api, connect, &info, req).await
-                        }
-                        RequestBody::Read(_) => Err(ApiError::bad_request(
-                            "streaming subresources need a client connection",
-                        )),
-                    },
-                    None => {
-                        // Read the whole body first: answering before it is consumed
-                        // makes clients still sending see a reset instead of the Status.
-                        match read_body(body).await {
-                            Ok(body) => {
-                                serve_resource(api, user, info, query, &parts.headers, body).await
-                            }
-                            Err(e) => Err(e),
-                        }
+    let result = match identify(api, connection_user, &parts.headers).await {
+        Err(e) => Err(e),
+        Ok(user) => match parsed {
+            None => {
+                let method = parts.method.as_str().to_ascii_lowercase();
+                let attrs = Attributes {
+                    user: &user,
+                    verb: &method,
+                    target: Target::NonResource { path: &path },
+                };
+                authz::authorize(api, &attrs).await.map(|()| {
+                    let accept = parts.headers.get(http::header::ACCEPT);
+                    let accept = accept.and_then(|v| v.to_str().ok());
+                    non_resource(api, &parts.method, &path, accept)
+                })
+            }
+            Some(Err(e)) => Err(e),
+            Some(Ok(info)) => {
+                let attrs = Attributes::of_request(&user, &info);
+                match authz::authorize(api, &attrs).await {
+                    Ok(()) => {
+                        return observed(
+                            api,
+                            (&verb, &resource, started),
+                            serve_admitted(api, user, info, parts, body, query).await,
+                        );
                     }
-                },
-            };
-            (
-                verb,
-                resource,
-                result.unwrap_or_else(|e| response::error(&e)),
-            )
-        }
+                    Err(e) => Err(e),
+                }
+            }
+        },
+    };
+    // Answered without reading the body: consume it, so the client gets the answer cleanly.
+    drain(body).await;
+    observed(api, (&verb, &resource, started), result)
+}
+
+/// The response for `result`, counted in the request metrics.
+fn observed(
+    api: &Api,
+    (verb, resource, started): (&str, &str, Instant),
+    result: Result<Response, ApiError>,
+) -> Response {
+    let resp = match result {
+        Ok(resp) => resp,
+        Err(e) => response::error(&e),
     };
     api.metrics.observe(
-        &verb,
-        &resource,
+        verb,
+        resource,
         resp.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );
     resp
+}
+
+/// The user a request acts as: the connection's certificate user, else whom its bearer
+/// token names (upstream's union authenticator: a client certificate wins), then whom it
+/// impersonates.
+async fn identify(
+    api: &Api,
+    connection_user: &User,
+    headers: &http::HeaderMap,
+) -> Result<User, ApiError> {
+    let bearer = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "));
+    let user = match bearer {
+        Some(token) if connection_user.is_anonymous() => {
+            api.authenticators.authenticate(&Credentials {
+                client_cert: None,
+                bearer: Some(token),
+            })?
+        }
+        _ => connection_user.clone(),
+    };
+    authz::impersonation::acting_user(api, user, headers).await
+}
+
+/// Serves an authorized resource request within the in-flight limits.
+async fn serve_admitted(
+    api: &Api,
+    user: User,
+    info: request::RequestInfo,
+    parts: http::request::Parts,
+    body: RequestBody,
+    query: Query,
+) -> Result<Response, ApiError> {
+    let _permit = match api.inflight.admit(info.verb) {
+        Ok(permit) => permit,
+        Err(e) => {
+            drain(body).await;
+            return Err(e);
+        }
+    };
+    match crate::connect::Connect::of(&info) {
+        // Streams and upgrades go to the kubelet with their body unread.
+        Some(connect) => match body {
+            RequestBody::Streaming(body) => {
+                let req = http::Request::from_parts(parts, body);
+                crate::connect::serve(api, connect, &info, req).await
+            }
+            RequestBody::Read(_) => Err(ApiError::bad_request(
+                "streaming subresources need a client connection",
+            )),
+        },
+        None => {
+            // Read the whole body first: answering before it is consumed makes clients
+            // still sending see a reset instead of the Status.
+            let body = read_body(body).await?;
+            serve_resource(api, user, info, query, &parts.headers, body).await
+        }
+    }
 }
 
 async fn serve_resource(
@@ -315,7 +348,7 @@ async fn serve_resource(
         return Err(ApiError::method_not_allowed(info.verb.as_str(), "bindings"));
     }
     let output = Output::negotiate(accept, query.get("includeObject"))?;
-    let call = rest::Call {
+    let mut call = rest::Call {
         api,
         kind,
         info,
@@ -327,6 +360,9 @@ async fn serve_resource(
         body,
         warnings: Vec::new(),
     };
+    if kind.info.is_virtual() {
+        return crate::authz::reviews::serve(&mut call).await;
+    }
     rest::serve(call).await
 }
 

@@ -14,9 +14,12 @@
 //! (ReplicaSets for a Deployment, rollouts), [`endpoints`] (EndpointSlices and
 //! Endpoints for Services), [`gc`] (the garbage collector: owners
 //! cascade), [`namespace`] (empties a deleted namespace), [`serviceaccount`] (the
-//! `default` ServiceAccount and `kube-root-ca.crt` in every namespace) and [`nodeipam`]
-//! (a pod range per Node). [`run`] puts them together.
+//! `default` ServiceAccount and `kube-root-ca.crt` in every namespace), [`nodeipam`]
+//! (a pod range per Node), [`nodelifecycle`] (taints from Node conditions) and
+//! [`clusterroleaggregation`] (the rules of aggregated
+//! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
+pub mod clusterroleaggregation;
 pub mod deployment;
 pub mod endpoints;
 mod error;
@@ -25,6 +28,7 @@ pub mod gc;
 pub mod intern;
 pub mod namespace;
 pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod owner;
 pub mod pods;
 pub mod replicaset;
@@ -94,6 +98,9 @@ async fn run_controllers(client: Client, config: &Config) {
         tasks.spawn(sender);
         nodeipam::NodeIpamController::new(client.clone(), &informers, cluster, mask, events)
     });
+    let node_lifecycle = nodelifecycle::NodeLifecycleController::new(client.clone(), &informers);
+    let aggregation =
+        clusterroleaggregation::ClusterRoleAggregationController::new(client.clone(), &informers);
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -105,7 +112,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(d_sender);
     informers.start(tasks).await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, serviceaccount, garbagecollector"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(deployments, workers));
@@ -116,6 +123,8 @@ async fn run_controllers(client: Client, config: &Config) {
         tasks.spawn(queue::run(node_ipam, workers));
     }
     tasks.spawn(queue::run(service_accounts, workers));
+    tasks.spawn(queue::run(aggregation, 1));
+    tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {
             tracing::error!(error = %err, "controller task failed");

@@ -75,8 +75,12 @@ pub struct AgentCommand {
 /// `krust agent`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: AgentCommand) -> Result<()> {
     let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let kubeconfigs = Kubeconfigs {
+        kubelet: yaml.clone(),
+        proxy: yaml,
+    };
     run_with_kubeconfig(
-        &yaml,
+        &kubeconfigs,
         &args.data_dir,
         &args.agent,
         args.cluster_cidr,
@@ -87,14 +91,22 @@ pub async fn run(args: AgentCommand) -> Result<()> {
     .await
 }
 
+/// Whom the agent's two parts authenticate as (kubeconfig YAML each): inside `krust
+/// server` the kubelet is `system:node:<name>` and the proxy `system:kube-proxy`; a
+/// standalone agent uses its one kubeconfig for both.
+pub struct Kubeconfigs {
+    pub kubelet: String,
+    pub proxy: String,
+}
+
 /// Runs the node agent (kubelet and Service proxy) against the apiserver of
-/// `kubeconfig` until `shutdown`; `fallback_pod_cidr` is used when node IPAM gives the
+/// `kubeconfigs` until `shutdown`; `fallback_pod_cidr` is used when node IPAM gives the
 /// node no range. With the
 /// cluster's `pki` at hand (inside `krust server`), the kubelet's serving certificate is
 /// signed by the cluster CA; otherwise it is self-signed, as upstream's kubelet does
 /// without one.
 pub async fn run_with_kubeconfig(
-    kubeconfig: &str,
+    kubeconfigs: &Kubeconfigs,
     data_dir: &Path,
     args: &AgentArgs,
     cluster_cidr: Ipv4Cidr,
@@ -122,7 +134,8 @@ pub async fn run_with_kubeconfig(
     let runtime = krust_cri::Runtime::connect(&socket)
         .await
         .context("connecting to the container runtime")?;
-    let (client, ca) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
+    let (client, ca) = krust_client::connect::from_kubeconfig(&kubeconfigs.kubelet).await?;
+    let (proxy_client, _) = krust_client::connect::from_kubeconfig(&kubeconfigs.proxy).await?;
     let client_ca = ca.context("the kubeconfig names no cluster CA for the kubelet server")?;
     let node_name = args.node_name();
     let node_ip = args.node_ip();
@@ -146,7 +159,6 @@ pub async fn run_with_kubeconfig(
         image_fs: layout.root(),
     };
     let proxy = args.proxy.config(cluster_cidr);
-    let proxy_client = client.clone();
     let proxy = async move {
         if let Some(config) = proxy {
             krust_proxy::run(proxy_client, config).await;

@@ -151,10 +151,21 @@ impl ApiserverArgs {
 pub struct Started {
     pub running: krust_apiserver::Running,
     pub kubeconfig: String,
+    /// The URL components reach the apiserver at.
+    url: String,
     stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl Started {
+    /// A kubeconfig for an in-process component that authenticates as `user` in
+    /// `groups`, with a client certificate issued now.
+    pub fn kubeconfig_for(&self, user: &str, groups: &[&str]) -> Result<String> {
+        self.running
+            .pki
+            .component_kubeconfig(&self.url, user, groups)
+            .with_context(|| format!("issuing the client certificate of {user}"))
+    }
+
     pub async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.running.task.await;
@@ -173,14 +184,13 @@ pub async fn start(args: &ApiserverArgs) -> Result<Started> {
     } else {
         args.bind_address.to_string()
     };
-    let kubeconfig = admin_kubeconfig(
-        &running.pki,
-        &format!("https://{host}:{}", running.addr.port()),
-    );
+    let url = format!("https://{host}:{}", running.addr.port());
+    let kubeconfig = admin_kubeconfig(&running.pki, &url);
     write_kubeconfig(&args.write_kubeconfig, &kubeconfig)?;
     Ok(Started {
         running,
         kubeconfig,
+        url,
         stop,
     })
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use krust_apiserver::authz::identity;
 use krust_apiserver::pki::{Pki, admin_kubeconfig};
 
 use crate::apiserver::{self, ApiserverArgs, tls_dir};
@@ -149,18 +150,19 @@ impl Cli {
 async fn server(args: ServerArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let apiserver = apiserver::start(&args.api).await?;
-    let kubeconfig = apiserver.kubeconfig.clone();
-    // The controllers and the scheduler reach the apiserver like any client, through
-    // its HTTPS port.
+    // Every component reaches the apiserver like any client, through its HTTPS port,
+    // as its own user with only the permissions upstream grants that role.
     let mut components = Vec::new();
     if !args.disable_controllers {
-        let (controller_args, kubeconfig) = (args.controllers.clone(), kubeconfig.clone());
+        let kubeconfig = apiserver.kubeconfig_for(identity::CONTROLLER_MANAGER, &[])?;
+        let controller_args = args.controllers.clone();
         components.push(InProcess::spawn("controllers", move |stop| async move {
             controller_manager::run_with_kubeconfig(&kubeconfig, &controller_args, stop).await
         }));
     }
     if !args.disable_scheduler {
-        let (leader, kubeconfig) = (args.controllers.leader.clone(), kubeconfig.clone());
+        let kubeconfig = apiserver.kubeconfig_for(identity::SCHEDULER, &[])?;
+        let leader = args.controllers.leader.clone();
         let config = crate::scheduler::configuration(None)?;
         components.push(InProcess::spawn("scheduler", move |stop| async move {
             crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, stop).await
@@ -172,21 +174,26 @@ async fn server(args: ServerArgs) -> Result<()> {
         node_ip,
         args.agent.cluster_dns,
         &args.agent.cluster_domain,
-        instance,
+        instance.clone(),
     ) {
-        let kubeconfig = kubeconfig.clone();
+        let kubeconfig = apiserver.kubeconfig_for(identity::DNS, &[])?;
         components.push(InProcess::spawn("dns", move |stop| async move {
             crate::dns::serve(&kubeconfig, config, stop).await
         }));
     }
     if let Some(config) = args.ingress.config(node_ip) {
-        let kubeconfig = kubeconfig.clone();
+        let kubeconfig = apiserver.kubeconfig_for(identity::INGRESS, &[])?;
         components.push(InProcess::spawn("ingress", move |stop| async move {
             crate::ingress::serve(&kubeconfig, config, stop).await
         }));
     }
     if !args.disable_agent {
-        let (agent, kubeconfig) = (args.agent.clone(), kubeconfig.clone());
+        let kubeconfigs = crate::agent::Kubeconfigs {
+            kubelet: apiserver
+                .kubeconfig_for(&identity::node(&instance), &[identity::NODES_GROUP])?,
+            proxy: apiserver.kubeconfig_for(identity::PROXY, &[])?,
+        };
+        let agent = args.agent.clone();
         let data_dir = args.api.data_dir.clone();
         // With node IPAM off, the one node takes the cluster range's first /24.
         let cluster_cidr = args.controllers.cluster_cidr;
@@ -194,7 +201,7 @@ async fn server(args: ServerArgs) -> Result<()> {
         let pki = apiserver.running.pki.clone();
         components.push(InProcess::spawn("agent", move |stop| async move {
             crate::agent::run_with_kubeconfig(
-                &kubeconfig,
+                &kubeconfigs,
                 &data_dir,
                 &agent,
                 cluster_cidr,
@@ -206,7 +213,9 @@ async fn server(args: ServerArgs) -> Result<()> {
         }));
     }
     if args.sim_nodes > 0 {
-        let (nodes, kubeconfig) = (args.sim_nodes, kubeconfig.clone());
+        // The simulated nodes stand in for many kubelets at once: no single node identity
+        // fits, so they act as the admin.
+        let (nodes, kubeconfig) = (args.sim_nodes, apiserver.kubeconfig.clone());
         components.push(InProcess::spawn("sim", move |stop| async move {
             let config = krust_sim::Config {
                 nodes,

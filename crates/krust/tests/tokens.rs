@@ -21,12 +21,56 @@ fn with_token(s: &Server, token: &str, path: &str) -> (u16, Value) {
     )
 }
 
+/// Whom the apiserver takes a token for (a SelfSubjectReview, `kubectl auth whoami`):
+/// the status code and user name.
+fn whoami(s: &Server, token: &str) -> (u16, String) {
+    let (code, review) = s.curl_as(
+        false,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &[
+            format!("Authorization: Bearer {}", token.trim()),
+            "Content-Type: application/json".into(),
+        ],
+        Some(br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#),
+    );
+    let name = review["status"]["userInfo"]["username"]
+        .as_str()
+        .unwrap_or_default();
+    (code, name.to_string())
+}
+
 #[test]
 fn token_requests_issue_tokens_the_apiserver_accepts_while_their_account_exists() {
     let s = Server::apiserver(&[]);
     s.ok(&["create", "serviceaccount", "robot"]);
     let token = s.ok(&["create", "token", "robot"]);
     assert_eq!(token.trim().split('.').count(), 3, "a JWT: {token}");
+    assert_eq!(
+        whoami(&s, &token),
+        (201, "system:serviceaccount:default:robot".to_string())
+    );
+    // The account may do only what it is bound to.
+    let (code, denied) = with_token(&s, &token, "/api/v1/namespaces/default/pods");
+    assert_eq!(code, 403, "{denied}");
+    assert_eq!(
+        denied["message"],
+        "pods is forbidden: User \"system:serviceaccount:default:robot\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    s.ok(&[
+        "create",
+        "role",
+        "pod-reader",
+        "--verb=list",
+        "--resource=pods",
+    ]);
+    s.ok(&[
+        "create",
+        "rolebinding",
+        "robot-reads-pods",
+        "--role=pod-reader",
+        "--serviceaccount=default:robot",
+    ]);
     let (code, pods) = with_token(&s, &token, "/api/v1/namespaces/default/pods");
     assert_eq!(code, 200, "{pods}");
     assert_eq!(pods["kind"], "PodList");
@@ -76,7 +120,7 @@ fn token_requests_issue_tokens_the_apiserver_accepts_while_their_account_exists(
         "--bound-object-kind=Pod",
         "--bound-object-name=holder",
     ]);
-    assert_eq!(with_token(&s, &bound, "/api/v1/namespaces").0, 200);
+    assert_eq!(whoami(&s, &bound).0, 201);
     s.ok(&["delete", "pod", "holder", "--grace-period=0", "--force"]);
     assert_eq!(with_token(&s, &bound, "/api/v1/namespaces").0, 401);
 
@@ -124,9 +168,14 @@ fn projected_service_account_tokens_reach_containers() {
     );
     let ca = s.ok(&["exec", "client", "--", "cat", &format!("{dir}/ca.crt")]);
     assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
-    // The apiserver takes it as the pod's service account, bound to the pod.
+    // The apiserver takes it as the pod's service account, bound to the pod; an account
+    // bound to nothing may read nothing.
+    assert_eq!(
+        whoami(&s, &token),
+        (201, "system:serviceaccount:default:default".to_string())
+    );
     let (code, me) = with_token(&s, &token, "/api/v1/namespaces/default/pods/client");
-    assert_eq!(code, 200, "{me}");
+    assert_eq!(code, 403, "{me}");
     s.ok(&["delete", "pod", "client", "--timeout=60s"]);
     assert_eq!(with_token(&s, &token, "/api/v1/namespaces").0, 401);
 
@@ -150,10 +199,7 @@ fn projected_service_account_tokens_reach_containers() {
     );
     s.ok(&["wait", "--for=condition=Ready", "pod/auto", "--timeout=60s"]);
     let token = s.ok(&["exec", "auto", "--", "cat", &format!("{dir}/token")]);
-    assert_eq!(
-        with_token(&s, &token, "/api/v1/namespaces/default/pods").0,
-        200
-    );
+    assert_eq!(whoami(&s, &token).0, 201);
     // Opting out leaves the pod alone.
     s.ok_stdin(
         &["create", "-f", "-"],

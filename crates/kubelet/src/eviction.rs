@@ -4,13 +4,13 @@
 //! compared with the thresholds (upstream's hard defaults unless `--eviction-hard`
 //! says otherwise). A signal below its threshold puts the node under pressure
 //! (MemoryPressure, DiskPressure, PIDPressure, held for the transition period after
-//! the signal recovers) with the matching NoSchedule taint, and evicts one pod per
+//! the signal recovers), and evicts one pod per
 //! interval: BestEffort before Burstable before Guaranteed, lower priority first, the
 //! biggest user of the starved resource first. An evicted pod's containers are killed
 //! at once and it ends Failed with reason Evicted.
 //!
-//! Upstream puts the taints on from the node lifecycle controller
-//! (TaintNodesByCondition); krust has none yet, so the kubelet sets them itself.
+//! The conditions' NoSchedule taints are the node lifecycle controller's (as upstream's
+//! TaintNodesByCondition): a kubelet may not change its own taints.
 //! `memory.available` is the kernel's MemAvailable (upstream subtracts the root
 //! cgroup's working set from capacity); container writable layers do not count
 //! towards a pod's disk use (its logs and emptyDirs do).
@@ -20,11 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::serde_json::json;
+use k8s_openapi::api::core::v1::Pod;
 use krust_api::sync::Unpoisoned;
 use krust_client::events::{EventRecorder, EventType};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
@@ -136,14 +135,6 @@ impl Pressure {
                 "KubeletHasInsufficientPID",
                 "kubelet has insufficient PID available",
             ),
-        }
-    }
-
-    fn taint(self) -> &'static str {
-        match self {
-            Pressure::Memory => "node.kubernetes.io/memory-pressure",
-            Pressure::Disk => "node.kubernetes.io/disk-pressure",
-            Pressure::Pid => "node.kubernetes.io/pid-pressure",
         }
     }
 }
@@ -356,9 +347,6 @@ impl Manager {
                     );
                 }
                 tracing::info!(?under, "node pressure changed");
-                if let Err(err) = self.taint(&under).await {
-                    tracing::warn!(error = %err, "updating the node's pressure taints failed");
-                }
                 self.pressures.send_replace(under);
             }
             if let Some((threshold, observation)) = crossed.first()
@@ -367,40 +355,6 @@ impl Manager {
                 tracing::warn!(error = %err, "eviction failed");
             }
         }
-    }
-
-    /// Puts on the taints of the pressures the node is under and takes off the others
-    /// (a merge patch with the read resourceVersion, so concurrent edits conflict).
-    async fn taint(&self, under: &Pressures) -> Result<(), kube::Error> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = nodes.get(&self.config.node_name).await?;
-        let ours: Vec<&str> = PRESSURES.iter().map(|p| p.taint()).collect();
-        let mut taints: Vec<_> = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| !ours.contains(&t.key.as_str()))
-            .map(|t| k8s_openapi::serde_json::to_value(t).unwrap_or_default())
-            .collect();
-        taints.extend(
-            under
-                .iter()
-                .map(|p| json!({"key": p.taint(), "effect": "NoSchedule"})),
-        );
-        let patch = json!({
-            "metadata": {"resourceVersion": node.resource_version()},
-            "spec": {"taints": taints},
-        });
-        nodes
-            .patch(
-                &self.config.node_name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map(|_| ())
     }
 
     /// Chooses the first pod by upstream's ranking and hands it to its worker.
@@ -497,6 +451,7 @@ fn dir_size(path: &Path) -> u64 {
 mod tests {
     use super::*;
     use k8s_openapi::serde_json::from_value;
+    use k8s_openapi::serde_json::json;
 
     #[test]
     fn thresholds_in_upstreams_form() {

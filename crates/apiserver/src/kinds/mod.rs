@@ -207,6 +207,36 @@ pub fn all() -> &'static [Kind] {
             kind::<api::apps::v1::Deployment>("apps", "deployments", &apps::DEPLOYMENT),
             kind::<api::apps::v1::ReplicaSet>("apps", "replicasets", &apps::REPLICA_SET),
             kind::<api::apps::v1::StatefulSet>("apps", "statefulsets", &apps::STATEFUL_SET),
+            kind::<api::authentication::v1::SelfSubjectReview>(
+                "authentication.k8s.io",
+                "selfsubjectreviews",
+                &Plain,
+            ),
+            kind::<api::authentication::v1::TokenReview>(
+                "authentication.k8s.io",
+                "tokenreviews",
+                &Plain,
+            ),
+            kind::<api::authorization::v1::LocalSubjectAccessReview>(
+                "authorization.k8s.io",
+                "localsubjectaccessreviews",
+                &Plain,
+            ),
+            kind::<api::authorization::v1::SelfSubjectAccessReview>(
+                "authorization.k8s.io",
+                "selfsubjectaccessreviews",
+                &Plain,
+            ),
+            kind::<api::authorization::v1::SelfSubjectRulesReview>(
+                "authorization.k8s.io",
+                "selfsubjectrulesreviews",
+                &Plain,
+            ),
+            kind::<api::authorization::v1::SubjectAccessReview>(
+                "authorization.k8s.io",
+                "subjectaccessreviews",
+                &Plain,
+            ),
             kind::<api::batch::v1::CronJob>("batch", "cronjobs", &batch::CRON_JOB),
             kind::<api::batch::v1::Job>("batch", "jobs", &batch::JOB),
             kind::<api::coordination::v1::Lease>(
@@ -245,13 +275,17 @@ pub fn all() -> &'static [Kind] {
                 "clusterrolebindings",
                 &rbac::ROLE_BINDING,
             ),
-            kind::<api::rbac::v1::ClusterRole>("rbac.authorization.k8s.io", "clusterroles", &Plain),
+            kind::<api::rbac::v1::ClusterRole>(
+                "rbac.authorization.k8s.io",
+                "clusterroles",
+                &rbac::ROLE,
+            ),
             kind::<api::rbac::v1::RoleBinding>(
                 "rbac.authorization.k8s.io",
                 "rolebindings",
                 &rbac::ROLE_BINDING,
             ),
-            kind::<api::rbac::v1::Role>("rbac.authorization.k8s.io", "roles", &Plain),
+            kind::<api::rbac::v1::Role>("rbac.authorization.k8s.io", "roles", &rbac::ROLE),
             kind::<api::scheduling::v1::PriorityClass>(
                 "scheduling.k8s.io",
                 "priorityclasses",

@@ -1,4 +1,5 @@
-//! Strategy of rbac.authorization.k8s.io: RoleBinding and ClusterRoleBinding — checks and columns.
+//! Strategy of rbac.authorization.k8s.io: Roles and bindings are named by path segments
+//! (`system:node` is a valid name); bindings' checks and columns.
 
 use krust_api::status::Cause;
 use serde_json::{Value, json};
@@ -6,6 +7,14 @@ use serde_json::{Value, json};
 use super::Strategy;
 use super::table::{AGE, Column};
 use super::validation::NameRule;
+
+pub struct Role;
+pub static ROLE: Role = Role;
+impl Strategy for Role {
+    fn name_rule(&self) -> NameRule {
+        NameRule::PathSegment
+    }
+}
 
 pub struct RoleBinding;
 pub static ROLE_BINDING: RoleBinding = RoleBinding;

@@ -112,6 +112,7 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
             ),
         ));
     }
+    call.api.admission.admit_delete(&call, &old)?;
     let outcome = delete_object(&call, &name, old, rev, &opts).await?;
     Ok(match outcome {
         Deleted::Pending(obj) => call.reply(StatusCode::OK, &call.kind.strategy.to_served(obj)),

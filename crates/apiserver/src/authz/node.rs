@@ -1,0 +1,347 @@
+//! The Node authorizer and the NodeRestriction admission checks: a kubelet
+//! (`system:node:<name>` in `system:nodes`) may read only the Secrets, ConfigMaps and
+//! PersistentVolumeClaims of pods bound to its node, request tokens only for their
+//! ServiceAccounts, touch only its own Lease, and write only its own Node and its own
+//! pods — upstream's rules. Relationships are read from the watch cache's pods of the
+//! namespace (their `spec.nodeName` is indexed), so no graph has to be kept.
+
+use std::sync::{Arc, OnceLock};
+
+use krust_api::status::{ApiError, Target as ErrorTarget};
+use serde_json::Value;
+
+use super::rules::Rule;
+use super::{Attributes, Authorizer, Decision, Target};
+use crate::auth::User;
+use crate::watch_cache::WatchCache;
+
+use super::identity::NODES_GROUP;
+
+const NODE_PREFIX: &str = "system:node:";
+
+/// The node a user is the kubelet of, if it is one.
+pub fn node_of(user: &User) -> Option<&str> {
+    let name = user.name.strip_prefix(NODE_PREFIX)?;
+    user.groups
+        .iter()
+        .any(|g| g == NODES_GROUP)
+        .then_some(name)
+        .filter(|n| !n.is_empty())
+}
+
+/// What a kubelet may do beyond its pods' objects: the `system:node` ClusterRole's rules.
+fn node_rules() -> &'static [Rule] {
+    static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
+    RULES.get_or_init(|| {
+        super::policy::bootstrap()
+            .cluster_roles
+            .iter()
+            .find(|r| r["metadata"]["name"] == "system:node")
+            .and_then(|r| serde_json::from_value(r["rules"].clone()).ok())
+            .unwrap_or_default()
+    })
+}
+
+pub struct NodeAuthorizer {
+    pub cache: Arc<WatchCache>,
+}
+
+/// The kinds of object a pod refers to by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ref {
+    Secret,
+    ConfigMap,
+    Claim,
+}
+
+/// Collects the names `pod` refers to as `kind` (volumes, projections, env, envFrom,
+/// image pull secrets, in every container list).
+fn references(v: &Value, kind: Ref, out: &mut Vec<String>) {
+    fn push(out: &mut Vec<String>, x: &Value, field: &str) {
+        if let Some(name) = x[field].as_str() {
+            out.push(name.to_string());
+        }
+    }
+    match v {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (kind, key.as_str()) {
+                    (Ref::Secret, "secret") => {
+                        push(out, value, "secretName");
+                        push(out, value, "name");
+                    }
+                    (Ref::Secret, k)
+                        if k == "secretRef" || k == "secretKeyRef" || k.ends_with("SecretRef") =>
+                    {
+                        push(out, value, "name")
+                    }
+                    (Ref::Secret, "imagePullSecrets") => {
+                        for s in value.as_array().into_iter().flatten() {
+                            push(out, s, "name");
+                        }
+                    }
+                    (Ref::ConfigMap, "configMap" | "configMapRef" | "configMapKeyRef") => {
+                        push(out, value, "name")
+                    }
+                    (Ref::Claim, "persistentVolumeClaim") => push(out, value, "claimName"),
+                    _ => {}
+                }
+                references(value, kind, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| references(i, kind, out)),
+        _ => {}
+    }
+}
+
+impl NodeAuthorizer {
+    /// Whether some pod in `namespace` bound to `node` satisfies `related`.
+    fn some_pod(&self, node: &str, namespace: &str, related: impl Fn(&Value) -> bool) -> bool {
+        let Some(info) = krust_api::registry::find("", "v1", "pods") else {
+            return false;
+        };
+        let Some(pods) = self.cache.cache(&info.storage_prefix()) else {
+            return false;
+        };
+        pods.list(&info.storage_prefix_in(Some(namespace)))
+            .0
+            .iter()
+            .filter(|p| p.field("spec.nodeName").as_deref() == Some(node))
+            .any(|p| related(&p.value()))
+    }
+
+    fn referenced(&self, node: &str, namespace: &str, kind: Ref, name: &str) -> bool {
+        self.some_pod(node, namespace, |pod| {
+            let mut names = Vec::new();
+            references(&pod["spec"], kind, &mut names);
+            names.iter().any(|n| n == name)
+        })
+    }
+}
+
+impl Authorizer for NodeAuthorizer {
+    fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
+        let Some(node) = node_of(attrs.user) else {
+            return Decision::NoOpinion(String::new());
+        };
+        let no_relationship = || {
+            Decision::NoOpinion(format!(
+                "no relationship found between node '{node}' and this object"
+            ))
+        };
+        if let Target::Resource(r) = attrs.target {
+            let ns = r.namespace.unwrap_or_default();
+            let name = r.name.unwrap_or_default();
+            let kind = match (r.group, r.resource, r.subresource) {
+                ("", "secrets", None) => Some(Ref::Secret),
+                ("", "configmaps", None) => Some(Ref::ConfigMap),
+                ("", "persistentvolumeclaims", None) => Some(Ref::Claim),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                if attrs.verb != "get" || name.is_empty() {
+                    return Decision::NoOpinion(
+                        "can only get individual resources of this type".to_string(),
+                    );
+                }
+                return if self.referenced(node, ns, kind, name) {
+                    Decision::Allow(String::new())
+                } else {
+                    no_relationship()
+                };
+            }
+            match (r.group, r.resource, r.subresource) {
+                ("", "serviceaccounts", Some("token")) => {
+                    return if attrs.verb == "create"
+                        && self.some_pod(node, ns, |pod| {
+                            pod["spec"]["serviceAccountName"]
+                                .as_str()
+                                .unwrap_or("default")
+                                == name
+                        }) {
+                        Decision::Allow(String::new())
+                    } else {
+                        no_relationship()
+                    };
+                }
+                ("coordination.k8s.io", "leases", None) => {
+                    let own = ns == "kube-node-lease"
+                        && (name == node || (name.is_empty() && attrs.verb == "create"));
+                    return if own {
+                        Decision::Allow(String::new())
+                    } else {
+                        Decision::NoOpinion(
+                            "can only access node lease with the same name as the requesting node"
+                                .to_string(),
+                        )
+                    };
+                }
+                _ => {}
+            }
+        }
+        if node_rules().iter().any(|rule| rule.allows(attrs)) {
+            Decision::Allow(String::new())
+        } else {
+            Decision::NoOpinion(String::new())
+        }
+    }
+}
+
+/// NodeRestriction for a write by `user` of `obj` (`old` for updates and deletes): a
+/// node writes only its own Node (without changing its taints or
+/// `node-restriction.kubernetes.io/` labels), its own Lease, and pods bound to it.
+pub fn restrict(
+    user: &User,
+    plural: &str,
+    subresource: Option<&str>,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let Some(node) = node_of(user) else {
+        return Ok(());
+    };
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let forbidden = |why: String| {
+        Err(ApiError::forbidden_for(
+            ErrorTarget {
+                group: "",
+                resource: plural,
+                name,
+            },
+            &why,
+        ))
+    };
+    match plural {
+        "nodes" => {
+            if name != node {
+                return forbidden(format!(
+                    "node {node:?} is not allowed to modify node {name:?}"
+                ));
+            }
+            let restricted = |v: &Value| -> Vec<(String, Value)> {
+                v["metadata"]["labels"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| k.contains("node-restriction.kubernetes.io/"))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            };
+            let old_labels = old.map(restricted).unwrap_or_default();
+            if restricted(obj) != old_labels {
+                return forbidden(format!(
+                    "is not allowed to modify labels: {}",
+                    restricted(obj)
+                        .iter()
+                        .map(|(k, _)| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            if let Some(old) = old
+                && obj["spec"]["taints"] != old["spec"]["taints"]
+            {
+                return forbidden(format!("node {node:?} is not allowed to modify taints"));
+            }
+            Ok(())
+        }
+        "pods" => {
+            let bound = old.unwrap_or(obj)["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_default();
+            if bound != node {
+                let what = if subresource == Some("status") {
+                    "update status of"
+                } else {
+                    "modify"
+                };
+                return forbidden(format!(
+                    "node {node:?} can only {what} pods with spec.nodeName set to itself"
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_refer_to_secrets_configmaps_and_claims_everywhere_upstream_looks() {
+        let spec = json!({
+            "imagePullSecrets": [{"name": "pull"}],
+            "volumes": [
+                {"name": "a", "secret": {"secretName": "vol"}},
+                {"name": "b", "configMap": {"name": "cm-vol"}},
+                {"name": "c", "projected": {"sources": [{"secret": {"name": "proj"}}, {"configMap": {"name": "cm-proj"}}]}},
+                {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "e", "csi": {"driver": "x", "nodePublishSecretRef": {"name": "csi"}}},
+            ],
+            "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "init-env"}}]}],
+            "containers": [{"name": "c", "env": [
+                {"name": "A", "valueFrom": {"secretKeyRef": {"name": "env", "key": "k"}}},
+                {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "k"}}},
+            ]}],
+        });
+        let names = |kind| {
+            let mut out = Vec::new();
+            references(&spec, kind, &mut out);
+            out.sort();
+            out
+        };
+        assert_eq!(
+            names(Ref::Secret),
+            ["csi", "env", "init-env", "proj", "pull", "vol"]
+        );
+        assert_eq!(names(Ref::ConfigMap), ["cm-env", "cm-proj", "cm-vol"]);
+        assert_eq!(names(Ref::Claim), ["data"]);
+    }
+
+    #[test]
+    fn nodes_write_only_themselves_and_their_pods() {
+        let kubelet = User {
+            name: "system:node:n1".into(),
+            groups: vec![NODES_GROUP.into(), "system:authenticated".into()],
+        };
+        assert_eq!(node_of(&kubelet), Some("n1"));
+        let node = |name: &str| json!({"metadata": {"name": name}, "spec": {}});
+        assert!(restrict(&kubelet, "nodes", None, &node("n1"), None).is_ok());
+        let other = restrict(&kubelet, "nodes", None, &node("n2"), None).unwrap_err();
+        assert_eq!(other.code, 403);
+        let tainted = json!({"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}});
+        assert!(restrict(&kubelet, "nodes", None, &tainted, Some(&node("n1"))).is_err());
+        let pod = |on: &str| json!({"metadata": {"name": "p"}, "spec": {"nodeName": on}});
+        assert!(
+            restrict(
+                &kubelet,
+                "pods",
+                Some("status"),
+                &pod("n1"),
+                Some(&pod("n1"))
+            )
+            .is_ok()
+        );
+        let err = restrict(
+            &kubelet,
+            "pods",
+            Some("status"),
+            &pod("n2"),
+            Some(&pod("n2")),
+        )
+        .unwrap_err();
+        assert!(
+            err.message.contains("can only update status of pods"),
+            "{}",
+            err.message
+        );
+        let admin = User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+        };
+        assert!(restrict(&admin, "nodes", None, &node("n2"), None).is_ok());
+    }
+}
