@@ -2,7 +2,7 @@
 //! built-in steps: NamespaceLifecycle, ServiceAccount (a pod's account and its API
 //! credentials volume), DefaultTolerationSeconds, Priority (a pod's priority from its
 //! PriorityClass), Service IP/port allocation, NodeRestriction (a kubelet writes only its
-//! own Node and pods) and RBAC's escalation prevention.
+//! own Node and pods), PodSecurity (`pod_security`) and RBAC's escalation prevention.
 
 use std::sync::Arc;
 
@@ -13,6 +13,110 @@ use crate::allocator::{ClaimError, ServiceAllocator, claim, claim_keys, unclaim}
 use crate::rest::Call;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// PodSecurity for a pod or a workload's pod template: a pod violating its namespace's
+/// `enforce` level is refused; the `warn` level (and `enforce` for workloads) warns.
+fn pod_security(call: &Call<'_>, obj: &Value) -> Result<(), ApiError> {
+    use crate::pod_security::{Policy, pod_spec, violations};
+    let info = call.kind.info;
+    let Some(spec) = pod_spec(info.kind, obj) else {
+        return Ok(());
+    };
+    if !info.group.is_empty() && !["apps", "batch"].contains(&info.group) {
+        return Ok(());
+    }
+    let Some(namespace) = call
+        .namespace()
+        .and_then(|ns| call.api.cache.core_object("namespaces", None, ns))
+    else {
+        return Ok(());
+    };
+    if info.kind == "Pod"
+        && let Some(policy) = Policy::of(&namespace, "enforce")
+    {
+        let found = violations(spec, policy.level);
+        if !found.is_empty() {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            return Err(ApiError::forbidden_for(
+                Target {
+                    group: "",
+                    resource: "pods",
+                    name,
+                },
+                &format!(
+                    "violates PodSecurity {:?}: {}",
+                    policy.describe(),
+                    found.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(policy) = Policy::of(&namespace, "warn") {
+        let found = violations(spec, policy.level);
+        if !found.is_empty() {
+            call.warnings.add(format!(
+                "would violate PodSecurity {:?}: {}",
+                policy.describe(),
+                found.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A namespace's PodSecurity labels must name levels and versions; a new `enforce`
+/// level warns about the namespace's pods that violate it, as upstream.
+fn namespace_pod_security(
+    call: &Call<'_>,
+    new: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    use crate::pod_security::{Policy, invalid_labels, violations};
+    let name = new["metadata"]["name"].as_str().unwrap_or_default();
+    let invalid = invalid_labels(&new["metadata"]["labels"]);
+    if !invalid.is_empty() {
+        let causes = invalid
+            .iter()
+            .map(|(label, value, allowed)| {
+                Cause::invalid(
+                    format!("metadata.labels[{label}]"),
+                    &json!(value),
+                    format!("must be one of {allowed}"),
+                )
+            })
+            .collect();
+        return Err(ApiError::invalid("Namespace", "", name, causes));
+    }
+    let Some(policy) = Policy::of(new, "enforce") else {
+        return Ok(());
+    };
+    if old.and_then(|old| Policy::of(old, "enforce")).as_ref() == Some(&policy) {
+        return Ok(());
+    }
+    let Some(pods) = call.api.cache.cache("/registry/pods/") else {
+        return Ok(());
+    };
+    let mut offenders = Vec::new();
+    for pod in pods.list(&format!("/registry/pods/{name}/")).0 {
+        let pod = pod.value();
+        let reasons: Vec<String> = violations(&pod["spec"], policy.level)
+            .iter()
+            .map(|v| v.split(" (").next().unwrap_or_default().to_string())
+            .collect();
+        if !reasons.is_empty() {
+            let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            offenders.push(format!("{pod_name}: {}", reasons.join(", ")));
+        }
+    }
+    if !offenders.is_empty() {
+        call.warnings.add(format!(
+            "existing pods in namespace {name:?} violate the new PodSecurity enforce level {:?}",
+            policy.describe()
+        ));
+        offenders.into_iter().for_each(|o| call.warnings.add(o));
+    }
+    Ok(())
+}
 
 /// The admission steps run on writes.
 pub struct Admission {
@@ -32,6 +136,10 @@ impl Admission {
         if info.group == RBAC_GROUP {
             crate::authz::escalation::check(call.api, &call.user, info.plural, obj)?;
         }
+        if info.plural == "namespaces" && info.group.is_empty() {
+            namespace_pod_security(call, obj, None)?;
+        }
+        pod_security(call, obj)?;
         if info.plural == "pods" && info.group.is_empty() {
             service_account(call, obj);
             default_toleration_seconds(obj);
@@ -49,6 +157,12 @@ impl Admission {
         let info = call.kind.info;
         let subresource = call.info.subresource.as_deref();
         crate::authz::node::restrict(&call.user, info.plural, subresource, new, Some(old))?;
+        if info.plural == "namespaces" && info.group.is_empty() {
+            namespace_pod_security(call, new, Some(old))?;
+        } else if info.plural != "pods" && subresource.is_none() {
+            // Pods' specs hardly change after creation; workloads' templates do.
+            pod_security(call, new)?;
+        }
         if info.group == RBAC_GROUP {
             crate::authz::escalation::check(call.api, &call.user, info.plural, new)?;
         }

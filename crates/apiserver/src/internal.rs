@@ -74,7 +74,7 @@ impl<'a> Internal<'a> {
             } else {
                 Bytes::from(body.to_string())
             },
-            warnings: Vec::new(),
+            warnings: Default::default(),
         })
     }
 

@@ -358,7 +358,7 @@ async fn serve_resource(
         content_type: header(http::header::CONTENT_TYPE),
         user_agent: header(http::header::USER_AGENT),
         body,
-        warnings: Vec::new(),
+        warnings: Default::default(),
     };
     if kind.info.is_virtual() {
         return crate::authz::reviews::serve(&mut call).await;

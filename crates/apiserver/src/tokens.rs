@@ -116,12 +116,7 @@ impl TokenIssuer {
                 "may not specify a duration larger than 2^32 seconds",
             ));
         }
-        let audiences: Vec<String> = spec["audiences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|a| a.as_str().map(str::to_string))
-            .collect();
+        let audiences = crate::json::strings(&spec["audiences"]);
         let audiences = if audiences.is_empty() {
             vec![ISSUER.to_string()]
         } else {

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::{Attributes, Decision, ResourceAttributes, Target, decide_fresh};
 use crate::auth::{Credentials, User};
+use crate::json::strings;
 use crate::request::Verb;
 use crate::response::Response;
 use crate::rest::Call;
@@ -67,14 +68,6 @@ fn subject(spec: &Value) -> User {
         name: spec["user"].as_str().unwrap_or_default().to_string(),
         groups: strings(&spec["groups"]),
     }
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(str::to_string))
-        .collect()
 }
 
 fn user_info(user: &User) -> Value {

@@ -17,6 +17,7 @@ mod write;
 use bytes::Bytes;
 use http::StatusCode;
 use krust_api::status::{ApiError, Target};
+use krust_api::sync::Unpoisoned;
 use krust_store::{Compare, Op, Revision, StoreError, Txn, TxnResult};
 use serde_json::{Value, json};
 
@@ -46,8 +47,23 @@ pub struct Call<'a> {
     pub content_type: Option<String>,
     pub user_agent: Option<String>,
     pub body: Bytes,
-    /// Warnings for the `Warning` response header (unknown fields under Warn).
-    pub warnings: Vec<String>,
+    /// Warnings for the `Warning` response header (unknown fields under Warn,
+    /// admission), shared by the call's copies.
+    pub warnings: Warnings,
+}
+
+/// Warnings any stage of a call may add; the response carries them as `Warning` headers.
+#[derive(Clone, Default)]
+pub struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    pub fn add(&self, warning: String) {
+        self.0.locked().push(warning);
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.0.locked().clone()
+    }
 }
 
 /// Routes a call to its verb.
@@ -281,7 +297,7 @@ impl Call<'_> {
                         list.join(", ")
                     )));
                 }
-                FieldValidation::Warn => self.warnings.extend(problems),
+                FieldValidation::Warn => problems.into_iter().for_each(|p| self.warnings.add(p)),
                 FieldValidation::Ignore => {}
             }
         }
@@ -351,7 +367,7 @@ impl Call<'_> {
             Output::Json => response::full(code, bytes, "application/json"),
             _ => response::object(self.kind, self.output, code, &bytes),
         };
-        for w in &self.warnings {
+        for w in &self.warnings.all() {
             if let Ok(v) =
                 http::HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\"")))
             {
