@@ -153,33 +153,57 @@ fn resource<'a>(plural: &'a str, namespace: Option<&'a str>) -> Resource<'a> {
     }
 }
 
-/// Creates or completes every bootstrap object.
+/// Creates or completes every bootstrap object: roles first, then the bindings, each set
+/// at once (the writes share the store's group commits).
 pub async fn reconcile(api: &Api) -> anyhow::Result<()> {
-    let client = Internal { api };
+    let client = &Internal { api };
     let policy = bootstrap();
-    let sets = [
-        ("clusterroles", &policy.cluster_roles),
-        ("roles", &policy.roles),
-        ("clusterrolebindings", &policy.cluster_role_bindings),
-        ("rolebindings", &policy.role_bindings),
+    let stages: [&[(&str, &Vec<Value>)]; 2] = [
+        &[
+            ("clusterroles", &policy.cluster_roles),
+            ("roles", &policy.roles),
+        ],
+        &[
+            ("clusterrolebindings", &policy.cluster_role_bindings),
+            ("rolebindings", &policy.role_bindings),
+        ],
     ];
-    for (plural, objects) in sets {
-        for expected in objects {
-            let ns = expected["metadata"]["namespace"].as_str();
-            reconcile_one(&client, resource(plural, ns), expected)
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "reconciling {plural} {}: {e}",
-                        expected["metadata"]["name"].as_str().unwrap_or_default()
-                    )
-                })?;
-        }
+    for stage in stages {
+        let writes = stage.iter().flat_map(|&(plural, objects)| {
+            objects.iter().map(move |expected| async move {
+                let ns = expected["metadata"]["namespace"].as_str();
+                reconcile_one(client, resource(plural, ns), expected)
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "reconciling {plural} {}: {e}",
+                            expected["metadata"]["name"].as_str().unwrap_or_default()
+                        )
+                    })
+            })
+        });
+        futures::future::try_join_all(writes).await?;
     }
     Ok(())
 }
 
+/// Creates `expected` or completes the stored object; a write that races another
+/// apiserver starting at the same time is retried on what that one wrote.
 async fn reconcile_one(
+    client: &Internal<'_>,
+    r: Resource<'_>,
+    expected: &Value,
+) -> Result<(), ApiError> {
+    let mut attempts = 0;
+    loop {
+        match reconcile_attempt(client, r, expected).await {
+            Err(e) if e.code == 409 && attempts < 5 => attempts += 1,
+            done => return done,
+        }
+    }
+}
+
+async fn reconcile_attempt(
     client: &Internal<'_>,
     r: Resource<'_>,
     expected: &Value,
@@ -187,14 +211,7 @@ async fn reconcile_one(
     let name = expected["metadata"]["name"].as_str().unwrap_or_default();
     let existing = match client.get(r, name).await {
         Ok(existing) => existing,
-        Err(e) if e.code == 404 => {
-            return match client.create(r, expected).await {
-                Ok(_) => Ok(()),
-                // Another apiserver created it meanwhile.
-                Err(e) if e.code == 409 => Ok(()),
-                Err(e) => Err(e),
-            };
-        }
+        Err(e) if e.code == 404 => return client.create(r, expected).await.map(|_| ()),
         Err(e) => return Err(e),
     };
     if existing["metadata"]["annotations"][AUTOUPDATE] == "false" {
