@@ -2,7 +2,8 @@
 //! built-in steps: NamespaceLifecycle, ServiceAccount (a pod's account and its API
 //! credentials volume), DefaultTolerationSeconds, Priority (a pod's priority from its
 //! PriorityClass), Service IP/port allocation, NodeRestriction (a kubelet writes only its
-//! own Node and pods), PodSecurity (`pod_security`) and RBAC's escalation prevention.
+//! own Node and pods), LimitRanger (`limit_ranger`), PodSecurity (`pod_security`) and
+//! RBAC's escalation prevention.
 
 use std::sync::Arc;
 
@@ -13,6 +14,41 @@ use crate::allocator::{ClaimError, ServiceAllocator, claim, claim_keys, unclaim}
 use crate::rest::Call;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// LimitRanger for a new pod: defaults from the namespace's LimitRanges (its QoS class
+/// follows them), then their bounds.
+fn limit_ranger(call: &Call<'_>, pod: &mut Value) -> Result<(), ApiError> {
+    let Some(namespace) = call.namespace() else {
+        return Ok(());
+    };
+    let Some(cache) = call.api.cache.cache("/registry/limitranges/") else {
+        return Ok(());
+    };
+    let ranges: Vec<Value> = cache
+        .list(&format!("/registry/limitranges/{namespace}/"))
+        .0
+        .iter()
+        .map(|r| r.value())
+        .collect();
+    if ranges.is_empty() {
+        return Ok(());
+    }
+    if let Some(note) = crate::limit_ranger::apply_defaults(pod, &ranges) {
+        pod["metadata"]["annotations"]["kubernetes.io/limit-ranger"] = json!(note);
+        pod["status"]["qosClass"] = json!(crate::kinds::pod::qos_class(&pod["spec"]));
+    }
+    match crate::limit_ranger::validate_pod(pod, &ranges) {
+        None => Ok(()),
+        Some(why) => Err(ApiError::forbidden_for(
+            Target {
+                group: "",
+                resource: "pods",
+                name: pod["metadata"]["name"].as_str().unwrap_or_default(),
+            },
+            &why,
+        )),
+    }
+}
 
 /// PodSecurity for a pod or a workload's pod template: a pod violating its namespace's
 /// `enforce` level is refused; the `warn` level (and `enforce` for workloads) warns.
@@ -138,6 +174,9 @@ impl Admission {
         }
         if info.plural == "namespaces" && info.group.is_empty() {
             namespace_pod_security(call, obj, None)?;
+        }
+        if info.plural == "pods" && info.group.is_empty() {
+            limit_ranger(call, obj)?;
         }
         pod_security(call, obj)?;
         if info.plural == "pods" && info.group.is_empty() {

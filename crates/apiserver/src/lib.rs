@@ -17,6 +17,7 @@ pub mod endpoints;
 pub mod internal;
 mod json;
 pub mod kinds;
+pub mod limit_ranger;
 pub mod metrics;
 pub mod openapi;
 pub mod openapi_v2;

@@ -153,6 +153,14 @@ fn endpoints_cell(o: &Value) -> Value {
     json!(s)
 }
 
+pub struct LimitRange;
+pub static LIMIT_RANGE: LimitRange = LimitRange;
+impl Strategy for LimitRange {
+    fn default(&self, obj: &mut Value) {
+        crate::limit_ranger::default_limit_range(obj);
+    }
+}
+
 pub struct Namespace;
 pub static NAMESPACE: Namespace = Namespace;
 impl Strategy for Namespace {

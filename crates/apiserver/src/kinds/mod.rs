@@ -10,7 +10,7 @@ mod core;
 mod discovery;
 mod event;
 mod networking;
-mod pod;
+pub(crate) mod pod;
 mod policy;
 mod rbac;
 mod scheduling;
@@ -189,7 +189,7 @@ pub fn all() -> &'static [Kind] {
             kind::<corev1::ConfigMap>("", "configmaps", &core::CONFIG_MAP),
             kind::<corev1::Endpoints>("", "endpoints", &core::ENDPOINTS),
             kind::<corev1::Event>("", "events", &event::CORE),
-            kind::<corev1::LimitRange>("", "limitranges", &Plain),
+            kind::<corev1::LimitRange>("", "limitranges", &core::LIMIT_RANGE),
             kind::<corev1::Namespace>("", "namespaces", &core::NAMESPACE),
             kind::<corev1::Node>("", "nodes", &core::NODE),
             kind::<corev1::Pod>("", "pods", &pod::POD),

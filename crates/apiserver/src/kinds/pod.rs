@@ -212,6 +212,7 @@ impl Strategy for Pod {
     }
     fn default(&self, obj: &mut Value) {
         default_pod_spec(&mut obj["spec"]);
+        requests_from_limits(&mut obj["spec"]);
     }
     fn prepare_for_create(&self, obj: &mut Value) {
         obj["status"] = json!({"phase": "Pending", "qosClass": qos_class(&obj["spec"])});
@@ -339,8 +340,28 @@ impl Strategy for Pod {
     }
 }
 
+/// A container's limit is its request where it names none (upstream's pod defaulting,
+/// for pods only: templates keep what they say).
+fn requests_from_limits(spec: &mut Value) {
+    for list in ["initContainers", "containers"] {
+        // `get_mut`: indexing would add the missing list as `null`.
+        let containers = spec.get_mut(list).and_then(Value::as_array_mut);
+        for c in containers.into_iter().flatten() {
+            let limits = c["resources"]["limits"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            for (k, v) in limits {
+                if c["resources"]["requests"].get(&k).is_none() {
+                    c["resources"]["requests"][k] = v;
+                }
+            }
+        }
+    }
+}
+
 /// The pod's QoS class from its containers' requests and limits.
-pub fn qos_class(spec: &Value) -> &'static str {
+pub(crate) fn qos_class(spec: &Value) -> &'static str {
     let mut any = false;
     let mut guaranteed = true;
     for list in ["initContainers", "containers"] {

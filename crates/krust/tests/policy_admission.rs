@@ -1,7 +1,8 @@
-//! PodSecurity admission through the real kubectl: a namespace's labels choose the
-//! level; `enforce` refuses violating pods with upstream's message, `warn` lets them in
-//! with a warning, workloads only ever get warnings, and labelling a namespace warns
-//! about the pods already running there.
+//! Policy admission through the real kubectl. PodSecurity: a namespace's labels choose
+//! the level; `enforce` refuses violating pods with upstream's message, `warn` lets them
+//! in with a warning, workloads only ever get warnings, and labelling a namespace warns
+//! about the pods already running there. LimitRanger: a namespace's LimitRanges default
+//! and bound containers' requests and limits.
 
 mod common;
 
@@ -98,5 +99,47 @@ fn namespace_labels_enforce_and_warn_pod_security_levels() {
     assert!(
         invalid.contains(r#"metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": must be one of privileged, baseline, restricted"#),
         "{invalid}"
+    );
+}
+
+#[test]
+fn limit_ranges_default_and_bound_container_resources() {
+    let s = Server::apiserver(&[]);
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits"},
+            "spec": {"limits": [{"type": "Container", "default": {"memory": "256Mi"},
+                "min": {"cpu": "100m"}, "max": {"memory": "1Gi"}}]}})
+        .to_string(),
+    );
+    // The LimitRange's own defaults, as upstream: request from the min and the limit.
+    let range = s.get_json(&["limitrange", "limits"]);
+    assert_eq!(
+        range["spec"]["limits"][0]["defaultRequest"],
+        json!({"cpu": "100m", "memory": "256Mi"})
+    );
+    s.ok(&["run", "defaulted", "--image=busybox", "--restart=Never"]);
+    let pod = s.get_json(&["pod", "defaulted"]);
+    let resources = &pod["spec"]["containers"][0]["resources"];
+    assert_eq!(
+        resources["requests"],
+        json!({"cpu": "100m", "memory": "256Mi"})
+    );
+    assert_eq!(resources["limits"], json!({"memory": "256Mi"}));
+    assert_eq!(
+        pod["metadata"]["annotations"]["kubernetes.io/limit-ranger"],
+        "LimitRanger plugin set: cpu, memory request for container defaulted; memory limit for container defaulted"
+    );
+    assert_eq!(pod["status"]["qosClass"], "Burstable");
+    let refused = s.fails_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big"},
+            "spec": {"containers": [{"name": "app", "image": "busybox",
+                "resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "2Gi"}}}]}})
+        .to_string(),
+    );
+    assert!(
+        refused.contains(r#"pods "big" is forbidden: [minimum cpu usage per Container is 100m, but request is 50m, maximum memory usage per Container is 1Gi, but limit is 2Gi, maximum memory usage per Container is 1Gi, but request is 2Gi]"#),
+        "{refused}"
     );
 }
