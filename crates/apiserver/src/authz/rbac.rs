@@ -1,8 +1,8 @@
 //! The RBAC authorizer. Roles and bindings are indexed in memory from the watch cache —
 //! subjects to the rules their bindings grant, cluster-wide and per namespace — so a
 //! decision is a few hash lookups and rule matches, never a store read. The index is
-//! rebuilt when any of the four RBAC resources changed since it was built (rare: policy
-//! changes are rare next to requests).
+//! rebuilt whole when any of the four RBAC resources changed since it was built: policy
+//! changes are rare next to requests.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
