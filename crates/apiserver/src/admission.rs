@@ -51,7 +51,7 @@ fn limit_ranger(call: &Call<'_>, pod: &mut Value) -> Result<(), ApiError> {
 }
 
 /// PodSecurity for a pod or a workload's pod template: a pod violating its namespace's
-/// `enforce` level is refused; the `warn` level (and `enforce` for workloads) warns.
+/// `enforce` level is refused; violating the `warn` level adds a warning.
 fn pod_security(call: &Call<'_>, obj: &Value) -> Result<(), ApiError> {
     use crate::pod_security::{Policy, pod_spec, violations};
     let info = call.kind.info;

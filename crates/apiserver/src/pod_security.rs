@@ -1,9 +1,9 @@
 //! PodSecurity admission: the Pod Security Standards (privileged, baseline, restricted)
 //! a namespace asks for with its `pod-security.kubernetes.io/enforce|audit|warn` labels.
-//! `enforce` refuses pods that violate the level (403, upstream's message); `warn` and
-//! `audit` let them in with a warning (audit has no log yet, so it warns too); workload
-//! objects (Deployments, Jobs, ...) get warnings for their pod templates, never a
-//! refusal, as upstream.
+//! `enforce` refuses pods that violate the level (403, upstream's message); `warn` lets
+//! them in with a warning; workload objects (Deployments, Jobs, ...) only get `warn`'s
+//! warnings for their pod templates, never a refusal, as upstream. The `audit` label is
+//! not evaluated yet (there is no audit log to write to), and there are no exemptions.
 //!
 //! The checks and their wording are upstream's, in its order: baseline checks, then
 //! restricted ones, each sorted by check name, a restricted check replacing its baseline

@@ -4,7 +4,9 @@
 //! `pid-pressure`, `network-unavailable`, `unschedulable` under `node.kubernetes.io/` —
 //! so the scheduler keeps new pods off a node in trouble unless they tolerate it. The
 //! kubelet only reports conditions: NodeRestriction forbids it to change its own taints.
-//! Taints that are not ours are kept as they are.
+//! Taints that are not ours are kept as they are. Upstream's controller also puts
+//! NoExecute `not-ready`/`unreachable` taints on (taint-based eviction) and marks nodes
+//! whose kubelet stopped reporting `Unknown`; neither is done here yet.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,6 +4,10 @@
 //! ServiceAccounts, touch only its own Lease, and write only its own Node and its own
 //! pods — upstream's rules. Relationships are read from the watch cache's pods of the
 //! namespace (their `spec.nodeName` is indexed), so no graph has to be kept.
+//!
+//! Unlike upstream, a kubelet may only `get` those Secrets and ConfigMaps, not list or
+//! watch them by a `metadata.name` field selector (krust's kubelet only gets them), and
+//! PersistentVolumes, VolumeAttachments and ResourceClaims wait for the storage issue.
 
 use std::sync::{Arc, OnceLock};
 

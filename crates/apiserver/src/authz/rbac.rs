@@ -231,26 +231,31 @@ impl Rbac {
         })
     }
 
-    /// Whether the caches hold RBAC changes the index has not seen.
-    pub fn is_stale(&self) -> bool {
-        let built = self.index.read_locked().revisions;
-        self.caches
-            .iter()
-            .zip(built)
-            .any(|(c, rev)| c.revision() != rev)
+    /// The revisions of the four RBAC caches now.
+    fn revisions(&self) -> [Revision; 4] {
+        self.caches.each_ref().map(|c| c.revision())
     }
 
-    /// The current index, rebuilt first when RBAC objects changed.
+    /// Whether the caches hold RBAC changes the index has not seen.
+    pub fn is_stale(&self) -> bool {
+        self.index.read_locked().revisions != self.revisions()
+    }
+
+    /// The current index, rebuilt first when RBAC objects changed (one read lock on the
+    /// request path; the write lock only to rebuild).
     fn index(&self) -> Arc<Index> {
-        if self.is_stale() {
-            let mut index = self.index.write_locked();
-            let current = self.caches.each_ref().map(|c| c.revision());
-            if index.revisions != current {
-                *index = Arc::new(Index::build(&self.caches));
+        let current = self.revisions();
+        {
+            let index = self.index.read_locked();
+            if index.revisions == current {
+                return index.clone();
             }
-            return index.clone();
         }
-        self.index.read_locked().clone()
+        let mut index = self.index.write_locked();
+        if index.revisions != current {
+            *index = Arc::new(Index::build(&self.caches));
+        }
+        index.clone()
     }
 
     /// The rules `user` holds in `namespace` (cluster-wide grants included), as

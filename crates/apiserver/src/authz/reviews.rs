@@ -159,7 +159,8 @@ fn rules(call: &Call<'_>, namespace: Option<&str>) -> Value {
 }
 
 /// Whether a bearer token authenticates, and as whom. Tokens are checked for the
-/// apiserver's own audience.
+/// apiserver's own audience only: a review naming other audiences is answered
+/// unauthenticated (upstream accepts tokens for any audience the review names).
 fn token(call: &Call<'_>, spec: &Value) -> Value {
     let audiences = strings(&spec["audiences"]);
     let own = crate::tokens::ISSUER.to_string();
