@@ -1,6 +1,6 @@
 //! Types and helpers shared by every krust component: the resource registry, label and
-//! field selectors, IPv4 CIDRs, generated names, resource quantities, `metav1.Status`
-//! errors and panic messages. Small on purpose: every component compiles it. What only
+//! field selectors, IPv4 CIDRs, generated names, resource quantities, quota accounting,
+//! `metav1.Status` errors and panic messages. Small on purpose: every component compiles it. What only
 //! the apiserver needs (patches, server-side apply, protobuf decoding) is in
 //! `krust-apimachinery`.
 
@@ -8,6 +8,7 @@ pub mod cidr;
 pub mod names;
 pub mod panics;
 pub mod quantity;
+pub mod quota;
 pub mod registry;
 pub mod selector;
 pub mod status;

@@ -2,8 +2,8 @@
 //! built-in steps: NamespaceLifecycle, ServiceAccount (a pod's account and its API
 //! credentials volume), DefaultTolerationSeconds, Priority (a pod's priority from its
 //! PriorityClass), Service IP/port allocation, NodeRestriction (a kubelet writes only its
-//! own Node and pods), LimitRanger (`limit_ranger`), PodSecurity (`pod_security`) and
-//! RBAC's escalation prevention.
+//! own Node and pods), LimitRanger (`limit_ranger`), PodSecurity (`pod_security`),
+//! RBAC's escalation prevention and, last, ResourceQuota (`resource_quota`).
 
 use std::sync::Arc;
 
@@ -184,7 +184,8 @@ impl Admission {
             default_toleration_seconds(obj);
             priority(call, obj)?;
         }
-        Ok(())
+        // Last, on the object as it will be stored.
+        crate::resource_quota::admit(call, obj, None).await
     }
 
     pub async fn admit_update(
@@ -224,7 +225,7 @@ impl Admission {
             }
             self.allocate_service(call, new, Some(old)).await?;
         }
-        Ok(())
+        crate::resource_quota::admit(call, new, Some(old)).await
     }
 
     /// Gives a Service (new, or `old` updated) its ClusterIP and NodePorts, claimed in

@@ -25,6 +25,7 @@ pub mod pki;
 pub mod pod_security;
 mod recover;
 pub mod request;
+mod resource_quota;
 pub mod response;
 pub mod rest;
 mod server;

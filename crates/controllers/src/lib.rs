@@ -15,7 +15,8 @@
 //! Endpoints for Services), [`gc`] (the garbage collector: owners
 //! cascade), [`namespace`] (empties a deleted namespace), [`serviceaccount`] (the
 //! `default` ServiceAccount and `kube-root-ca.crt` in every namespace), [`nodeipam`]
-//! (a pod range per Node), [`nodelifecycle`] (taints from Node conditions) and
+//! (a pod range per Node), [`nodelifecycle`] (taints from Node conditions),
+//! [`resourcequota`] (ResourceQuotas' `status.used`) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
@@ -32,6 +33,7 @@ pub mod nodelifecycle;
 pub mod owner;
 pub mod pods;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod serviceaccount;
 
 use std::future::Future;
@@ -101,6 +103,7 @@ async fn run_controllers(client: Client, config: &Config) {
     let node_lifecycle = nodelifecycle::NodeLifecycleController::new(client.clone(), &informers);
     let aggregation =
         clusterroleaggregation::ClusterRoleAggregationController::new(client.clone(), &informers);
+    let quotas = resourcequota::ResourceQuotaController::new(client.clone(), &informers);
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -112,7 +115,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(d_sender);
     informers.start(tasks).await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(deployments, workers));
@@ -124,6 +127,7 @@ async fn run_controllers(client: Client, config: &Config) {
     }
     tasks.spawn(queue::run(service_accounts, workers));
     tasks.spawn(queue::run(aggregation, 1));
+    tasks.spawn(queue::run(quotas, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

@@ -1,0 +1,111 @@
+//! The ResourceQuota admission step: a write that would take its namespace past a
+//! quota's `status.hard` is refused (403, upstream's `exceeded quota: …` text); one that
+//! fits is charged to the quotas' `status.used` before it is stored, each quota written
+//! with a compare on its revision so that concurrent writers (and apiservers) cannot
+//! both take the last unit. What to count comes from `krust_api::quota`; the quota
+//! controller recounts `status.used` from the stored objects, which also gives back
+//! what a charged write that then failed took.
+
+use krust_api::status::{ApiError, Target};
+use krust_store::{Compare, Op, RangeRequest, Revision, Txn, TxnResult};
+use serde_json::Value;
+
+use crate::rest::{Call, store_error};
+
+/// How often a charge is recomputed after another writer changed a quota meanwhile.
+const CONFLICT_RETRIES: usize = 10;
+
+/// Charges a create (`old` = `None`) or update of `obj` to its namespace's quotas.
+/// Upstream re-evaluates updates of Services and PersistentVolumeClaims only (a pod's
+/// resources do not change after creation).
+pub async fn admit(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let info = call.kind.info;
+    if call.info.subresource.is_some()
+        || (old.is_some()
+            && !(info.group.is_empty()
+                && matches!(info.plural, "services" | "persistentvolumeclaims")))
+    {
+        return Ok(());
+    }
+    let Some(namespace) = call.namespace() else {
+        return Ok(());
+    };
+    let Some(cache) = call.api.cache.cache("/registry/resourcequotas/") else {
+        return Ok(());
+    };
+    let prefix = format!("/registry/resourcequotas/{namespace}/");
+    let mut quotas: Vec<(Value, Revision)> = cache
+        .list(&prefix)
+        .0
+        .iter()
+        .map(|q| (q.value(), q.revision))
+        .collect();
+    if quotas.is_empty() {
+        return Ok(());
+    }
+    let refuse = |why: String| {
+        ApiError::forbidden_for(
+            Target {
+                group: info.group,
+                resource: info.plural,
+                name: obj["metadata"]["name"].as_str().unwrap_or_default(),
+            },
+            &why,
+        )
+    };
+    for _ in 0..CONFLICT_RETRIES {
+        let values: Vec<Value> = quotas.iter().map(|(q, _)| q.clone()).collect();
+        let charges =
+            krust_api::quota::charge(&values, info.group, info.plural, obj, old).map_err(refuse)?;
+        if charges.is_empty() || call.dry_run() {
+            return Ok(());
+        }
+        let mut conflicted = Vec::new();
+        for (i, used) in charges {
+            let (quota, revision) = &quotas[i];
+            let mut updated = quota.clone();
+            updated["status"]["used"] = krust_api::quota::write_list(&used);
+            if let Some(meta) = updated["metadata"].as_object_mut() {
+                meta.remove("resourceVersion");
+            }
+            let name = quota["metadata"]["name"].as_str().unwrap_or_default();
+            let bytes =
+                serde_json::to_vec(&updated).map_err(|e| ApiError::internal(e.to_string()))?;
+            let txn = Txn {
+                key: format!("{prefix}{name}"),
+                compare: Compare::ModRevision(*revision),
+                op: Op::Put(bytes.into()),
+            };
+            match call.api.store.txn(txn).await.map_err(store_error)? {
+                TxnResult::Succeeded { .. } => {}
+                TxnResult::Failed { .. } => conflicted.push(name.to_string()),
+            }
+        }
+        if conflicted.is_empty() {
+            return Ok(());
+        }
+        // Charge again only the quotas that moved, from what the store holds now; the
+        // others already carry this write.
+        let fresh = call
+            .api
+            .store
+            .range(RangeRequest {
+                prefix: prefix.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(store_error)?;
+        quotas = fresh
+            .kvs
+            .iter()
+            .filter(|kv| conflicted.iter().any(|n| kv.key[prefix.len()..] == **n))
+            .filter_map(|kv| {
+                let value = serde_json::from_slice(&kv.value).ok()?;
+                Some((value, kv.mod_revision))
+            })
+            .collect();
+    }
+    Err(ApiError::internal(format!(
+        "resource quotas in namespace {namespace} kept changing; try again"
+    )))
+}
