@@ -13,6 +13,8 @@ have kubectl || need_apt+=(kubectl)
 # protoc builds the etcd and CRI gRPC clients; etcd backs the etcd-backend tests.
 have protoc || need_apt+=(protobuf-compiler)
 have etcd || need_apt+=(etcd-server)
+# etcdctl reads the raw etcd keys in the encryption-at-rest tests.
+have etcdctl || need_apt+=(etcd-client)
 # The node: containerd + runc run containers, the CNI plugins wire pods, busybox-static
 # makes the locally built images, nftables carries Service rules.
 have containerd || need_apt+=(containerd)

@@ -13,6 +13,7 @@ mod bootstrap;
 mod compactor;
 pub mod connect;
 pub mod discovery;
+pub mod encryption;
 pub mod endpoints;
 pub mod internal;
 mod json;

@@ -11,6 +11,7 @@ use clap::Args;
 use krust_apiserver::pki::admin_kubeconfig;
 use krust_store::Store;
 use krust_store::embedded::EmbeddedStore;
+use krust_store::encrypted::{EncryptedStore, rewrite_stale};
 use krust_store::etcd::{EtcdStore, EtcdTls};
 
 use crate::cli::{parse_duration, shutdown_signal, write_kubeconfig};
@@ -65,6 +66,15 @@ pub struct ApiserverArgs {
     /// Prefix of every key krust writes to etcd (keys then read `<prefix>/registry/...`).
     #[arg(long, default_value = "")]
     pub etcd_prefix: String,
+    /// Encrypt Secrets at rest with a key generated on first start (k3s's flag): the
+    /// EncryptionConfiguration is kept in `<data-dir>/server/cred/encryption-config.json`.
+    #[arg(long, env = "KRUST_SECRETS_ENCRYPTION")]
+    pub secrets_encryption: bool,
+    /// Encrypt resources at rest as an EncryptionConfiguration file says (upstream's
+    /// flag): aesgcm, aescbc, secretbox or identity providers per resource. At start,
+    /// values not written with the first key are re-written with it (key rotation).
+    #[arg(long, conflicts_with = "secrets_encryption")]
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 pub fn tls_dir(data_dir: &Path) -> PathBuf {
@@ -99,8 +109,26 @@ fn etcd_endpoints(spec: &str, tls: bool) -> Result<Vec<String>> {
 }
 
 impl ApiserverArgs {
-    /// Opens the configured store.
+    /// Opens the configured store, encrypting what the encryption flags say.
     pub async fn open_store(&self) -> Result<Arc<dyn Store>> {
+        let store = self.open_backend().await?;
+        let rules = match (&self.encryption_provider_config, self.secrets_encryption) {
+            (Some(path), _) => krust_apiserver::encryption::load(path)?,
+            (None, true) => krust_apiserver::encryption::ensure_generated(
+                &krust_apiserver::encryption::generated_config_path(&self.data_dir),
+            )?,
+            (None, false) => return Ok(store),
+        };
+        let encrypted = EncryptedStore::new(store, rules);
+        let rewritten = rewrite_stale(&encrypted)
+            .await
+            .context("re-encrypting stored values with the current key")?;
+        tracing::info!(rewritten, "encryption at rest on");
+        Ok(Arc::new(encrypted))
+    }
+
+    /// The embedded store or etcd, as the flags say.
+    async fn open_backend(&self) -> Result<Arc<dyn Store>> {
         if let Some(spec) = &self.datastore_endpoint {
             let tls = match (
                 &self.datastore_cafile,

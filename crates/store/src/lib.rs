@@ -19,6 +19,7 @@
 //! share it.
 
 pub mod embedded;
+pub mod encrypted;
 mod error_chain;
 pub mod etcd;
 mod types;
