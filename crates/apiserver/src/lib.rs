@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 mod bootstrap;
@@ -73,6 +74,8 @@ pub struct Config {
     /// How often history older than the previous interval is compacted (upstream's
     /// `--etcd-compaction-interval`, 5 minutes); zero disables compaction.
     pub compaction_interval: std::time::Duration,
+    /// Audit logging (`--audit-policy-file` and `--audit-log-path`); `None` logs nothing.
+    pub audit: Option<audit::Config>,
 }
 
 /// Everything a request handler needs.
@@ -93,6 +96,8 @@ pub struct Api {
     pub kubelet: connect::KubeletClient,
     /// Issues service-account tokens (and checks them, as an authenticator).
     pub tokens: Arc<tokens::TokenIssuer>,
+    /// The audit policy and log, when auditing.
+    pub audit: Option<Arc<audit::Auditor>>,
 }
 
 /// A started apiserver.
@@ -150,6 +155,10 @@ impl Api {
         let tokens =
             Arc::new(tokens::TokenIssuer::new(&pki).context("loading the service-account key")?);
         let rbac = Arc::new(Rbac::new(&cache)?);
+        let audit = match &config.audit {
+            Some(audit) => Some(Arc::new(audit::Auditor::start(audit)?)),
+            None => None,
+        };
         let api = Arc::new(Api {
             store,
             cache: cache.clone(),
@@ -179,6 +188,7 @@ impl Api {
             ),
             kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
             tokens,
+            audit,
         });
         bootstrap::run(&api, services.first_ip(), port).await?;
         authz::policy::reconcile(&api)

@@ -2,6 +2,7 @@
 //! O become the user and groups), HTTP/1.1 and HTTP/2, then routing to discovery, health,
 //! metrics and the generic REST handlers.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +22,7 @@ use crate::auth::{Credentials, User};
 use crate::authz::{self, Attributes, Target};
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
-use crate::{Api, discovery, kinds, rest};
+use crate::{Api, audit, discovery, kinds, rest};
 
 /// Builds the TLS acceptor: our serving certificate, client certificates optional but
 /// verified against the cluster CA when present.
@@ -155,7 +156,10 @@ pub async fn serve(
                 let connection_user = connection_user.clone();
                 async move {
                     let req = req.map(RequestBody::Streaming);
-                    Ok::<_, std::convert::Infallible>(respond(&api, &connection_user, req).await)
+                    let peer = Some(peer.ip());
+                    Ok::<_, std::convert::Infallible>(
+                        respond(&api, &connection_user, peer, req).await,
+                    )
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -181,67 +185,135 @@ enum RequestBody {
 /// is the same as for a client's request. Upgrades (exec, attach, port-forward) need a
 /// connection and are refused. For tests.
 pub async fn serve_in_process(api: &Api, user: &User, req: http::Request<Bytes>) -> Response {
-    respond(api, user, req.map(RequestBody::Read)).await
+    respond(api, user, None, req.map(RequestBody::Read)).await
 }
 
 /// Serves a request inside the panic guard: a panicking handler answers 500.
-async fn respond(api: &Api, connection_user: &User, req: http::Request<RequestBody>) -> Response {
+async fn respond(
+    api: &Api,
+    connection_user: &User,
+    peer: Option<IpAddr>,
+    req: http::Request<RequestBody>,
+) -> Response {
     let (method, uri) = (req.method().clone(), req.uri().clone());
     crate::recover::catch(
         &api.metrics,
         || format!("{method} {uri}"),
-        handle(api, connection_user, req),
+        handle(api, connection_user, peer, req),
     )
     .await
     .unwrap_or_else(|| response::error(&crate::recover::error()))
 }
 
-async fn handle(api: &Api, connection_user: &User, req: http::Request<RequestBody>) -> Response {
+async fn handle(
+    api: &Api,
+    connection_user: &User,
+    peer: Option<IpAddr>,
+    req: http::Request<RequestBody>,
+) -> Response {
     let started = Instant::now();
-    let (parts, body) = req.into_parts();
+    let (parts, mut body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = Query::parse(parts.uri.query());
     let parsed = request::parse(&parts.method, &path, &query);
     let (verb, resource) = match &parsed {
-        None => ("get".to_string(), String::new()),
+        None => (parts.method.as_str().to_ascii_lowercase(), String::new()),
         Some(Err(_)) => ("unknown".to_string(), String::new()),
         Some(Ok(info)) => (info.verb.as_str().to_string(), info.resource.clone()),
     };
-    let result = match identify(api, connection_user, &parts.headers).await {
-        Err(e) => Err(e),
-        Ok(user) => match parsed {
-            None => {
-                let method = parts.method.as_str().to_ascii_lowercase();
-                let attrs = Attributes {
-                    user: &user,
-                    verb: &method,
-                    target: Target::NonResource { path: &path },
-                };
-                authz::authorize(api, &attrs).await.map(|()| {
-                    let accept = parts.headers.get(http::header::ACCEPT);
-                    let accept = accept.and_then(|v| v.to_str().ok());
-                    non_resource(api, &parts.method, &path, accept)
-                })
+    let identity = identify(api, connection_user, &parts.headers).await;
+    let mut trail = api.audit.as_ref().map(|auditor| {
+        let (requester, acting) = match &identity {
+            Ok((requester, acting)) => (Some(requester.as_ref().unwrap_or(acting)), Some(acting)),
+            Err(_) => (None, None),
+        };
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        auditor.begin(audit::Facts {
+            audit_id: header("audit-id")
+                .map(str::to_string)
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            request_uri: parts.uri.path_and_query().map_or(&path, |pq| pq.as_str()),
+            verb: &verb,
+            info: parsed.as_ref().and_then(|p| p.as_ref().ok()),
+            path: &path,
+            requester,
+            acting,
+            source_ips: audit::source_ips(&parts.headers, peer),
+            user_agent: header("user-agent"),
+        })
+    });
+    if let Some(trail) = &trail {
+        trail.request_received();
+    }
+    let streams = matches!(&parsed, Some(Ok(info)) if crate::connect::Connect::of(info).is_some());
+    if !streams && trail.as_ref().is_some_and(|t| t.wants_request_body()) {
+        // Read now, to record it; the handlers take it as read.
+        match read_body(body).await {
+            Ok(bytes) => {
+                if let Some(trail) = &mut trail {
+                    let content_type = parts.headers.get(http::header::CONTENT_TYPE);
+                    trail.request_body(content_type.and_then(|v| v.to_str().ok()), &bytes);
+                }
+                body = RequestBody::Read(bytes);
             }
-            Some(Err(e)) => Err(e),
-            Some(Ok(info)) => {
-                let attrs = Attributes::of_request(&user, &info);
-                match authz::authorize(api, &attrs).await {
-                    Ok(()) => {
-                        return observed(
-                            api,
-                            (&verb, &resource, started),
-                            serve_admitted(api, user, info, parts, body, query).await,
-                        );
-                    }
-                    Err(e) => Err(e),
+            Err(e) => return finish(api, trail, (&verb, &resource, started), Err(e)).await,
+        }
+    }
+    let result = match identity {
+        Err(e) => Err(e),
+        Ok((_, user)) => {
+            let attrs = match &parsed {
+                None => Some(Attributes {
+                    user: &user,
+                    verb: &verb,
+                    target: Target::NonResource { path: &path },
+                }),
+                Some(Ok(info)) => Some(Attributes::of_request(&user, info)),
+                Some(Err(_)) => None,
+            };
+            let decision = match attrs {
+                Some(attrs) => authz::authorize(api, &attrs).await.map(Some),
+                None => Ok(None),
+            };
+            if let Some(trail) = &mut trail {
+                match &decision {
+                    Ok(Some(reason)) => trail.authorized(true, reason),
+                    Err(e) if e.code == 403 => trail.authorized(false, ""),
+                    _ => {}
                 }
             }
-        },
+            match (decision, parsed) {
+                (Err(e), _) => Err(e),
+                (Ok(_), None) => {
+                    let accept = parts.headers.get(http::header::ACCEPT);
+                    let accept = accept.and_then(|v| v.to_str().ok());
+                    Ok(non_resource(api, &parts.method, &path, accept))
+                }
+                (Ok(_), Some(Err(e))) => Err(e),
+                (Ok(_), Some(Ok(info))) => {
+                    let served = serve_admitted(api, user, info, parts, body, query).await;
+                    return finish(api, trail, (&verb, &resource, started), served).await;
+                }
+            }
+        }
     };
     // Answered without reading the body: consume it, so the client gets the answer cleanly.
     drain(body).await;
-    observed(api, (&verb, &resource, started), result)
+    finish(api, trail, (&verb, &resource, started), result).await
+}
+
+/// The response for `result`, counted in the metrics and recorded in the audit log.
+async fn finish(
+    api: &Api,
+    trail: Option<audit::Trail>,
+    request: (&str, &str, Instant),
+    result: Result<Response, ApiError>,
+) -> Response {
+    let resp = observed(api, request, result);
+    match trail {
+        Some(trail) => trail.finish(resp).await,
+        None => resp,
+    }
 }
 
 /// The response for `result`, counted in the request metrics.
@@ -263,14 +335,14 @@ fn observed(
     resp
 }
 
-/// The user a request acts as: the connection's certificate user, else whom its bearer
-/// token names (upstream's union authenticator: a client certificate wins), then whom it
-/// impersonates.
+/// Who sent a request and whom it acts as: the connection's certificate user, else whom
+/// its bearer token names (upstream's union authenticator: a client certificate wins);
+/// then whom it impersonates, if anyone (the sender is returned only then).
 async fn identify(
     api: &Api,
     connection_user: &User,
     headers: &http::HeaderMap,
-) -> Result<User, ApiError> {
+) -> Result<(Option<User>, User), ApiError> {
     let bearer = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -284,7 +356,14 @@ async fn identify(
         }
         _ => connection_user.clone(),
     };
-    authz::impersonation::acting_user(api, user, headers).await
+    if !headers
+        .keys()
+        .any(|k| k.as_str().starts_with("impersonate-"))
+    {
+        return Ok((None, user));
+    }
+    let acting = authz::impersonation::acting_user(api, user.clone(), headers).await?;
+    Ok((Some(user), acting))
 }
 
 /// Serves an authorized resource request within the in-flight limits.

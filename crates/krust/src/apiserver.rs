@@ -75,6 +75,23 @@ pub struct ApiserverArgs {
     /// values not written with the first key are re-written with it (key rotation).
     #[arg(long, conflicts_with = "secrets_encryption")]
     pub encryption_provider_config: Option<PathBuf>,
+    /// The audit policy (audit.k8s.io/v1 Policy): which requests are logged at which
+    /// level. Needs `--audit-log-path`.
+    #[arg(long, requires = "audit_log_path")]
+    pub audit_policy_file: Option<PathBuf>,
+    /// Where audit events are written as JSON lines (`-`: standard output). Needs
+    /// `--audit-policy-file`.
+    #[arg(long, requires = "audit_policy_file")]
+    pub audit_log_path: Option<PathBuf>,
+    /// Rotate the audit log past this many megabytes (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxsize: u64,
+    /// Keep at most this many rotated audit logs (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxbackup: usize,
+    /// Remove rotated audit logs older than this many days (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxage: u64,
 }
 
 pub fn tls_dir(data_dir: &Path) -> PathBuf {
@@ -170,6 +187,19 @@ impl ApiserverArgs {
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,
             compaction_interval: self.etcd_compaction_interval,
+            audit: self
+                .audit_policy_file
+                .as_ref()
+                .zip(self.audit_log_path.as_ref())
+                .map(|(policy, log)| krust_apiserver::audit::Config {
+                    policy_file: policy.clone(),
+                    log: krust_apiserver::audit::log::LogConfig {
+                        path: log.clone(),
+                        max_size_mb: self.audit_log_maxsize,
+                        max_backups: self.audit_log_maxbackup,
+                        max_age_days: self.audit_log_maxage,
+                    },
+                }),
             endpoint_reconcile_interval: self.endpoint_reconcile_interval,
         }
     }

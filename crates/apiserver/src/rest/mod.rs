@@ -31,6 +31,23 @@ use crate::response::{self, Output, Response};
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The 413 for a body over [`MAX_BODY`], in upstream's words.
+/// A request body as JSON, from JSON, protobuf or YAML as its content type says.
+pub fn decode_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
+    let ct = content_type.unwrap_or("application/json");
+    let media = ct.split(';').next().unwrap_or_default().trim();
+    match media {
+        "application/json" | "" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}"))),
+        "application/vnd.kubernetes.protobuf" => krust_apimachinery::protobuf::decode(body)
+            .map_err(|e| {
+                ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+            }),
+        "application/yaml" => serde_saphyr::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}"))),
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
 pub fn body_too_large() -> ApiError {
     ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}"))
 }
@@ -219,21 +236,7 @@ impl Call<'_> {
         if self.body.len() > MAX_BODY {
             return Err(body_too_large());
         }
-        let ct = self.content_type.as_deref().unwrap_or("application/json");
-        let media = ct.split(';').next().unwrap_or_default().trim();
-        match media {
-            "application/json" | "" => serde_json::from_slice(&self.body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}"))),
-            "application/vnd.kubernetes.protobuf" => {
-                krust_apimachinery::protobuf::decode(&self.body).map_err(|e| {
-                    ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
-                })
-            }
-            "application/yaml" => serde_saphyr::from_slice(&self.body).map_err(|e| {
-                ApiError::bad_request(format!("error decoding YAML request body: {e}"))
-            }),
-            other => Err(ApiError::unsupported_media_type(other)),
-        }
+        decode_body(self.content_type.as_deref(), &self.body)
     }
 
     /// Decodes a JSON value through the kind's typed codec.

@@ -33,6 +33,7 @@ impl Harness {
             max_mutating_requests_inflight: 200,
             endpoint_reconcile_interval: Duration::from_secs(10),
             compaction_interval: Duration::ZERO,
+            audit: None,
         };
         let (api, _) = Api::new(&config, Arc::new(store), 6443).await.unwrap();
         let admin = User {
