@@ -51,7 +51,8 @@ fn limit_ranger(call: &Call<'_>, pod: &mut Value) -> Result<(), ApiError> {
 }
 
 /// PodSecurity for a pod or a workload's pod template: a pod violating its namespace's
-/// `enforce` level is refused; violating the `warn` level adds a warning.
+/// `enforce` level is refused; violating the `audit` level annotates the request's audit
+/// events; violating the `warn` level adds a warning.
 fn pod_security(call: &Call<'_>, obj: &Value) -> Result<(), ApiError> {
     use crate::pod_security::{Policy, pod_spec, violations};
     let info = call.kind.info;
@@ -68,7 +69,31 @@ fn pod_security(call: &Call<'_>, obj: &Value) -> Result<(), ApiError> {
         return Ok(());
     };
     if info.kind == "Pod"
-        && let Some(policy) = Policy::of(&namespace, "enforce")
+        && let Some(policy) = Policy::of(&namespace, "audit")
+    {
+        let found = violations(spec, policy.level);
+        if !found.is_empty() {
+            call.audit.add(
+                "pod-security.kubernetes.io/audit-violations",
+                format!(
+                    "would violate PodSecurity {:?}: {}",
+                    policy.describe(),
+                    found.join(", ")
+                ),
+            );
+        }
+    }
+    let enforce = Policy::of(&namespace, "enforce");
+    if info.kind == "Pod" {
+        // Unlabelled namespaces enforce privileged:latest, which allows everything.
+        let described = enforce.as_ref().map(Policy::describe);
+        call.audit.add(
+            "pod-security.kubernetes.io/enforce-policy",
+            described.unwrap_or_else(|| "privileged:latest".into()),
+        );
+    }
+    if info.kind == "Pod"
+        && let Some(policy) = enforce
     {
         let found = violations(spec, policy.level);
         if !found.is_empty() {

@@ -75,6 +75,7 @@ impl<'a> Internal<'a> {
                 Bytes::from(body.to_string())
             },
             warnings: Default::default(),
+            audit: Default::default(),
         })
     }
 

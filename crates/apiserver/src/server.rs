@@ -291,7 +291,9 @@ async fn handle(
                 }
                 (Ok(_), Some(Err(e))) => Err(e),
                 (Ok(_), Some(Ok(info))) => {
-                    let served = serve_admitted(api, user, info, parts, body, query).await;
+                    let annotations = trail.as_ref().map(audit::Trail::annotations);
+                    let request = (info, parts, body, query, annotations.unwrap_or_default());
+                    let served = serve_admitted(api, user, request).await;
                     return finish(api, trail, (&verb, &resource, started), served).await;
                 }
             }
@@ -366,14 +368,21 @@ async fn identify(
     Ok((Some(user), acting))
 }
 
+/// An authorized resource request: what it asks for, its head and body, its query, and
+/// where it adds audit annotations.
+type Admitted = (
+    request::RequestInfo,
+    http::request::Parts,
+    RequestBody,
+    Query,
+    audit::Annotations,
+);
+
 /// Serves an authorized resource request within the in-flight limits.
 async fn serve_admitted(
     api: &Api,
     user: User,
-    info: request::RequestInfo,
-    parts: http::request::Parts,
-    body: RequestBody,
-    query: Query,
+    (info, parts, body, query, annotations): Admitted,
 ) -> Result<Response, ApiError> {
     let _permit = match api.inflight.admit(info.verb) {
         Ok(permit) => permit,
@@ -397,7 +406,7 @@ async fn serve_admitted(
             // Read the whole body first: answering before it is consumed makes clients
             // still sending see a reset instead of the Status.
             let body = read_body(body).await?;
-            serve_resource(api, user, info, query, &parts.headers, body).await
+            serve_resource(api, user, (info, query, annotations), &parts.headers, body).await
         }
     }
 }
@@ -405,8 +414,7 @@ async fn serve_admitted(
 async fn serve_resource(
     api: &Api,
     user: User,
-    info: request::RequestInfo,
-    query: Query,
+    (info, query, audit): (request::RequestInfo, Query, audit::Annotations),
     headers: &http::HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -438,6 +446,7 @@ async fn serve_resource(
         user_agent: header(http::header::USER_AGENT),
         body,
         warnings: Default::default(),
+        audit,
     };
     if kind.info.is_virtual() {
         return crate::authz::reviews::serve(&mut call).await;

@@ -16,7 +16,8 @@
 //! cascade), [`namespace`] (empties a deleted namespace), [`serviceaccount`] (the
 //! `default` ServiceAccount and `kube-root-ca.crt` in every namespace), [`nodeipam`]
 //! (a pod range per Node), [`nodelifecycle`] (taints from Node conditions),
-//! [`resourcequota`] (ResourceQuotas' `status.used`) and
+//! [`resourcequota`] (ResourceQuotas' `status.used`), [`job`] (Jobs' pods run to
+//! completion), [`ttlafterfinished`] (finished Jobs deleted after their TTL) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
@@ -27,14 +28,17 @@ mod error;
 pub mod expectations;
 pub mod gc;
 pub mod intern;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod owner;
+pub mod podcontrol;
 pub mod pods;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod serviceaccount;
+pub mod ttlafterfinished;
 
 use std::future::Future;
 
@@ -104,6 +108,10 @@ async fn run_controllers(client: Client, config: &Config) {
     let aggregation =
         clusterroleaggregation::ClusterRoleAggregationController::new(client.clone(), &informers);
     let quotas = resourcequota::ResourceQuotaController::new(client.clone(), &informers);
+    let (j_events, j_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "job-controller");
+    let (jobs, job_pods) = job::JobController::new(client.clone(), &informers, j_events);
+    let ttl = ttlafterfinished::TtlAfterFinishedController::new(client.clone(), &informers);
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -113,9 +121,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(gc::GarbageCollector::run(client, GC_WORKERS));
     tasks.spawn(rs_sender);
     tasks.spawn(d_sender);
+    tasks.spawn(j_sender);
+    tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
+    job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(deployments, workers));
@@ -128,6 +139,8 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(service_accounts, workers));
     tasks.spawn(queue::run(aggregation, 1));
     tasks.spawn(queue::run(quotas, workers));
+    tasks.spawn(queue::run(jobs, workers));
+    tasks.spawn(queue::run(ttl, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

@@ -19,18 +19,19 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use krust_client::cache::Cache;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
 use crate::expectations::Expectations;
 use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
+use crate::podcontrol::PodControl;
 use crate::pods::{
     CachedPod, Candidate, WirePod, deletion_order, is_active, is_available, is_ready,
     until_available,
 };
-use krust_client::events::{EventRecorder, EventType};
+use krust_client::events::EventRecorder;
 use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
 use krust_client::queue::{Reconciler, WorkQueue};
@@ -238,40 +239,18 @@ impl ReplicaSetController {
             .and_then(|s| s.replicas)
             .unwrap_or(1)
             .max(0) as usize;
-        let ns = rs.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let control = PodControl {
+            client: &self.client,
+            expectations: &self.expectations,
+            events: &self.events,
+            key,
+            owner: rs,
+        };
         if pods.len() < want {
             let count = (want - pods.len()).min(BURST_REPLICAS);
-            self.expectations.expect_creations(key, count);
             tracing::debug!(replicaset = key, count, "creating pods");
             let template = pod_from_template(rs);
-            let (created, err) = slow_start_batch(count, |_| {
-                let api = api.clone();
-                let template = template.clone();
-                async move { api.create(&PostParams::default(), &template).await }
-            })
-            .await;
-            for pod in &created {
-                self.events.record(
-                    rs,
-                    EventType::Normal,
-                    "SuccessfulCreate",
-                    format!("Created pod: {}", pod.name_any()),
-                );
-            }
-            if let Some(e) = err {
-                // Creates that failed or were never sent will not be observed.
-                for _ in created.len()..count {
-                    self.expectations.creation_observed(key);
-                }
-                self.events.record(
-                    rs,
-                    EventType::Warning,
-                    "FailedCreate",
-                    format!("Error creating: {e}"),
-                );
-                return Err(Error::api("creating pod for replicaset", key, e));
-            }
+            control.create(count, |_| template.clone()).await?;
         } else if pods.len() > want {
             let count = (pods.len() - want).min(BURST_REPLICAS);
             let related = self.related_pods(rs);
@@ -288,53 +267,12 @@ impl ReplicaSetController {
                 .collect();
             let now = Timestamp::now();
             ranked.sort_by(|a, b| deletion_order(a, b, now));
-            let doomed: Vec<&CachedPod> = ranked[..count].iter().map(|c| c.pod).collect();
-            self.expectations
-                .expect_deletions(key, doomed.iter().map(|p| key_of(&p.metadata)));
+            let doomed: Vec<(&str, String)> = ranked[..count]
+                .iter()
+                .map(|c| (&*c.pod.metadata.name, key_of(&c.pod.metadata)))
+                .collect();
             tracing::debug!(replicaset = key, count, "deleting pods");
-            let results = join_all(doomed.iter().map(|pod| {
-                let api = api.clone();
-                async move {
-                    (
-                        pod,
-                        api.delete(&pod.metadata.name, &DeleteParams::default())
-                            .await,
-                    )
-                }
-            }))
-            .await;
-            let mut first_err = None;
-            for (pod, result) in results {
-                match result {
-                    Ok(_) => self.events.record(
-                        rs,
-                        EventType::Normal,
-                        "SuccessfulDelete",
-                        format!("Deleted pod: {}", pod.metadata.name),
-                    ),
-                    Err(e) => {
-                        // It will not go away through us: stop waiting for it.
-                        self.expectations
-                            .deletion_observed(key, &key_of(&pod.metadata));
-                        if !is_status(&e, 404) {
-                            self.events.record(
-                                rs,
-                                EventType::Warning,
-                                "FailedDelete",
-                                format!("Error deleting: {e}"),
-                            );
-                            first_err.get_or_insert(Error::api(
-                                "deleting pod",
-                                key_of(&pod.metadata),
-                                e,
-                            ));
-                        }
-                    }
-                }
-            }
-            if let Some(err) = first_err {
-                return Err(err);
-            }
+            control.delete(&doomed).await?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo build --release -p krust --bins --examples
-//! ./target/release/examples/api_bench
+//! ./target/release/examples/api_bench [-- <extra apiserver flags>]
 //! ```
 //!
 //! Prints: start to ready; durable creates/s with p50/p99 at 1, 16 and 64 clients; GETs/s
@@ -403,7 +403,9 @@ async fn watch_phase(client: &Client, tls: &Path, port: u16, pid: u32) -> Result
 #[tokio::main]
 async fn main() -> Result {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let (server, ready) = start_server(&[]).await?;
+    // Anything on the command line is passed to the apiserver (`-- --audit-policy-file …`).
+    let flags: Vec<String> = std::env::args().skip(1).filter(|a| a != "--").collect();
+    let (server, ready) = start_server(&flags).await?;
     let pid = server.child.id();
     println!("krust api benchmark (server and load generator on this machine)");
     println!("start to ready: {:.0} ms", ms(ready));

@@ -1,7 +1,8 @@
 //! The audit log through a real krust and kubectl: the policy's first matching rule
 //! picks each request's level (None, Metadata, Request, RequestResponse); events are
 //! upstream's audit.k8s.io/v1 JSON lines, one per stage, with who asked (and whom they
-//! impersonated), what, the authorizer's decision and the outcome.
+//! impersonated), what, the authorizer's decision, PodSecurity's audit annotations and
+//! the outcome.
 
 mod common;
 
@@ -128,6 +129,35 @@ fn requests_are_audited_at_the_level_their_first_matching_rule_gives() {
     assert_eq!(sa["level"], "Request");
     assert_eq!(sa["requestObject"]["metadata"]["name"], "robot");
     assert!(sa.get("responseObject").is_none());
+
+    // PodSecurity's audit mode annotates the events of pods that violate the level.
+    s.ok(&[
+        "label",
+        "namespace",
+        "default",
+        "pod-security.kubernetes.io/audit=restricted",
+    ]);
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+        "spec": {"containers": [{"name": "app", "image": "busybox",
+            "securityContext": {"privileged": true}}]}});
+    s.ok_stdin(&["create", "-f", "-"], &pod.to_string());
+    let created = find(&log, "pod create", |e| {
+        is(e, "create", "pods", "root", "ResponseComplete")
+    });
+    let annotations = &created["annotations"];
+    assert_eq!(
+        annotations["pod-security.kubernetes.io/enforce-policy"],
+        "privileged:latest"
+    );
+    let violations = annotations["pod-security.kubernetes.io/audit-violations"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        violations.starts_with(
+            r#"would violate PodSecurity "restricted:latest": privileged (container "app" must not set securityContext.privileged=true)"#
+        ),
+        "{created}"
+    );
 
     // A refusal while impersonating: both users, the decision, upstream's Status.
     let refused = s.fails(&["get", "pods", "--as=alice"]);

@@ -124,9 +124,15 @@ impl Output {
     }
 }
 
+/// How long the writer lets events gather after the first of a batch: it then wakes
+/// some hundred times a second under load instead of once per request, which would cost
+/// every request a wake-up of this thread.
+const BATCH_WAIT: Duration = Duration::from_millis(10);
+
 /// The writer thread: takes what is queued, writes it, flushes, waits for more.
 fn write_all(events: Receiver<Value>, mut out: Output, config: &LogConfig) {
     while let Ok(first) = events.recv() {
+        std::thread::sleep(BATCH_WAIT);
         for event in std::iter::once(first).chain(events.try_iter()) {
             let line = serde_json::to_vec(&event).unwrap_or_default();
             if let Err(err) = out.write_line(&line, config) {

@@ -166,7 +166,25 @@ impl Auditor {
             event,
             decision,
             long_running,
+            annotations: Annotations::default(),
         }
+    }
+}
+
+/// Annotations the stages of a request add to its audit events (PodSecurity's), shared
+/// by the call's copies.
+#[derive(Clone, Default)]
+pub struct Annotations(Arc<std::sync::Mutex<Vec<(&'static str, String)>>>);
+
+impl Annotations {
+    pub fn add(&self, key: &'static str, value: String) {
+        use krust_api::sync::Unpoisoned;
+        self.0.locked().push((key, value));
+    }
+
+    fn all(&self) -> Vec<(&'static str, String)> {
+        use krust_api::sync::Unpoisoned;
+        self.0.locked().clone()
     }
 }
 
@@ -177,6 +195,7 @@ pub struct Trail {
     event: Map<String, Value>,
     decision: Decision,
     long_running: bool,
+    annotations: Annotations,
 }
 
 impl Trail {
@@ -184,11 +203,23 @@ impl Trail {
         self.decision.level
     }
 
+    /// Where the request's handlers add annotations for its events.
+    pub fn annotations(&self) -> Annotations {
+        self.annotations.clone()
+    }
+
     fn emit(&self, stage: Stage) {
         if self.decision.level == Level::None || self.decision.omit_stages.contains(&stage) {
             return;
         }
         let mut event = self.event.clone();
+        let added = self.annotations.all();
+        if !added.is_empty() {
+            let annotations = event.entry("annotations").or_insert_with(|| json!({}));
+            for (key, value) in added {
+                annotations[key] = json!(value);
+            }
+        }
         event.insert("stage".into(), json!(stage.as_str()));
         event.insert("stageTimestamp".into(), json!(now()));
         self.auditor.sink.send(Value::Object(event));

@@ -13,8 +13,11 @@ const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
 const JOB_NAME: &str = "batch.kubernetes.io/job-name";
 
 fn default_job_spec(spec: &mut Value) {
+    // Both unset: one pod, once. Parallelism alone: a work queue, without completions.
+    if spec["completions"].is_null() && spec["parallelism"].is_null() {
+        set_default(spec, "/completions", json!(1));
+    }
     set_default(spec, "/parallelism", json!(1));
-    set_default(spec, "/completions", json!(1));
     set_default(spec, "/backoffLimit", json!(6));
     set_default(spec, "/completionMode", json!("NonIndexed"));
     set_default(spec, "/suspend", json!(false));

@@ -67,6 +67,8 @@ pub struct Call<'a> {
     /// Warnings for the `Warning` response header (unknown fields under Warn,
     /// admission), shared by the call's copies.
     pub warnings: Warnings,
+    /// Annotations for the request's audit events (PodSecurity's).
+    pub audit: crate::audit::Annotations,
 }
 
 /// Warnings any stage of a call may add; the response carries them as `Warning` headers.

@@ -1,0 +1,873 @@
+//! `JobController`: runs each Job's pods to completion, as upstream's job controller.
+//!
+//! Every pod it creates carries the `batch.kubernetes.io/job-tracking` finalizer, so a
+//! finished pod cannot vanish before it is counted. Counting is crash-safe in three
+//! steps, as upstream: the finished pod's UID goes into `status.uncountedTerminatedPods`
+//! (written), its finalizer is removed, then it moves into `succeeded` or `failed`. A
+//! pod being deleted before it succeeded counts as failed.
+//!
+//! A pass (level-triggered, safe to repeat):
+//! 1. count finished pods (above); release the finalizers of pods whose Job is gone;
+//! 2. decide: suspended (delete active pods, `Suspended` condition), failed (more
+//!    failures than `backoffLimit`, `activeDeadlineSeconds` passed: `FailureTarget`,
+//!    then `Failed` once no pod is left running), complete (`completions` succeeded, or
+//!    in work-queue mode one succeeded and none running: `SuccessCriteriaMet`, then
+//!    `Complete`);
+//! 3. otherwise keep `min(parallelism, what is left)` pods active — for Indexed Jobs
+//!    one per missing completion index — recreating failed ones after a back-off of 10 s
+//!    doubling per failure since the last success (at most 10 minutes);
+//! 4. write status: active, ready, terminating, succeeded, failed, completedIndexes,
+//!    startTime, completionTime, conditions.
+
+pub mod indexes;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
+use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use krust_api::sync::Unpoisoned;
+use krust_client::cache::Cache;
+use krust_client::events::{EventRecorder, EventType};
+use krust_client::informer::{EventHandler, Informer, SharedInformers};
+use krust_client::is_status;
+use krust_client::queue::{Reconciler, WorkQueue};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use crate::Error;
+use crate::expectations::Expectations;
+use crate::owner::{controller_of, controller_ref, key_of, split_key};
+use crate::podcontrol::PodControl;
+use crate::replicaset::BURST_REPLICAS;
+
+/// The finalizer that keeps a Job's pod until the controller has counted it.
+pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
+/// The annotation (and label) with an Indexed Job pod's completion index.
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// The label every pod of a Job has (its generated selector).
+const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+/// Upstream's `DefaultJobPodFailureBackOff` and `MaxJobPodFailureBackOff`.
+const BACKOFF_BASE: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(600);
+
+/// Failures since the last success, and when the last one was counted.
+#[derive(Clone, Copy)]
+struct Backoff {
+    failures: u32,
+    last: Instant,
+}
+
+impl Backoff {
+    fn remaining(&self) -> Option<Duration> {
+        if self.failures == 0 {
+            return None;
+        }
+        let delay = BACKOFF_BASE
+            .saturating_mul(1 << (self.failures - 1).min(16))
+            .min(BACKOFF_MAX);
+        delay
+            .checked_sub(self.last.elapsed())
+            .filter(|d| !d.is_zero())
+    }
+}
+
+pub struct JobController {
+    client: Client,
+    jobs: Cache<Job>,
+    pods: Cache<Pod>,
+    queue: Arc<WorkQueue>,
+    expectations: Arc<Expectations>,
+    events: EventRecorder,
+    backoff: Mutex<HashMap<String, Backoff>>,
+}
+
+impl JobController {
+    /// Registers the controller on the shared Job informer and a pod informer of its own
+    /// (only pods of Jobs, whole: the controller reads their finalizers, annotations and
+    /// container states), which the caller runs.
+    pub fn new(
+        client: Client,
+        informers: &SharedInformers,
+        events: EventRecorder,
+    ) -> (Arc<Self>, Arc<Informer<Pod>>) {
+        let jobs = informers.get::<Job>();
+        let pods = Informer::<Pod>::new(
+            Api::all(client.clone()),
+            watcher::Config::default().labels(CONTROLLER_UID),
+        );
+        let controller = Arc::new(JobController {
+            client,
+            jobs: jobs.cache(),
+            pods: pods.cache(),
+            queue: WorkQueue::new("job"),
+            expectations: Arc::default(),
+            events,
+            backoff: Mutex::default(),
+        });
+        jobs.add_handler(Arc::new(JobEvents(controller.clone())));
+        pods.add_handler(Arc::new(PodEvents(controller.clone())));
+        (controller, pods)
+    }
+}
+
+struct JobEvents(Arc<JobController>);
+
+impl EventHandler<Job> for JobEvents {
+    fn on_apply(&self, _old: Option<&Job>, new: &Arc<Job>) {
+        self.0.queue.add(key_of(&new.metadata));
+    }
+    fn on_delete(&self, job: &Arc<Job>) {
+        let key = key_of(&job.metadata);
+        self.0.expectations.forget(&key);
+        self.0.backoff.locked().remove(&key);
+        // Its pods' finalizers must go.
+        self.0.queue.add(key);
+    }
+}
+
+struct PodEvents(Arc<JobController>);
+
+/// The `namespace/name` of the Job that controls a pod.
+fn job_key(pod: &Pod) -> Option<String> {
+    let r = controller_of(&pod.metadata).filter(|r| r.kind == "Job")?;
+    Some(format!(
+        "{}/{}",
+        pod.namespace().unwrap_or_default(),
+        r.name
+    ))
+}
+
+impl EventHandler<Pod> for PodEvents {
+    fn on_apply(&self, old: Option<&Pod>, new: &Arc<Pod>) {
+        if let Some(key) = job_key(new) {
+            if old.is_none() {
+                self.0.expectations.creation_observed(&key);
+            }
+            self.0.queue.add(key);
+        }
+    }
+    fn on_delete(&self, pod: &Arc<Pod>) {
+        if let Some(key) = job_key(pod) {
+            self.0
+                .expectations
+                .deletion_observed(&key, &key_of(&pod.metadata));
+            self.0.queue.add(key);
+        }
+    }
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
+}
+
+fn has_finalizer(pod: &Pod) -> bool {
+    pod.finalizers().iter().any(|f| f == TRACKING_FINALIZER)
+}
+
+/// Finished for the Job: Succeeded, or Failed, or being deleted before it succeeded
+/// (upstream's `isPodFailed`; with `podReplacementPolicy: Failed`, only Failed).
+fn outcome(pod: &Pod, only_failed: bool) -> Option<bool> {
+    match phase(pod) {
+        "Succeeded" => Some(true),
+        "Failed" => Some(false),
+        _ if !only_failed && pod.metadata.deletion_timestamp.is_some() => Some(false),
+        _ => None,
+    }
+}
+
+fn is_active(pod: &Pod) -> bool {
+    !matches!(phase(pod), "Succeeded" | "Failed") && pod.metadata.deletion_timestamp.is_none()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn index_of(pod: &Pod) -> Option<i32> {
+    pod.annotations().get(COMPLETION_INDEX)?.parse().ok()
+}
+
+/// Container restarts of a pod that is still running (restartPolicy OnFailure counts
+/// them as failures).
+fn restarts(pod: &Pod) -> i32 {
+    let status = pod.status.as_ref();
+    let lists = status.map(|s| [&s.init_container_statuses, &s.container_statuses]);
+    lists
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flatten()
+        .map(|c| c.restart_count)
+        .sum()
+}
+
+fn condition<'a>(status: &'a JobStatus, ty: &str) -> Option<&'a JobCondition> {
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == ty && c.status == "True")
+}
+
+/// Sets a condition (keeping its transition time when its status does not change).
+fn set_condition(status: &mut JobStatus, ty: &str, value: bool, reason: &str, message: &str) {
+    let now = Time(Timestamp::now());
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    let value = if value { "True" } else { "False" };
+    match conditions.iter_mut().find(|c| c.type_ == ty) {
+        Some(c) if c.status == value && c.reason.as_deref() == Some(reason) => {}
+        Some(c) => {
+            if c.status != value {
+                c.last_transition_time = Some(now.clone());
+            }
+            c.status = value.into();
+            c.reason = Some(reason.into());
+            c.message = Some(message.into());
+            c.last_probe_time = Some(now);
+        }
+        None => conditions.push(JobCondition {
+            type_: ty.into(),
+            status: value.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            last_probe_time: Some(now.clone()),
+            last_transition_time: Some(now),
+        }),
+    }
+}
+
+/// How a pass ends the Job, when it does.
+struct Ending {
+    /// `Complete` or `Failed`.
+    terminal: &'static str,
+    /// `SuccessCriteriaMet` or `FailureTarget`: set first, while pods still stop.
+    interim: &'static str,
+    reason: &'static str,
+    message: &'static str,
+}
+
+const COMPLETED: Ending = Ending {
+    terminal: "Complete",
+    interim: "SuccessCriteriaMet",
+    reason: "CompletionsReached",
+    message: "Reached expected number of succeeded pods",
+};
+
+impl Reconciler for JobController {
+    type Error = Error;
+
+    fn queue(&self) -> &Arc<WorkQueue> {
+        &self.queue
+    }
+
+    async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
+        let (ns, name) = split_key(key);
+        let pods: Vec<Arc<Pod>> = self.pods.state_filter(|p| {
+            p.metadata.namespace.as_deref() == Some(ns)
+                && controller_of(&p.metadata).is_some_and(|r| r.kind == "Job" && r.name == name)
+        });
+        let job = self.jobs.get(Some(ns), name);
+        let uid = job.as_ref().and_then(|j| j.uid());
+        let (owned, strays): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = pods.into_iter().partition(|p| {
+            controller_of(&p.metadata).is_some_and(|r| Some(&r.uid) == uid.as_ref())
+        });
+        // Pods of a Job that is gone (or was replaced) are released at once.
+        self.release(strays.iter().filter(|p| has_finalizer(p)))
+            .await?;
+        let Some(job) = job else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        if job.metadata.deletion_timestamp.is_some() {
+            self.release(owned.iter().filter(|p| has_finalizer(p)))
+                .await?;
+            return Ok(None);
+        }
+        self.sync(key, &job, owned).await
+    }
+}
+
+impl JobController {
+    /// Removes the tracking finalizer from `pods`.
+    async fn release(&self, pods: impl Iterator<Item = &Arc<Pod>>) -> Result<(), Error> {
+        let patch = serde_json::json!({"metadata": {
+            "$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER]}});
+        let results = join_all(pods.map(|pod| {
+            let api: Api<Pod> = Api::namespaced(
+                self.client.clone(),
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+            );
+            let patch = patch.clone();
+            async move {
+                let name = pod.name_any();
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_status(&e, 404) => Ok(()),
+                    Err(e) => Err(Error::api(
+                        "removing the job-tracking finalizer",
+                        key_of(&pod.metadata),
+                        e,
+                    )),
+                }
+            }
+        }))
+        .await;
+        results.into_iter().collect()
+    }
+
+    async fn write_status(&self, key: &str, job: &Job, status: JobStatus) -> Result<Job, Error> {
+        let mut updated = job.clone();
+        updated.status = Some(status);
+        Api::<Job>::namespaced(self.client.clone(), split_key(key).0)
+            .replace_status(&job.name_any(), &PostParams::default(), &updated)
+            .await
+            .map_err(|e| Error::api("updating status of job", key, e))
+    }
+
+    async fn sync(
+        &self,
+        key: &str,
+        job: &Arc<Job>,
+        pods: Vec<Arc<Pod>>,
+    ) -> Result<Option<Duration>, Error> {
+        let spec = job.spec.clone().unwrap_or_default();
+        let original = job.status.clone().unwrap_or_default();
+        let mut status = original.clone();
+        let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+        let only_failed = spec.pod_replacement_policy.as_deref() == Some("Failed");
+        let finished = ["Complete", "Failed"]
+            .into_iter()
+            .find(|t| condition(&original, t).is_some());
+
+        // 1. Count finished pods: record their UIDs, release them, then count them.
+        let mut uncounted = status.uncounted_terminated_pods.take().unwrap_or_default();
+        let mut recorded = false;
+        for pod in pods.iter().filter(|p| has_finalizer(p)) {
+            let uid = pod.uid().unwrap_or_default();
+            let lists = [&uncounted.succeeded, &uncounted.failed];
+            if lists.into_iter().flatten().flatten().any(|u| *u == uid) {
+                continue;
+            }
+            // A finished Job lets go of every pod; still-running ones count as failed.
+            let result = outcome(pod, only_failed).or(finished.map(|_| false));
+            let list = match result {
+                Some(true) => &mut uncounted.succeeded,
+                Some(false) => &mut uncounted.failed,
+                None => continue,
+            };
+            list.get_or_insert_with(Vec::new).push(uid);
+            recorded = true;
+        }
+        let mut job = (**job).clone();
+        if recorded {
+            status.uncounted_terminated_pods = Some(uncounted.clone());
+            job = self.write_status(key, &job, status.clone()).await?;
+        }
+        let counted: BTreeSet<String> = [&uncounted.succeeded, &uncounted.failed]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .cloned()
+            .collect();
+        self.release(
+            pods.iter()
+                .filter(|p| has_finalizer(p) && counted.contains(&p.uid().unwrap_or_default())),
+        )
+        .await?;
+        let completions = spec.completions;
+        let mut completed = indexes::parse(
+            status.completed_indexes.as_deref().unwrap_or_default(),
+            completions.unwrap_or(0),
+        );
+        let newly_succeeded = uncounted.succeeded.take().unwrap_or_default();
+        let newly_failed = uncounted.failed.take().unwrap_or_default();
+        for uid in &newly_succeeded {
+            let pod = pods.iter().find(|p| p.uid().as_deref() == Some(uid));
+            if let Some(i) = pod.and_then(|p| index_of(p)) {
+                completed.insert(i);
+            }
+        }
+        status.succeeded = Some(status.succeeded.unwrap_or(0) + newly_succeeded.len() as i32);
+        status.failed = Some(status.failed.unwrap_or(0) + newly_failed.len() as i32);
+        status.uncounted_terminated_pods = Some(UncountedTerminatedPods::default());
+        if indexed {
+            completed.retain(|i| *i < completions.unwrap_or(0));
+            status.completed_indexes = Some(indexes::format(&completed));
+        }
+        self.note_outcomes(key, newly_succeeded.len(), newly_failed.len());
+
+        let active: Vec<&Arc<Pod>> = pods.iter().filter(|p| is_active(p)).collect();
+        let terminating = pods
+            .iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_some()
+                    && !matches!(phase(p), "Succeeded" | "Failed")
+            })
+            .count() as i32;
+        let succeeded = status.succeeded.unwrap_or(0);
+        let failed = status.failed.unwrap_or(0);
+        let suspended = spec.suspend == Some(true);
+        let mut requeue = None;
+
+        if finished.is_none() {
+            let now = Timestamp::now();
+            if suspended {
+                if condition(&status, "Suspended").is_none() {
+                    set_condition(
+                        &mut status,
+                        "Suspended",
+                        true,
+                        "JobSuspended",
+                        "Job suspended",
+                    );
+                    self.events.record(
+                        &job,
+                        EventType::Normal,
+                        "Suspended",
+                        "Job suspended".into(),
+                    );
+                }
+            } else if condition(&status, "Suspended").is_some() {
+                set_condition(&mut status, "Suspended", false, "JobResumed", "Job resumed");
+                // The deadline counts from the resumption.
+                status.start_time = Some(Time(now));
+                self.events
+                    .record(&job, EventType::Normal, "Resumed", "Job resumed".into());
+            }
+            if !suspended && status.start_time.is_none() {
+                status.start_time = Some(Time(now));
+            }
+            let ending = self.ending(&spec, &status, &active, &completed, succeeded, failed);
+            let deadline = spec
+                .active_deadline_seconds
+                .zip(status.start_time.as_ref())
+                .map(|(seconds, start)| start.0.as_second() + seconds - now.as_second());
+            let ending = ending.or(match deadline {
+                Some(left) if left <= 0 && !suspended => Some(Ending {
+                    terminal: "Failed",
+                    interim: "FailureTarget",
+                    reason: "DeadlineExceeded",
+                    message: "Job was active longer than specified deadline",
+                }),
+                Some(left) if !suspended => {
+                    requeue = Some(Duration::from_secs(left as u64));
+                    None
+                }
+                _ => None,
+            });
+            match ending {
+                Some(ending) => {
+                    if condition(&status, ending.interim).is_none() {
+                        set_condition(
+                            &mut status,
+                            ending.interim,
+                            true,
+                            ending.reason,
+                            ending.message,
+                        );
+                    }
+                    // Whatever still runs is stopped; the Job ends when nothing does.
+                    self.delete_pods(key, &job, &active).await?;
+                    if active.is_empty() && terminating == 0 {
+                        set_condition(
+                            &mut status,
+                            ending.terminal,
+                            true,
+                            ending.reason,
+                            ending.message,
+                        );
+                        if ending.terminal == "Complete" {
+                            status.completion_time = Some(Time(now));
+                            self.events.record(
+                                &job,
+                                EventType::Normal,
+                                "Completed",
+                                "Job completed".into(),
+                            );
+                        } else {
+                            self.events.record(
+                                &job,
+                                EventType::Warning,
+                                ending.reason,
+                                ending.message.into(),
+                            );
+                        }
+                    }
+                }
+                None if suspended => self.delete_pods(key, &job, &active).await?,
+                None => {
+                    if self.expectations.satisfied(key) {
+                        requeue = min(
+                            requeue,
+                            self.manage(
+                                key,
+                                &job,
+                                &spec,
+                                &active,
+                                &completed,
+                                succeeded,
+                                terminating,
+                            )
+                            .await?,
+                        );
+                    }
+                }
+            }
+        }
+
+        let pending = self.expectations.pending_deletions(key);
+        let active: Vec<&&Arc<Pod>> = active
+            .iter()
+            .filter(|p| !pending.contains(&key_of(&p.metadata)))
+            .collect();
+        status.active = Some(active.len() as i32);
+        status.ready = Some(active.iter().filter(|p| is_ready(p)).count() as i32);
+        status.terminating = Some(terminating);
+        if job.status.as_ref() != Some(&status) {
+            self.write_status(key, &job, status).await?;
+        }
+        Ok(requeue)
+    }
+
+    /// Whether the Job has now failed or succeeded, and how.
+    fn ending(
+        &self,
+        spec: &k8s_openapi::api::batch::v1::JobSpec,
+        status: &JobStatus,
+        active: &[&Arc<Pod>],
+        completed: &BTreeSet<i32>,
+        succeeded: i32,
+        failed: i32,
+    ) -> Option<Ending> {
+        if let Some(ending) = ["FailureTarget", "SuccessCriteriaMet"]
+            .into_iter()
+            .find_map(|t| condition(status, t))
+        {
+            // Decided before: finish what was started.
+            let failing = ending.type_ == "FailureTarget";
+            return Some(Ending {
+                terminal: if failing { "Failed" } else { "Complete" },
+                interim: if failing {
+                    "FailureTarget"
+                } else {
+                    "SuccessCriteriaMet"
+                },
+                reason: if failing {
+                    match ending.reason.as_deref() {
+                        Some("DeadlineExceeded") => "DeadlineExceeded",
+                        _ => "BackoffLimitExceeded",
+                    }
+                } else {
+                    "CompletionsReached"
+                },
+                message: if failing {
+                    match ending.reason.as_deref() {
+                        Some("DeadlineExceeded") => "Job was active longer than specified deadline",
+                        _ => "Job has reached the specified backoff limit",
+                    }
+                } else {
+                    COMPLETED.message
+                },
+            });
+        }
+        let limit = spec.backoff_limit.unwrap_or(6);
+        let on_failure = spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            == Some("OnFailure");
+        let restarts: i32 = if on_failure {
+            active.iter().map(|p| restarts(p)).sum()
+        } else {
+            0
+        };
+        let past_on_failure = on_failure
+            && if limit == 0 {
+                restarts > 0
+            } else {
+                restarts >= limit
+            };
+        if failed > limit || past_on_failure {
+            return Some(Ending {
+                terminal: "Failed",
+                interim: "FailureTarget",
+                reason: "BackoffLimitExceeded",
+                message: "Job has reached the specified backoff limit",
+            });
+        }
+        let complete = match (spec.completion_mode.as_deref(), spec.completions) {
+            (Some("Indexed"), Some(c)) => completed.len() as i32 >= c,
+            (_, Some(c)) => succeeded >= c,
+            (_, None) => succeeded > 0 && active.is_empty(),
+        };
+        complete.then_some(COMPLETED)
+    }
+
+    /// Counts outcomes into the back-off: a success resets it, a failure doubles it.
+    fn note_outcomes(&self, key: &str, succeeded: usize, failed: usize) {
+        let mut backoff = self.backoff.locked();
+        if succeeded > 0 {
+            backoff.remove(key);
+        }
+        if failed > 0 {
+            let entry = backoff.entry(key.to_string()).or_insert(Backoff {
+                failures: 0,
+                last: Instant::now(),
+            });
+            entry.failures += failed as u32;
+            entry.last = Instant::now();
+        }
+    }
+
+    /// Creates or deletes pods so that the right ones run. Returns when to look again
+    /// (a back-off to wait out).
+    #[allow(clippy::too_many_arguments)]
+    async fn manage(
+        &self,
+        key: &str,
+        job: &Job,
+        spec: &k8s_openapi::api::batch::v1::JobSpec,
+        active: &[&Arc<Pod>],
+        completed: &BTreeSet<i32>,
+        succeeded: i32,
+        terminating: i32,
+    ) -> Result<Option<Duration>, Error> {
+        let parallelism = spec.parallelism.unwrap_or(1).max(0);
+        let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+        // Which pods should go, and which indexes (None: unindexed) need a pod.
+        let (excess, wanted): (Vec<&Arc<Pod>>, Vec<Option<i32>>) = if indexed {
+            let completions = spec.completions.unwrap_or(0);
+            let mut seen = BTreeSet::new();
+            let mut excess = Vec::new();
+            for pod in active {
+                match index_of(pod) {
+                    Some(i) if i < completions && !completed.contains(&i) && seen.insert(i) => {}
+                    _ => excess.push(*pod),
+                }
+            }
+            let room = (parallelism as usize).saturating_sub(seen.len());
+            let missing = indexes::missing(completions, completed, &seen);
+            (excess, missing.into_iter().take(room).map(Some).collect())
+        } else {
+            let want = match spec.completions {
+                Some(c) => (c - succeeded).clamp(0, parallelism),
+                None if succeeded > 0 => active.len() as i32,
+                None => parallelism,
+            } as usize;
+            let mut ranked: Vec<&Arc<Pod>> = active.to_vec();
+            // Not ready first, then the newest.
+            ranked.sort_by_key(|p| {
+                (
+                    is_ready(p),
+                    std::cmp::Reverse(p.metadata.creation_timestamp.clone()),
+                )
+            });
+            let excess = ranked
+                .into_iter()
+                .take(active.len().saturating_sub(want))
+                .collect();
+            (excess, vec![None; want.saturating_sub(active.len())])
+        };
+        self.delete_pods(key, job, &excess).await?;
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        // podReplacementPolicy Failed: replacements wait until the old pods are gone.
+        if spec.pod_replacement_policy.as_deref() == Some("Failed") && terminating > 0 {
+            return Ok(None);
+        }
+        if let Some(wait) = self.backoff.locked().get(key).and_then(Backoff::remaining) {
+            return Ok(Some(wait));
+        }
+        let wanted: Vec<Option<i32>> = wanted.into_iter().take(BURST_REPLICAS).collect();
+        self.control(key, job)
+            .create(wanted.len(), |n| pod_for(job, wanted[n]))
+            .await?;
+        Ok(None)
+    }
+
+    fn control<'a>(&'a self, key: &'a str, job: &'a Job) -> PodControl<'a, Job> {
+        PodControl {
+            client: &self.client,
+            expectations: &self.expectations,
+            events: &self.events,
+            key,
+            owner: job,
+        }
+    }
+
+    async fn delete_pods(&self, key: &str, job: &Job, pods: &[&Arc<Pod>]) -> Result<(), Error> {
+        let pods: Vec<(&str, String)> = pods
+            .iter()
+            .map(|p| {
+                (
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                    key_of(&p.metadata),
+                )
+            })
+            .collect();
+        self.control(key, job).delete(&pods).await
+    }
+}
+
+fn min(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A pod for the Job: its template, the tracking finalizer, a controller reference;
+/// for an Indexed Job its index (annotation, label, `JOB_COMPLETION_INDEX`, hostname
+/// `<job>-<index>`), as upstream.
+pub fn pod_for(job: &Job, index: Option<i32>) -> Pod {
+    let template: PodTemplateSpec = job
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    let meta = template.metadata.unwrap_or_default();
+    let mut finalizers = meta.finalizers.unwrap_or_default();
+    finalizers.push(TRACKING_FINALIZER.into());
+    let name = job.name_any();
+    let mut pod = Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(match index {
+                Some(i) => format!("{name}-{i}-"),
+                None => format!("{name}-"),
+            }),
+            namespace: job.namespace(),
+            labels: meta.labels,
+            annotations: meta.annotations,
+            finalizers: Some(finalizers),
+            owner_references: Some(vec![controller_ref(job)]),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    };
+    if let Some(i) = index {
+        let value = i.to_string();
+        pod.annotations_mut()
+            .insert(COMPLETION_INDEX.into(), value.clone());
+        pod.labels_mut().insert(COMPLETION_INDEX.into(), value);
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        if spec.hostname.as_deref().is_none_or(str::is_empty) {
+            spec.hostname = Some(format!("{name}-{i}"));
+        }
+        let env = EnvVar {
+            name: "JOB_COMPLETION_INDEX".into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    api_version: None,
+                    field_path: format!("metadata.annotations['{COMPLETION_INDEX}']"),
+                }),
+                ..Default::default()
+            }),
+        };
+        let init = spec.init_containers.iter_mut().flatten();
+        for c in spec.containers.iter_mut().chain(init) {
+            let vars = c.env.get_or_insert_with(Vec::new);
+            if !vars.iter().any(|v| v.name == env.name) {
+                vars.push(env.clone());
+            }
+        }
+    }
+    pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(spec: serde_json::Value) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "pi", "namespace": "ns", "uid": "u1"},
+            "spec": spec}))
+        .unwrap()
+    }
+
+    #[test]
+    fn indexed_pods_carry_their_index_everywhere_upstream_puts_it() {
+        let j = job(
+            serde_json::json!({"completionMode": "Indexed", "completions": 3,
+            "template": {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "u1"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}),
+        );
+        let pod = pod_for(&j, Some(2));
+        assert_eq!(pod.metadata.generate_name.as_deref(), Some("pi-2-"));
+        assert_eq!(pod.annotations()[COMPLETION_INDEX], "2");
+        assert_eq!(pod.labels()[COMPLETION_INDEX], "2");
+        assert_eq!(pod.labels()[CONTROLLER_UID], "u1");
+        assert!(has_finalizer(&pod));
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("pi-2"));
+        let env = &spec.containers[0].env.as_ref().unwrap()[0];
+        assert_eq!(env.name, "JOB_COMPLETION_INDEX");
+        assert_eq!(
+            env.value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path,
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        );
+        let owner = &pod.metadata.owner_references.unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.controller), ("Job", Some(true)));
+        let plain = pod_for(&j, None);
+        assert_eq!(plain.metadata.generate_name.as_deref(), Some("pi-"));
+        assert!(plain.annotations().get(COMPLETION_INDEX).is_none());
+    }
+
+    #[test]
+    fn back_off_doubles_per_failure_up_to_ten_minutes() {
+        let at = |failures| {
+            Backoff {
+                failures,
+                last: Instant::now(),
+            }
+            .remaining()
+            .map(|d| d.as_secs() + 1)
+        };
+        assert_eq!(at(0), None);
+        assert_eq!(at(1), Some(10));
+        assert_eq!(at(3), Some(40));
+        assert_eq!(at(20), Some(600));
+    }
+
+    #[test]
+    fn deleted_pods_count_as_failed_unless_only_failures_are_replaced() {
+        let mut pod = Pod::default();
+        assert_eq!(outcome(&pod, false), None);
+        pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        assert_eq!(outcome(&pod, false), Some(false));
+        assert_eq!(outcome(&pod, true), None);
+        pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        assert_eq!(outcome(&pod, false), Some(true));
+    }
+}

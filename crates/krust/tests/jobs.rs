@@ -1,0 +1,214 @@
+//! Jobs through the real kubectl: on a real node (containerd + runc) a Job's pods run
+//! and exit — completions with parallelism, an Indexed Job whose pods see their index,
+//! a failing Job stopped at its backoff limit, a finished Job deleted after its TTL;
+//! without nodes, suspension and the active deadline.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Server;
+use serde_json::{Value, json};
+
+fn job(name: &str, spec: Value, script: &str) -> String {
+    let mut spec = spec;
+    spec["template"] = json!({"spec": {"restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+        "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", script]}]}});
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec})
+        .to_string()
+}
+
+fn condition<'a>(job: &'a Value, ty: &str) -> Option<&'a Value> {
+    job["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty && c["status"] == "True")
+}
+
+fn job_pods(s: &Server, job: &str) -> Vec<Value> {
+    let list = s.get_json(&["pods", "-l", &format!("batch.kubernetes.io/job-name={job}")]);
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn jobs_run_their_pods_to_completion_on_a_real_node() {
+    let s = Server::with_agent(&["--cluster-cidr=10.81.0.0/16"]);
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job(
+            "five",
+            json!({"completions": 5, "parallelism": 2}),
+            "echo done",
+        ),
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job(
+            "idx",
+            json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed"}),
+            "echo index=$JOB_COMPLETION_INDEX host=$(hostname)",
+        ),
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job("short", json!({"ttlSecondsAfterFinished": 0}), "true"),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/five",
+        "job/idx",
+        "--timeout=120s",
+    ]);
+
+    let five = s.get_json(&["job", "five"]);
+    assert_eq!(five["status"]["succeeded"], 5, "{five}");
+    assert_eq!(five["status"]["active"], 0);
+    assert!(five["status"]["completionTime"].is_string());
+    for ty in ["SuccessCriteriaMet", "Complete"] {
+        let c = condition(&five, ty).unwrap_or_else(|| panic!("{ty} in {five}"));
+        assert_eq!(c["reason"], "CompletionsReached");
+        assert_eq!(c["message"], "Reached expected number of succeeded pods");
+    }
+    let pods = job_pods(&s, "five");
+    assert_eq!(pods.len(), 5);
+    for pod in &pods {
+        assert_eq!(pod["status"]["phase"], "Succeeded");
+        // Counted, so released: no job-tracking finalizer is left.
+        assert!(pod["metadata"]["finalizers"].is_null(), "{pod}");
+    }
+    let events = s.ok(&["get", "events", "--field-selector=involvedObject.name=five"]);
+    assert!(
+        events.contains("SuccessfulCreate") && events.contains("Completed"),
+        "{events}"
+    );
+
+    // Indexed: one pod per index, which it sees in its environment and hostname.
+    let idx = s.get_json(&["job", "idx"]);
+    assert_eq!(idx["status"]["completedIndexes"], "0-2", "{idx}");
+    let mut seen = Vec::new();
+    for pod in job_pods(&s, "idx") {
+        let index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+            .expect("an index")
+            .to_string();
+        let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+        let log = s.ok(&["logs", name]);
+        assert_eq!(log.trim(), format!("index={index} host=idx-{index}"));
+        seen.push(index);
+    }
+    seen.sort();
+    assert_eq!(seen, ["0", "1", "2"]);
+
+    // ttlSecondsAfterFinished: 0 — gone as soon as it finished, pods and all.
+    s.ok(&["wait", "--for=delete", "job/short", "--timeout=60s"]);
+    common::wait_for("short's pods gone", Duration::from_secs(30), || {
+        job_pods(&s, "short").is_empty().then_some(())
+    });
+
+    // A Job whose pods fail stops after backoffLimit + 1 failures (10 s apart).
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job("fail", json!({"backoffLimit": 1}), "exit 3"),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/fail",
+        "--timeout=90s",
+    ]);
+    let fail = s.get_json(&["job", "fail"]);
+    assert_eq!(fail["status"]["failed"], 2, "{fail}");
+    let failed = condition(&fail, "Failed").expect("Failed");
+    assert_eq!(failed["reason"], "BackoffLimitExceeded");
+    assert_eq!(
+        failed["message"],
+        "Job has reached the specified backoff limit"
+    );
+    assert!(condition(&fail, "FailureTarget").is_some());
+    assert_eq!(job_pods(&s, "fail").len(), 2);
+}
+
+#[test]
+fn suspended_jobs_run_nothing_and_deadlines_stop_jobs() {
+    // No node: the pods stay Pending, which is all these need.
+    let s = Server::start();
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job(
+            "paused",
+            json!({"suspend": true, "parallelism": 2, "completions": 4}),
+            "true",
+        ),
+    );
+    let suspended = common::wait_for("Suspended", Duration::from_secs(20), || {
+        let j = s.get_json(&["job", "paused"]);
+        condition(&j, "Suspended").cloned()
+    });
+    assert_eq!(suspended["reason"], "JobSuspended");
+    assert!(job_pods(&s, "paused").is_empty());
+    assert!(s.get_json(&["job", "paused"])["status"]["startTime"].is_null());
+
+    s.ok(&[
+        "patch",
+        "job",
+        "paused",
+        "-p",
+        r#"{"spec":{"suspend":false}}"#,
+    ]);
+    common::wait_for("two pods", Duration::from_secs(20), || {
+        (job_pods(&s, "paused").len() == 2).then_some(())
+    });
+    let resumed = s.get_json(&["job", "paused"]);
+    let c = resumed["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Suspended").cloned())
+        .expect("the Suspended condition");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some("JobResumed"))
+    );
+    assert!(resumed["status"]["startTime"].is_string());
+    common::wait_for("active 2", Duration::from_secs(20), || {
+        (s.get_json(&["job", "paused"])["status"]["active"] == 2).then_some(())
+    });
+    // Suspending again deletes the running pods.
+    s.ok(&[
+        "patch",
+        "job",
+        "paused",
+        "-p",
+        r#"{"spec":{"suspend":true}}"#,
+    ]);
+    common::wait_for("pods deleted", Duration::from_secs(20), || {
+        job_pods(&s, "paused").is_empty().then_some(())
+    });
+
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job(
+            "late",
+            json!({"activeDeadlineSeconds": 2, "parallelism": 2, "completions": 4}),
+            "true",
+        ),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/late",
+        "--timeout=30s",
+    ]);
+    let late = s.get_json(&["job", "late"]);
+    let failed = condition(&late, "Failed").expect("Failed");
+    assert_eq!(failed["reason"], "DeadlineExceeded");
+    assert_eq!(
+        failed["message"],
+        "Job was active longer than specified deadline"
+    );
+    assert_eq!(late["status"]["active"], 0);
+    assert_eq!(late["status"]["failed"], 2, "{late}");
+    common::wait_for("late's pods gone", Duration::from_secs(20), || {
+        job_pods(&s, "late").is_empty().then_some(())
+    });
+}
