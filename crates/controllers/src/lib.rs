@@ -17,11 +17,13 @@
 //! `default` ServiceAccount and `kube-root-ca.crt` in every namespace), [`nodeipam`]
 //! (a pod range per Node), [`nodelifecycle`] (taints from Node conditions),
 //! [`resourcequota`] (ResourceQuotas' `status.used`), [`job`] (Jobs' pods run to
-//! completion), [`ttlafterfinished`] (finished Jobs deleted after their TTL) and
+//! completion), [`ttlafterfinished`] (finished Jobs deleted after their TTL),
+//! [`cronjob`] (Jobs on a schedule) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
 pub mod clusterroleaggregation;
+pub mod cronjob;
 pub mod deployment;
 pub mod endpoints;
 mod error;
@@ -112,6 +114,9 @@ async fn run_controllers(client: Client, config: &Config) {
         krust_client::events::EventRecorder::new(client.clone(), "job-controller");
     let (jobs, job_pods) = job::JobController::new(client.clone(), &informers, j_events);
     let ttl = ttlafterfinished::TtlAfterFinishedController::new(client.clone(), &informers);
+    let (cj_events, cj_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "cronjob-controller");
+    let cronjobs = cronjob::CronJobController::new(client.clone(), &informers, cj_events);
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -122,11 +127,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(rs_sender);
     tasks.spawn(d_sender);
     tasks.spawn(j_sender);
+    tasks.spawn(cj_sender);
     tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(deployments, workers));
@@ -141,6 +147,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(quotas, workers));
     tasks.spawn(queue::run(jobs, workers));
     tasks.spawn(queue::run(ttl, workers));
+    tasks.spawn(queue::run(cronjobs, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

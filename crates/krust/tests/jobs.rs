@@ -212,3 +212,78 @@ fn suspended_jobs_run_nothing_and_deadlines_stop_jobs() {
         job_pods(&s, "late").is_empty().then_some(())
     });
 }
+
+#[test]
+fn cronjobs_start_jobs_on_schedule_and_keep_their_history_limit() {
+    let s = Server::with_agent(&["--cluster-cidr=10.82.0.0/16"]);
+    let template = json!({"spec": {"template": {"spec": {"restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+        "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}});
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick"},
+            "spec": {"schedule": "* * * * *", "successfulJobsHistoryLimit": 1,
+                "jobTemplate": template}})
+        .to_string(),
+    );
+    // kubectl's own way to run one now.
+    s.ok(&["create", "job", "now", "--from=cronjob/tick"]);
+    s.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/now",
+        "--timeout=60s",
+    ]);
+
+    // Two scheduled runs (a minute apart): the first is deleted once the second has
+    // completed, as the history limit of 1 says.
+    let scheduled = |s: &Server| -> Vec<Value> {
+        let jobs = s.get_json(&["jobs"]);
+        jobs["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|j| {
+                j["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+                    .is_string()
+            })
+            .cloned()
+            .collect()
+    };
+    let first = common::wait_for("a scheduled job", Duration::from_secs(90), || {
+        scheduled(&s).first().cloned()
+    });
+    let first_name = first["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let minutes: i64 = first_name
+        .trim_start_matches("tick-")
+        .parse()
+        .expect("minutes in the name");
+    let stamp = first["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+        .as_str()
+        .unwrap_or_default();
+    let at: jiff::Timestamp = stamp.parse().expect("an RFC 3339 time");
+    assert_eq!(at.as_second(), minutes * 60, "{stamp}");
+    assert_eq!(first["metadata"]["ownerReferences"][0]["kind"], "CronJob");
+    common::wait_for(
+        "the first run replaced by the second",
+        Duration::from_secs(150),
+        || {
+            let jobs = scheduled(&s);
+            let done = |j: &Value| condition(j, "Complete").is_some();
+            (jobs.len() == 1
+                && jobs[0]["metadata"]["name"] != first_name.as_str()
+                && done(&jobs[0]))
+            .then_some(())
+        },
+    );
+    let tick = s.get_json(&["cronjob", "tick"]);
+    assert!(tick["status"]["lastScheduleTime"].is_string(), "{tick}");
+    assert!(tick["status"]["lastSuccessfulTime"].is_string(), "{tick}");
+    let events = s.ok(&["get", "events", "--field-selector=involvedObject.name=tick"]);
+    for reason in ["SuccessfulCreate", "SawCompletedJob", "SuccessfulDelete"] {
+        assert!(events.contains(reason), "{reason} in {events}");
+    }
+}
