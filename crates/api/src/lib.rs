@@ -1,10 +1,11 @@
 //! Types and helpers shared by every krust component: the resource registry, label and
 //! field selectors, IPv4 CIDRs, generated names, resource quantities, quota accounting,
-//! `metav1.Status` errors and panic messages. Small on purpose: every component compiles it. What only
+//! cron schedules, `metav1.Status` errors and panic messages. Small on purpose: every component compiles it. What only
 //! the apiserver needs (patches, server-side apply, protobuf decoding) is in
 //! `krust-apimachinery`.
 
 pub mod cidr;
+pub mod cron;
 pub mod names;
 pub mod panics;
 pub mod quantity;

@@ -107,6 +107,31 @@ fn jobs_run_their_pods_to_completion_on_a_real_node() {
         job_pods(&s, "short").is_empty().then_some(())
     });
 
+    // A podFailurePolicy FailJob rule ends the Job at the first matching exit code.
+    let mut doomed: Value =
+        serde_json::from_str(&job("doomed", json!({"backoffLimit": 6}), "exit 42")).unwrap();
+    doomed["spec"]["podFailurePolicy"] = json!({"rules": [
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]});
+    s.ok_stdin(&["create", "-f", "-"], &doomed.to_string());
+    s.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/doomed",
+        "--timeout=60s",
+    ]);
+    let doomed = s.get_json(&["job", "doomed"]);
+    let failed = condition(&doomed, "Failed").expect("Failed");
+    assert_eq!(failed["reason"], "PodFailurePolicy");
+    let pod = job_pods(&s, "doomed").pop().expect("its pod");
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    assert_eq!(
+        failed["message"],
+        format!(
+            "Container c for pod default/{pod_name} failed with exit code 42 matching FailJob rule at index 0"
+        )
+    );
+    assert_eq!(doomed["status"]["failed"], 1);
+
     // A Job whose pods fail stops after backoffLimit + 1 failures (10 s apart).
     s.ok_stdin(
         &["create", "-f", "-"],
@@ -226,6 +251,29 @@ fn cronjobs_start_jobs_on_schedule_and_keep_their_history_limit() {
                 "jobTemplate": template}})
         .to_string(),
     );
+    // Schedules and time zones are validated as upstream.
+    let refused = s.fails(&[
+        "create",
+        "cronjob",
+        "bad",
+        "--image=busybox",
+        "--schedule=61 * * * *",
+    ]);
+    assert!(
+        refused.contains(r#"spec.schedule: Invalid value: "61 * * * *": end of range (61) above maximum (59): 61"#),
+        "{refused}"
+    );
+    let mut zoned = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "zoned"},
+        "spec": {"schedule": "0 0 29 2 *", "timeZone": "Mars/Olympus", "jobTemplate": template}});
+    let refused = s.fails_stdin(&["create", "-f", "-"], &zoned.to_string());
+    assert!(
+        refused.contains(
+            r#"spec.timeZone: Invalid value: "Mars/Olympus": unknown time zone Mars/Olympus"#
+        ),
+        "{refused}"
+    );
+    zoned["spec"]["timeZone"] = json!("Europe/Berlin");
+    s.ok_stdin(&["create", "-f", "-"], &zoned.to_string());
     // kubectl's own way to run one now.
     s.ok(&["create", "job", "now", "--from=cronjob/tick"]);
     s.ok(&[

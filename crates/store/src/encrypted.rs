@@ -11,7 +11,8 @@
 //! so a store written by krust reads with upstream's keys and the other way round.
 //! Writes use the first transformer of a prefix; reads pick the transformer whose
 //! prefix the value carries, which is what makes key rotation work (new key first, old
-//! key still listed, every value re-written, old key dropped).
+//! key still listed, every value re-written, old key dropped). [`Store::stale`] tells
+//! the apiserver which unchanged objects still need that write.
 
 use std::fmt;
 use std::sync::Arc;
@@ -405,6 +406,14 @@ impl Store for EncryptedStore {
     async fn compacted_revision(&self) -> Result<Revision> {
         self.inner.compacted_revision().await
     }
+
+    async fn stale(&self, key: &str) -> Result<bool> {
+        let Some(rule) = rule_for(&self.rules, key) else {
+            return Ok(false);
+        };
+        let (kv, _) = self.inner.get(key, 0).await?;
+        Ok(kv.is_some_and(|kv| rule.is_stale(&kv.value)))
+    }
 }
 
 /// Re-writes every value under the rules' prefixes that another transformer than the
@@ -595,7 +604,10 @@ mod tests {
             inner.clone(),
             rule(vec![new(), old(), Transformer::identity()]),
         );
+        assert!(rotated.stale("/registry/secrets/ns/a").await.unwrap());
+        assert!(!rotated.stale("/registry/configmaps/ns/a").await.unwrap());
         assert_eq!(rewrite_stale(&rotated).await.unwrap(), 2);
+        assert!(!rotated.stale("/registry/secrets/ns/a").await.unwrap());
         assert_eq!(rewrite_stale(&rotated).await.unwrap(), 0);
         for key in ["/registry/secrets/ns/a", "/registry/secrets/ns/old"] {
             assert!(

@@ -173,4 +173,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// The revision up to which history has been compacted (0 if never).
     async fn compacted_revision(&self) -> Result<Revision>;
+
+    /// Whether the key's stored value should be written again even when it does not
+    /// change: an encrypting store says so for values sealed with an older key, which
+    /// is how a write of an unchanged object (`kubectl replace`) rotates it.
+    async fn stale(&self, _key: &str) -> Result<bool> {
+        Ok(false)
+    }
 }

@@ -198,14 +198,31 @@ impl Strategy for CronJob {
     }
     fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
         let schedule = obj["spec"]["schedule"].as_str().unwrap_or_default();
+        let invalid = |why: String| Cause::invalid("spec.schedule", &obj["spec"]["schedule"], why);
         if schedule.is_empty() {
             errs.push(Cause::required("spec.schedule"));
-        } else if !schedule.starts_with('@') && schedule.split_whitespace().count() != 5 {
-            errs.push(Cause::invalid(
-                "spec.schedule",
-                &obj["spec"]["schedule"],
-                "expected exactly 5 fields",
+        } else if schedule.contains("TZ") {
+            errs.push(invalid(
+                "cannot use TZ or CRON_TZ in schedule, use timeZone field instead".into(),
             ));
+        } else if let Err(why) = krust_api::cron::Schedule::parse(schedule) {
+            errs.push(invalid(why));
+        }
+        if let Some(zone) = obj["spec"]["timeZone"].as_str() {
+            let why = if zone.eq_ignore_ascii_case("local") {
+                Some("timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones".to_string())
+            } else if zone.is_empty() || jiff::tz::TimeZone::get(zone).is_err() {
+                Some(format!("unknown time zone {zone}"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                errs.push(Cause::invalid(
+                    "spec.timeZone",
+                    &obj["spec"]["timeZone"],
+                    why,
+                ));
+            }
         }
         let policy = &obj["spec"]["concurrencyPolicy"];
         if let Some(p) = policy.as_str()

@@ -7,7 +7,7 @@ use krust_apimachinery::patch::{TypeRef, apply_strategic_merge_patch, root_type}
 use krust_store::{Compare, Revision};
 use serde_json::{Value, json};
 
-use super::{Call, Part, now, parse_rv};
+use super::{Call, Part, now, parse_rv, store_error};
 use crate::kinds::validation::{check_annotations, check_generate_name, check_labels, check_name};
 use crate::response::Response;
 
@@ -255,8 +255,12 @@ pub async fn update_object(
     let mut old_cmp = old.clone();
     old_cmp["metadata"]["resourceVersion"] = json!(old_rev.to_string());
     if new == old_cmp {
-        // Nothing changed: no write, same resourceVersion, as upstream.
-        return Ok(old_cmp);
+        // Nothing changed: no write, same resourceVersion, as upstream — unless the
+        // stored value is sealed with an older encryption key, which this write renews.
+        let key = call.key(call.name());
+        if !call.api.store.stale(&key).await.map_err(store_error)? {
+            return Ok(old_cmp);
+        }
     }
     validate(call, &new, Some(&old))?;
     call.api

@@ -23,6 +23,11 @@ impl Harness {
     pub async fn new() -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path().join("state.redb")).unwrap();
+        Self::on(Arc::new(store), dir).await
+    }
+
+    /// An apiserver on `store`, keeping its certificates in `dir`.
+    pub async fn on(store: Arc<dyn krust_store::Store>, dir: tempfile::TempDir) -> Harness {
         let config = Config {
             tls_dir: dir.path().join("tls"),
             bind_address: [127, 0, 0, 1].into(),
@@ -35,7 +40,7 @@ impl Harness {
             compaction_interval: Duration::ZERO,
             audit: None,
         };
-        let (api, _) = Api::new(&config, Arc::new(store), 6443).await.unwrap();
+        let (api, _) = Api::new(&config, store, 6443).await.unwrap();
         let admin = User {
             name: "admin".into(),
             groups: vec!["system:masters".into()],

@@ -12,8 +12,6 @@
 //!    (1) are deleted, oldest first;
 //! 4. the pass comes back at the next scheduled time.
 
-pub mod schedule;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +30,7 @@ use kube::{Client, ResourceExt};
 
 use crate::Error;
 use crate::owner::{controller_of, controller_ref, key_of, split_key};
-use schedule::Schedule;
+use krust_api::cron::Schedule;
 
 /// The annotation with the scheduled time a Job was created for.
 pub const SCHEDULED_TIMESTAMP: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
@@ -337,7 +335,11 @@ impl CronJobController {
                         ),
                         Err(e) if is_status(&e, 404) => {}
                         Err(e) => {
-                            return Err(Error::api("deleting active job", format!("{ns}/{job}"), e));
+                            return Err(Error::api(
+                                "deleting active job",
+                                format!("{ns}/{job}"),
+                                e,
+                            ));
                         }
                     }
                 }

@@ -11,8 +11,10 @@
 //! 2. decide: suspended (delete active pods, `Suspended` condition), failed (more
 //!    failures than `backoffLimit`, `activeDeadlineSeconds` passed: `FailureTarget`,
 //!    then `Failed` once no pod is left running), complete (`completions` succeeded, or
-//!    in work-queue mode one succeeded and none running: `SuccessCriteriaMet`, then
-//!    `Complete`);
+//!    in work-queue mode one succeeded and none running, or an Indexed Job meeting a
+//!    `successPolicy` rule: `SuccessCriteriaMet`, then `Complete`; a `podFailurePolicy`
+//!    rule may fail the Job at once (`FailJob`) or leave a failure uncounted
+//!    (`Ignore`));
 //! 3. otherwise keep `min(parallelism, what is left)` pods active — for Indexed Jobs
 //!    one per missing completion index — recreating failed ones after a back-off of 10 s
 //!    doubling per failure since the last success (at most 10 minutes);
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus, UncountedTerminatedPods};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -256,16 +258,102 @@ struct Ending {
     terminal: &'static str,
     /// `SuccessCriteriaMet` or `FailureTarget`: set first, while pods still stop.
     interim: &'static str,
-    reason: &'static str,
-    message: &'static str,
+    reason: String,
+    message: String,
 }
 
-const COMPLETED: Ending = Ending {
-    terminal: "Complete",
-    interim: "SuccessCriteriaMet",
-    reason: "CompletionsReached",
-    message: "Reached expected number of succeeded pods",
-};
+impl Ending {
+    fn failed(reason: &str, message: impl Into<String>) -> Ending {
+        Ending {
+            terminal: "Failed",
+            interim: "FailureTarget",
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    fn complete(reason: &str, message: impl Into<String>) -> Ending {
+        Ending {
+            terminal: "Complete",
+            interim: "SuccessCriteriaMet",
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What a Job's `podFailurePolicy` says of a failed pod: the action of the first rule
+/// that matches it and, for `FailJob`, upstream's message. `None`: no rule matches
+/// (the failure counts).
+fn failure_rule(spec: &JobSpec, pod: &Pod) -> Option<(String, String)> {
+    let rules = &spec.pod_failure_policy.as_ref()?.rules;
+    let status = pod.status.as_ref()?;
+    let name = pod.name_any();
+    let ns = pod.namespace().unwrap_or_default();
+    for (index, rule) in rules.iter().enumerate() {
+        let matched = if let Some(codes) = &rule.on_exit_codes {
+            let statuses = [&status.init_container_statuses, &status.container_statuses];
+            statuses.into_iter().flatten().flatten().find_map(|c| {
+                let code = c.state.as_ref()?.terminated.as_ref()?.exit_code;
+                let named = codes.container_name.as_ref().is_none_or(|n| *n == c.name);
+                let listed = codes.values.contains(&code);
+                let hit = match codes.operator.as_str() {
+                    "In" => listed,
+                    "NotIn" => !listed,
+                    _ => false,
+                };
+                (code != 0 && named && hit).then(|| {
+                    format!(
+                        "Container {} for pod {ns}/{name} failed with exit code {code} matching {} rule at index {index}",
+                        c.name, rule.action
+                    )
+                })
+            })
+        } else {
+            let conditions = status.conditions.iter().flatten();
+            let patterns = rule.on_pod_conditions.iter().flatten();
+            let mut found = None;
+            for pattern in patterns {
+                let want = pattern.status.as_str();
+                if let Some(c) = conditions
+                    .clone()
+                    .find(|c| c.type_ == pattern.type_ && c.status == want)
+                {
+                    found = Some(format!(
+                        "Pod {ns}/{name} has condition {} matching {} rule at index {index}",
+                        c.type_, rule.action
+                    ));
+                    break;
+                }
+            }
+            found
+        };
+        if let Some(message) = matched {
+            return Some((rule.action.clone(), message));
+        }
+    }
+    None
+}
+
+/// Which rule of an Indexed Job's `successPolicy` its completed indexes meet, if any.
+fn success_rule(spec: &JobSpec, completed: &BTreeSet<i32>) -> Option<usize> {
+    let rules = &spec.success_policy.as_ref()?.rules;
+    let completions = spec.completions.unwrap_or(0);
+    rules.iter().position(|rule| {
+        let (pool, all) = match &rule.succeeded_indexes {
+            Some(text) => {
+                let wanted = indexes::parse(text, completions);
+                let done = wanted.intersection(completed).count();
+                (done, wanted.len())
+            }
+            None => (completed.len(), completions as usize),
+        };
+        match rule.succeeded_count {
+            Some(count) => pool >= count.max(0) as usize,
+            None => pool == all && all > 0,
+        }
+    })
+}
 
 impl Reconciler for JobController {
     type Error = Error;
@@ -351,7 +439,10 @@ impl JobController {
         let original = job.status.clone().unwrap_or_default();
         let mut status = original.clone();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
-        let only_failed = spec.pod_replacement_policy.as_deref() == Some("Failed");
+        // With a podFailurePolicy (or podReplacementPolicy Failed) a pod counts as failed
+        // only once it has failed, so the policy sees its exit codes.
+        let only_failed = spec.pod_replacement_policy.as_deref() == Some("Failed")
+            || spec.pod_failure_policy.is_some();
         let finished = ["Complete", "Failed"]
             .into_iter()
             .find(|t| condition(&original, t).is_some());
@@ -404,14 +495,28 @@ impl JobController {
                 completed.insert(i);
             }
         }
+        // podFailurePolicy: Ignore does not count; FailJob fails the Job at once.
+        let mut failed_now = 0;
+        let mut fail_job = None;
+        for uid in &newly_failed {
+            let pod = pods.iter().find(|p| p.uid().as_deref() == Some(uid));
+            match pod.and_then(|p| failure_rule(&spec, p)) {
+                Some((action, _)) if action == "Ignore" => {}
+                Some((action, message)) if action == "FailJob" => {
+                    failed_now += 1;
+                    fail_job.get_or_insert(message);
+                }
+                _ => failed_now += 1,
+            }
+        }
         status.succeeded = Some(status.succeeded.unwrap_or(0) + newly_succeeded.len() as i32);
-        status.failed = Some(status.failed.unwrap_or(0) + newly_failed.len() as i32);
+        status.failed = Some(status.failed.unwrap_or(0) + failed_now);
         status.uncounted_terminated_pods = Some(UncountedTerminatedPods::default());
         if indexed {
             completed.retain(|i| *i < completions.unwrap_or(0));
             status.completed_indexes = Some(indexes::format(&completed));
         }
-        self.note_outcomes(key, newly_succeeded.len(), newly_failed.len());
+        self.note_outcomes(key, newly_succeeded.len(), failed_now as usize);
 
         let active: Vec<&Arc<Pod>> = pods.iter().filter(|p| is_active(p)).collect();
         let terminating = pods
@@ -454,18 +559,21 @@ impl JobController {
             if !suspended && status.start_time.is_none() {
                 status.start_time = Some(Time(now));
             }
-            let ending = self.ending(&spec, &status, &active, &completed, succeeded, failed);
+            let ending = match fail_job {
+                Some(message) if condition(&status, "FailureTarget").is_none() => {
+                    Some(Ending::failed("PodFailurePolicy", message))
+                }
+                _ => self.ending(&spec, &status, &active, &completed, succeeded, failed),
+            };
             let deadline = spec
                 .active_deadline_seconds
                 .zip(status.start_time.as_ref())
                 .map(|(seconds, start)| start.0.as_second() + seconds - now.as_second());
             let ending = ending.or(match deadline {
-                Some(left) if left <= 0 && !suspended => Some(Ending {
-                    terminal: "Failed",
-                    interim: "FailureTarget",
-                    reason: "DeadlineExceeded",
-                    message: "Job was active longer than specified deadline",
-                }),
+                Some(left) if left <= 0 && !suspended => Some(Ending::failed(
+                    "DeadlineExceeded",
+                    "Job was active longer than specified deadline",
+                )),
                 Some(left) if !suspended => {
                     requeue = Some(Duration::from_secs(left as u64));
                     None
@@ -479,8 +587,8 @@ impl JobController {
                             &mut status,
                             ending.interim,
                             true,
-                            ending.reason,
-                            ending.message,
+                            &ending.reason,
+                            &ending.message,
                         );
                     }
                     // Whatever still runs is stopped; the Job ends when nothing does.
@@ -490,8 +598,8 @@ impl JobController {
                             &mut status,
                             ending.terminal,
                             true,
-                            ending.reason,
-                            ending.message,
+                            &ending.reason,
+                            &ending.message,
                         );
                         if ending.terminal == "Complete" {
                             status.completion_time = Some(Time(now));
@@ -505,8 +613,8 @@ impl JobController {
                             self.events.record(
                                 &job,
                                 EventType::Warning,
-                                ending.reason,
-                                ending.message.into(),
+                                &ending.reason,
+                                ending.message.clone(),
                             );
                         }
                     }
@@ -549,42 +657,24 @@ impl JobController {
     /// Whether the Job has now failed or succeeded, and how.
     fn ending(
         &self,
-        spec: &k8s_openapi::api::batch::v1::JobSpec,
+        spec: &JobSpec,
         status: &JobStatus,
         active: &[&Arc<Pod>],
         completed: &BTreeSet<i32>,
         succeeded: i32,
         failed: i32,
     ) -> Option<Ending> {
-        if let Some(ending) = ["FailureTarget", "SuccessCriteriaMet"]
+        if let Some(decided) = ["FailureTarget", "SuccessCriteriaMet"]
             .into_iter()
             .find_map(|t| condition(status, t))
         {
-            // Decided before: finish what was started.
-            let failing = ending.type_ == "FailureTarget";
-            return Some(Ending {
-                terminal: if failing { "Failed" } else { "Complete" },
-                interim: if failing {
-                    "FailureTarget"
-                } else {
-                    "SuccessCriteriaMet"
-                },
-                reason: if failing {
-                    match ending.reason.as_deref() {
-                        Some("DeadlineExceeded") => "DeadlineExceeded",
-                        _ => "BackoffLimitExceeded",
-                    }
-                } else {
-                    "CompletionsReached"
-                },
-                message: if failing {
-                    match ending.reason.as_deref() {
-                        Some("DeadlineExceeded") => "Job was active longer than specified deadline",
-                        _ => "Job has reached the specified backoff limit",
-                    }
-                } else {
-                    COMPLETED.message
-                },
+            // Decided before: finish what was started, for the same reason.
+            let reason = decided.reason.as_deref().unwrap_or_default();
+            let message = decided.message.clone().unwrap_or_default();
+            return Some(if decided.type_ == "FailureTarget" {
+                Ending::failed(reason, message)
+            } else {
+                Ending::complete(reason, message)
             });
         }
         let limit = spec.backoff_limit.unwrap_or(6);
@@ -606,19 +696,29 @@ impl JobController {
                 restarts >= limit
             };
         if failed > limit || past_on_failure {
-            return Some(Ending {
-                terminal: "Failed",
-                interim: "FailureTarget",
-                reason: "BackoffLimitExceeded",
-                message: "Job has reached the specified backoff limit",
-            });
+            return Some(Ending::failed(
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            ));
         }
-        let complete = match (spec.completion_mode.as_deref(), spec.completions) {
-            (Some("Indexed"), Some(c)) => completed.len() as i32 >= c,
-            (_, Some(c)) => succeeded >= c,
+        let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+        if indexed && let Some(rule) = success_rule(spec, completed) {
+            return Some(Ending::complete(
+                "SuccessPolicy",
+                format!("Matched rules at index {rule}"),
+            ));
+        }
+        let complete = match (indexed, spec.completions) {
+            (true, Some(c)) => completed.len() as i32 >= c,
+            (false, Some(c)) => succeeded >= c,
             (_, None) => succeeded > 0 && active.is_empty(),
         };
-        complete.then_some(COMPLETED)
+        complete.then(|| {
+            Ending::complete(
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+            )
+        })
     }
 
     /// Counts outcomes into the back-off: a success resets it, a failure doubles it.
@@ -644,7 +744,7 @@ impl JobController {
         &self,
         key: &str,
         job: &Job,
-        spec: &k8s_openapi::api::batch::v1::JobSpec,
+        spec: &JobSpec,
         active: &[&Arc<Pod>],
         completed: &BTreeSet<i32>,
         succeeded: i32,
@@ -839,6 +939,65 @@ mod tests {
         let plain = pod_for(&j, None);
         assert_eq!(plain.metadata.generate_name.as_deref(), Some("pi-"));
         assert!(plain.annotations().get(COMPLETION_INDEX).is_none());
+    }
+
+    fn failed_pod(code: i32, conditions: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "status": {"phase": "Failed", "conditions": conditions, "containerStatuses": [
+                {"name": "main", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": code}}}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn pod_failure_policies_match_exit_codes_and_conditions_in_order() {
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "template": {},
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
+                {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [42]}}]}}))
+        .unwrap();
+        let (action, message) =
+            failure_rule(&spec, &failed_pod(42, serde_json::json!([]))).unwrap();
+        assert_eq!(action, "FailJob");
+        assert_eq!(
+            message,
+            "Container main for pod ns/p failed with exit code 42 matching FailJob rule at index 1"
+        );
+        let disrupted = failed_pod(
+            42,
+            serde_json::json!([{"type": "DisruptionTarget", "status": "True"}]),
+        );
+        assert_eq!(failure_rule(&spec, &disrupted).unwrap().0, "Ignore");
+        assert_eq!(
+            failure_rule(&spec, &failed_pod(1, serde_json::json!([])))
+                .unwrap()
+                .0,
+            "Count"
+        );
+        // Exit code 0 never matches an exit-code rule.
+        let none: JobSpec = serde_json::from_value(serde_json::json!({"template": {},
+            "podFailurePolicy": {"rules": [{"action": "FailJob",
+                "onExitCodes": {"operator": "NotIn", "values": [1]}}]}}))
+        .unwrap();
+        assert!(failure_rule(&none, &failed_pod(0, serde_json::json!([]))).is_none());
+    }
+
+    #[test]
+    fn success_policies_match_by_indexes_and_counts() {
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "template": {}, "completions": 10, "completionMode": "Indexed",
+            "successPolicy": {"rules": [
+                {"succeededIndexes": "0-2"},
+                {"succeededIndexes": "5-9", "succeededCount": 2}]}}))
+        .unwrap();
+        let done = |text: &str| indexes::parse(text, 10);
+        assert_eq!(success_rule(&spec, &done("0,1")), None);
+        assert_eq!(success_rule(&spec, &done("0-2")), Some(0));
+        assert_eq!(success_rule(&spec, &done("1,6,9")), Some(1));
+        assert_eq!(success_rule(&spec, &done("3,4,6")), None);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! or `SUN`–`SAT`) — each a list of `*`, `?`, `n`, `a-b`, with `/step`; or one of
 //! `@yearly`, `@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly`. When
 //! both day fields are restricted, a day matching either runs (as cron does). Times are
-//! found in the CronJob's time zone, minute by minute of civil time.
+//! found in the CronJob's time zone, minute by minute of civil time. The apiserver
+//! validates schedules with it; the CronJob controller runs them.
 
 use jiff::civil::{Date, DateTime, Time};
 use jiff::tz::TimeZone;
@@ -27,14 +28,18 @@ const MONTHS: [&str; 12] = [
 ];
 const WEEKDAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
+/// robfig/cron's words for a number it cannot read (Go's `strconv.Atoi` error).
+fn not_int(s: &str) -> String {
+    format!("failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax")
+}
+
 /// One field's bits and whether it was a bare `*`/`?`.
 fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<(u64, bool), String> {
     let value = |s: &str| -> Result<u32, String> {
         if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(s)) {
             return Ok(i as u32 + min);
         }
-        s.parse::<u32>()
-            .map_err(|_| format!("failed to parse int from {s}"))
+        s.parse::<u32>().map_err(|_| not_int(s))
     };
     let mut bits = 0u64;
     let mut any = false;
@@ -69,9 +74,19 @@ fn field(text: &str, min: u32, max: u32, names: &[&str]) -> Result<(u64, bool), 
                 end = max;
             }
         }
-        if start < min || end > max || start > end {
+        if start < min {
             return Err(format!(
-                "end of range ({end}) above maximum ({max}) or beginning of range ({start}) below minimum ({min}): {part}"
+                "beginning of range ({start}) below minimum ({min}): {part}"
+            ));
+        }
+        if end > max {
+            return Err(format!(
+                "end of range ({end}) above maximum ({max}): {part}"
+            ));
+        }
+        if start > end {
+            return Err(format!(
+                "beginning of range ({start}) beyond end of range ({end}): {part}"
             ));
         }
         let step = step.unwrap_or(1);
