@@ -132,6 +132,45 @@ fn jobs_run_their_pods_to_completion_on_a_real_node() {
     );
     assert_eq!(doomed["status"]["failed"], 1);
 
+    // backoffLimitPerIndex: index 1 fails twice and is given up; the others complete.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job(
+            "per-index",
+            json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+                "backoffLimitPerIndex": 1}),
+            r#"[ "$JOB_COMPLETION_INDEX" = 1 ] && exit 1; exit 0"#,
+        ),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=failed",
+        "job/per-index",
+        "--timeout=90s",
+    ]);
+    let per_index = s.get_json(&["job", "per-index"]);
+    let failed = condition(&per_index, "Failed").expect("Failed");
+    assert_eq!(failed["reason"], "FailedIndexes");
+    assert_eq!(failed["message"], "Job has failed indexes");
+    assert_eq!(per_index["status"]["failedIndexes"], "1", "{per_index}");
+    assert_eq!(per_index["status"]["completedIndexes"], "0,2");
+    assert_eq!(per_index["status"]["failed"], 2);
+    let counts: Vec<String> = job_pods(&s, "per-index")
+        .iter()
+        .filter(|p| p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "1")
+        .map(|p| {
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(counts.len(), 2);
+    assert!(
+        counts.contains(&"0".to_string()) && counts.contains(&"1".to_string()),
+        "{counts:?}"
+    );
+
     // A Job whose pods fail stops after backoffLimit + 1 failures (10 s apart).
     s.ok_stdin(
         &["create", "-f", "-"],

@@ -18,7 +18,13 @@ fn default_job_spec(spec: &mut Value) {
         set_default(spec, "/completions", json!(1));
     }
     set_default(spec, "/parallelism", json!(1));
-    set_default(spec, "/backoffLimit", json!(6));
+    // With a limit per index, the Job-wide limit is off unless given.
+    let backoff_limit = if spec["backoffLimitPerIndex"].is_null() {
+        6
+    } else {
+        i32::MAX
+    };
+    set_default(spec, "/backoffLimit", json!(backoff_limit));
     set_default(spec, "/completionMode", json!("NonIndexed"));
     set_default(spec, "/suspend", json!(false));
     set_default(spec, "/podReplacementPolicy", json!("TerminatingOrFailed"));

@@ -52,6 +52,8 @@ use crate::replicaset::BURST_REPLICAS;
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 /// The annotation (and label) with an Indexed Job pod's completion index.
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// The annotation with how many times a pod's index failed before it (backoffLimitPerIndex).
+pub const INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
 /// The label every pod of a Job has (its generated selector).
 const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
 /// Upstream's `DefaultJobPodFailureBackOff` and `MaxJobPodFailureBackOff`.
@@ -197,6 +199,14 @@ fn is_ready(pod: &Pod) -> bool {
         .into_iter()
         .flatten()
         .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// How many times the pod's index failed before this pod (backoffLimitPerIndex).
+fn index_failures(pod: &Pod) -> i32 {
+    pod.annotations()
+        .get(INDEX_FAILURE_COUNT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 fn index_of(pod: &Pod) -> Option<i32> {
@@ -495,19 +505,37 @@ impl JobController {
                 completed.insert(i);
             }
         }
-        // podFailurePolicy: Ignore does not count; FailJob fails the Job at once.
+        // podFailurePolicy: Ignore does not count; FailJob fails the Job at once;
+        // FailIndex, or backoffLimitPerIndex exhausted, fails the pod's index.
+        let per_index = spec.backoff_limit_per_index.filter(|_| indexed);
+        let mut failed_indexes = indexes::parse(
+            status.failed_indexes.as_deref().unwrap_or_default(),
+            completions.unwrap_or(0),
+        );
         let mut failed_now = 0;
         let mut fail_job = None;
         for uid in &newly_failed {
             let pod = pods.iter().find(|p| p.uid().as_deref() == Some(uid));
-            match pod.and_then(|p| failure_rule(&spec, p)) {
-                Some((action, _)) if action == "Ignore" => {}
+            let action = pod.and_then(|p| failure_rule(&spec, p));
+            match &action {
+                Some((action, _)) if action == "Ignore" => continue,
                 Some((action, message)) if action == "FailJob" => {
-                    failed_now += 1;
-                    fail_job.get_or_insert(message);
+                    fail_job.get_or_insert(message.clone());
                 }
-                _ => failed_now += 1,
+                _ => {}
             }
+            failed_now += 1;
+            if let (Some(limit), Some(pod)) = (per_index, pod)
+                && let Some(i) = index_of(pod)
+            {
+                let fail_index = matches!(&action, Some((a, _)) if a == "FailIndex");
+                if fail_index || index_failures(pod) >= limit {
+                    failed_indexes.insert(i);
+                }
+            }
+        }
+        if per_index.is_some() {
+            status.failed_indexes = Some(indexes::format(&failed_indexes));
         }
         status.succeeded = Some(status.succeeded.unwrap_or(0) + newly_succeeded.len() as i32);
         status.failed = Some(status.failed.unwrap_or(0) + failed_now);
@@ -559,9 +587,21 @@ impl JobController {
             if !suspended && status.start_time.is_none() {
                 status.start_time = Some(Time(now));
             }
+            let all_done =
+                completed.len() + failed_indexes.len() >= completions.unwrap_or(0).max(0) as usize;
+            let too_many = spec
+                .max_failed_indexes
+                .is_some_and(|max| failed_indexes.len() > max.max(0) as usize);
+            let undecided = condition(&status, "FailureTarget").is_none()
+                && condition(&status, "SuccessCriteriaMet").is_none();
             let ending = match fail_job {
-                Some(message) if condition(&status, "FailureTarget").is_none() => {
-                    Some(Ending::failed("PodFailurePolicy", message))
+                Some(message) if undecided => Some(Ending::failed("PodFailurePolicy", message)),
+                _ if undecided && too_many => Some(Ending::failed(
+                    "MaxFailedIndexesExceeded",
+                    "Job has exceeded the specified maximal number of failed indexes",
+                )),
+                _ if undecided && per_index.is_some() && !failed_indexes.is_empty() && all_done => {
+                    Some(Ending::failed("FailedIndexes", "Job has failed indexes"))
                 }
                 _ => self.ending(&spec, &status, &active, &completed, succeeded, failed),
             };
@@ -628,8 +668,8 @@ impl JobController {
                                 key,
                                 &job,
                                 &spec,
-                                &active,
-                                &completed,
+                                (&active, &pods),
+                                &completed.union(&failed_indexes).copied().collect(),
                                 succeeded,
                                 terminating,
                             )
@@ -745,7 +785,7 @@ impl JobController {
         key: &str,
         job: &Job,
         spec: &JobSpec,
-        active: &[&Arc<Pod>],
+        (active, all): (&[&Arc<Pod>], &[Arc<Pod>]),
         completed: &BTreeSet<i32>,
         succeeded: i32,
         terminating: i32,
@@ -799,7 +839,21 @@ impl JobController {
         }
         let wanted: Vec<Option<i32>> = wanted.into_iter().take(BURST_REPLICAS).collect();
         self.control(key, job)
-            .create(wanted.len(), |n| pod_for(job, wanted[n]))
+            .create(wanted.len(), |n| {
+                let mut pod = pod_for(job, wanted[n]);
+                if let (Some(i), Some(_)) = (wanted[n], spec.backoff_limit_per_index) {
+                    // How often this index failed before: one more than its last failure.
+                    let before = all
+                        .iter()
+                        .filter(|p| index_of(p) == Some(i) && phase(p) == "Failed")
+                        .map(|p| index_failures(p) + 1)
+                        .max()
+                        .unwrap_or(0);
+                    pod.annotations_mut()
+                        .insert(INDEX_FAILURE_COUNT.into(), before.to_string());
+                }
+                pod
+            })
             .await?;
         Ok(None)
     }
