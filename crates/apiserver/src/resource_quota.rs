@@ -34,12 +34,9 @@ pub async fn admit(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<
         return Ok(());
     };
     let prefix = format!("/registry/resourcequotas/{namespace}/");
-    let mut quotas: Vec<(Value, Revision)> = cache
-        .list(&prefix)
-        .0
-        .iter()
-        .map(|q| (q.value(), q.revision))
-        .collect();
+    let listed = cache.list(&prefix).0;
+    let mut quotas: Vec<Value> = listed.iter().map(|q| q.value()).collect();
+    let mut revisions: Vec<Revision> = listed.iter().map(|q| q.revision).collect();
     if quotas.is_empty() {
         return Ok(());
     }
@@ -54,15 +51,14 @@ pub async fn admit(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<
         )
     };
     for _ in 0..CONFLICT_RETRIES {
-        let values: Vec<Value> = quotas.iter().map(|(q, _)| q.clone()).collect();
         let charges =
-            krust_api::quota::charge(&values, info.group, info.plural, obj, old).map_err(refuse)?;
+            krust_api::quota::charge(&quotas, info.group, info.plural, obj, old).map_err(refuse)?;
         if charges.is_empty() || call.dry_run() {
             return Ok(());
         }
         let mut conflicted = Vec::new();
         for (i, used) in charges {
-            let (quota, revision) = &quotas[i];
+            let (quota, revision) = (&quotas[i], revisions[i]);
             let mut updated = quota.clone();
             updated["status"]["used"] = krust_api::quota::write_list(&used);
             if let Some(meta) = updated["metadata"].as_object_mut() {
@@ -73,7 +69,7 @@ pub async fn admit(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<
                 serde_json::to_vec(&updated).map_err(|e| ApiError::internal(e.to_string()))?;
             let txn = Txn {
                 key: format!("{prefix}{name}"),
-                compare: Compare::ModRevision(*revision),
+                compare: Compare::ModRevision(revision),
                 op: Op::Put(bytes.into()),
             };
             match call.api.store.txn(txn).await.map_err(store_error)? {
@@ -95,15 +91,15 @@ pub async fn admit(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<
             })
             .await
             .map_err(store_error)?;
-        quotas = fresh
+        (quotas, revisions) = fresh
             .kvs
             .iter()
             .filter(|kv| conflicted.iter().any(|n| kv.key[prefix.len()..] == **n))
             .filter_map(|kv| {
-                let value = serde_json::from_slice(&kv.value).ok()?;
+                let value: Value = serde_json::from_slice(&kv.value).ok()?;
                 Some((value, kv.mod_revision))
             })
-            .collect();
+            .unzip();
     }
     Err(ApiError::internal(format!(
         "resource quotas in namespace {namespace} kept changing; try again"

@@ -277,7 +277,7 @@ async fn handle(
             };
             if let Some(trail) = &mut trail {
                 match &decision {
-                    Ok(Some(reason)) => trail.authorized(true, reason),
+                    Ok(Some(decision)) => trail.authorized(true, decision.reason()),
                     Err(e) if e.code == 403 => trail.authorized(false, ""),
                     _ => {}
                 }

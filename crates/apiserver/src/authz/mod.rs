@@ -203,12 +203,12 @@ pub async fn decide_fresh(api: &crate::Api, attrs: &Attributes<'_>) -> Decision 
     }
 }
 
-/// Whether `attrs.user` may do what `attrs` describe: `Ok` with the reason (for the
-/// audit log), or upstream's 403.
-pub async fn authorize(api: &crate::Api, attrs: &Attributes<'_>) -> Result<String, ApiError> {
+/// Whether `attrs.user` may do what `attrs` describe: `Ok` with the decision (its
+/// reason goes to the audit log), or upstream's 403.
+pub async fn authorize(api: &crate::Api, attrs: &Attributes<'_>) -> Result<Decision, ApiError> {
     let decision = decide_fresh(api, attrs).await;
     if decision.allowed() {
-        Ok(decision.reason().to_string())
+        Ok(decision)
     } else {
         Err(forbidden(attrs, decision.reason()))
     }
