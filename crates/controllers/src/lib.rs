@@ -18,17 +18,20 @@
 //! (a pod range per Node), [`nodelifecycle`] (taints from Node conditions),
 //! [`resourcequota`] (ResourceQuotas' `status.used`), [`job`] (Jobs' pods run to
 //! completion), [`ttlafterfinished`] (finished Jobs deleted after their TTL),
-//! [`cronjob`] (Jobs on a schedule) and
+//! [`cronjob`] (Jobs on a schedule), [`daemonset`] (a pod on every eligible node, with
+//! revisions kept by [`history`]) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
 pub mod clusterroleaggregation;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 mod error;
 pub mod expectations;
 pub mod gc;
+pub mod history;
 pub mod intern;
 pub mod job;
 pub mod namespace;
@@ -36,6 +39,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod owner;
 pub mod podcontrol;
+pub mod podevents;
 pub mod pods;
 pub mod replicaset;
 pub mod resourcequota;
@@ -117,6 +121,9 @@ async fn run_controllers(client: Client, config: &Config) {
     let (cj_events, cj_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "cronjob-controller");
     let cronjobs = cronjob::CronJobController::new(client.clone(), &informers, cj_events);
+    let (ds_events, ds_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "daemonset-controller");
+    let daemonsets = daemonset::DaemonSetController::new(client.clone(), &informers, ds_events);
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -128,11 +135,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(d_sender);
     tasks.spawn(j_sender);
     tasks.spawn(cj_sender);
+    tasks.spawn(ds_sender);
     tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(deployments, workers));
@@ -148,6 +156,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(jobs, workers));
     tasks.spawn(queue::run(ttl, workers));
     tasks.spawn(queue::run(cronjobs, workers));
+    tasks.spawn(queue::run(daemonsets, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

@@ -2,9 +2,12 @@
 //! controller puts on what it creates, and the merge patches that adopt an orphan or
 //! release an object that no longer matches its owner's selector.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::serde_json::{Value, json};
+use kube::core::Selector;
 use kube::{Resource, ResourceExt};
+
+use crate::Error;
 
 /// What the ownership helpers read of an object's metadata: a full `ObjectMeta`, or the
 /// compact metadata of a cached pod.
@@ -78,4 +81,15 @@ pub fn key_of(meta: &impl Owned) -> String {
 /// Splits a work-queue key into namespace and name.
 pub fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("", key))
+}
+
+/// An owner's `spec.selector`, parsed (an error names the owner: `replicaset ns/name`).
+pub fn parse_selector<K: Resource<DynamicType = ()>>(
+    owner: &K,
+    selector: LabelSelector,
+) -> Result<Selector, Error> {
+    Selector::try_from(selector).map_err(|e| Error::InvalidSelector {
+        object: format!("{} {}", K::kind(&()).to_lowercase(), key_of(owner.meta())),
+        reason: e.to_string(),
+    })
 }

@@ -3,15 +3,20 @@
 //! owner (SuccessfulCreate, FailedCreate, SuccessfulDelete, FailedDelete), and requests
 //! that will never be observed are taken off the expectations again.
 
+use std::sync::Arc;
+
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
 use krust_client::events::{EventRecorder, EventType};
 use krust_client::is_status;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{Selector, SelectorExt};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::Error;
 use crate::expectations::Expectations;
+use crate::owner::{adopt_patch, controller_of, key_of, release_patch};
+use crate::pods::{CachedPod, WirePod};
 use crate::replicaset::slow_start_batch;
 
 /// One owner's pod writes.
@@ -103,4 +108,65 @@ impl<K: Resource<DynamicType = ()>> PodControl<'_, K> {
         }
         first_err.map_or(Ok(()), Err)
     }
+}
+
+/// The pods among `candidates` (of the owner's namespace) that `owner` controls, after
+/// adopting the orphans its selector matches (not while it is being deleted) and
+/// releasing the pods it controls that stopped matching. Adoption and release are
+/// compare-and-swap patches: a pod that changed meanwhile fails with a conflict and the
+/// owner looks again.
+pub async fn claim_pods<K: Resource<DynamicType = ()>>(
+    client: &Client,
+    owner: &K,
+    selector: &Selector,
+    candidates: Vec<Arc<CachedPod>>,
+) -> Result<Vec<Arc<CachedPod>>, Error> {
+    let uid = owner.uid().unwrap_or_default();
+    let api: Api<WirePod> = Api::namespaced(
+        client.clone(),
+        owner.meta().namespace.as_deref().unwrap_or_default(),
+    );
+    let kind = K::kind(&());
+    let mut claimed = Vec::new();
+    for pod in candidates {
+        let matches = selector.matches(pod.labels());
+        let patch = match controller_of(&pod.metadata) {
+            Some(r) if r.uid == uid && matches => {
+                claimed.push(pod);
+                continue;
+            }
+            Some(r) if r.uid == uid => release_patch(&pod.metadata, &[&uid]),
+            None if matches && owner.meta().deletion_timestamp.is_none() => {
+                adopt_patch(&pod.metadata, owner)
+            }
+            _ => continue,
+        };
+        let adopting = matches;
+        let result = api
+            .patch(
+                &pod.metadata.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await;
+        match result {
+            Ok(patched) => {
+                let action = if adopting { "adopted" } else { "released" };
+                tracing::info!(pod = %key_of(&pod.metadata), owner = %format!("{kind}/{}", owner.name_any()), "{action} pod");
+                if adopting {
+                    claimed.push(Arc::new(patched.into()));
+                }
+            }
+            Err(e) if is_status(&e, 404) => {}
+            Err(e) => {
+                let action = if adopting {
+                    "adopting pod"
+                } else {
+                    "releasing pod"
+                };
+                return Err(Error::api(action, key_of(&pod.metadata), e));
+            }
+        }
+    }
+    Ok(claimed)
 }

@@ -161,6 +161,10 @@ pub struct CachedSpec {
     /// The named ports of every container (Services may target a port by its name).
     #[serde(rename = "containers", default, deserialize_with = "named_ports")]
     pub named_ports: Vec<NamedPort>,
+    /// The node a required node affinity pins an unbound pod to (`matchFields:
+    /// metadata.name In [node]`, as a DaemonSet's pods have).
+    #[serde(rename = "affinity", default, deserialize_with = "pinned_node")]
+    pub pinned_node: Option<Box<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -294,6 +298,54 @@ fn readiness<'de, D: Deserializer<'de>>(d: D) -> Result<Readiness, D::Error> {
         }))
 }
 
+/// Upstream's `GetTargetNodeName` for an unbound pod: the single value of the first
+/// `metadata.name In` field requirement of its required node affinity.
+fn pinned_node<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Affinity {
+        node_affinity: Option<NodeAffinity>,
+    }
+    #[derive(Deserialize)]
+    struct NodeAffinity {
+        #[serde(rename = "requiredDuringSchedulingIgnoredDuringExecution")]
+        required: Option<NodeSelector>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct NodeSelector {
+        #[serde(default)]
+        node_selector_terms: Vec<Term>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Term {
+        match_fields: Option<Vec<Requirement>>,
+    }
+    #[derive(Deserialize)]
+    struct Requirement {
+        key: String,
+        operator: String,
+        values: Option<Vec<String>>,
+    }
+    let Some(affinity) = Option::<Affinity>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let terms = affinity
+        .node_affinity
+        .and_then(|a| a.required)
+        .map(|r| r.node_selector_terms)
+        .unwrap_or_default();
+    Ok(terms
+        .into_iter()
+        .flat_map(|t| t.match_fields.unwrap_or_default())
+        .find(|r| r.key == "metadata.name" && r.operator == "In")
+        .and_then(|r| match r.values.as_deref() {
+            Some([node]) => Some(node.as_str().into()),
+            _ => None,
+        }))
+}
+
 fn restarts<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -326,6 +378,15 @@ impl CachedPod {
         )
     }
 
+    /// The node the pod is bound to, else the node its affinity pins it to (upstream's
+    /// `GetTargetNodeName`), if any.
+    pub fn target_node(&self) -> Option<&str> {
+        match self.node() {
+            "" => self.spec.pinned_node.as_deref(),
+            bound => Some(bound),
+        }
+    }
+
     /// The node the pod is bound to, empty if none.
     pub fn node(&self) -> &str {
         self.spec.node_name.as_deref().unwrap_or_default()
@@ -335,7 +396,7 @@ impl CachedPod {
         !self.node().is_empty()
     }
 
-    fn is_finished(&self) -> bool {
+    pub fn is_finished(&self) -> bool {
         matches!(self.status.phase, Some(Phase::Succeeded | Phase::Failed))
     }
 }
@@ -467,6 +528,17 @@ pub(crate) mod tests {
             },
         }))
         .expect("a pod")
+    }
+
+    /// `pod` with exactly these labels.
+    pub(crate) fn labelled(mut pod: CachedPod, labels: &[(&str, &str)]) -> CachedPod {
+        pod.labels = Arc::new(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        pod
     }
 
     /// The names in deletion order at `ts(100)`, with how many related pods share each

@@ -19,21 +19,20 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use krust_client::cache::Cache;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Client, ResourceExt};
 
 use crate::Error;
 use crate::expectations::Expectations;
-use crate::owner::{adopt_patch, controller_of, controller_ref, key_of, release_patch, split_key};
-use crate::podcontrol::PodControl;
+use crate::owner::{controller_of, controller_ref, key_of, split_key};
+use crate::podcontrol::{PodControl, claim_pods};
+use crate::podevents::OwnedPodEvents;
 use crate::pods::{
-    CachedPod, Candidate, WirePod, deletion_order, is_active, is_available, is_ready,
-    until_available,
+    CachedPod, Candidate, deletion_order, is_active, is_available, is_ready, until_available,
 };
 use krust_client::events::EventRecorder;
 use krust_client::informer::{EventHandler, SharedInformers};
-use krust_client::is_status;
 use krust_client::queue::{Reconciler, WorkQueue};
 
 /// Most pods created or deleted in one pass (upstream's `BurstReplicas`).
@@ -62,28 +61,17 @@ impl ReplicaSetController {
             events,
         });
         rs_informer.add_handler(Arc::new(ReplicaSetEvents(controller.clone())));
-        pod_informer.add_handler(Arc::new(PodEvents(controller.clone())));
+        pod_informer.add_handler(Arc::new(OwnedPodEvents {
+            owners: controller.replicasets.clone(),
+            queue: controller.queue.clone(),
+            expectations: controller.expectations.clone(),
+            selector: |rs| selector_of(rs).ok(),
+        }));
         controller
     }
 
     fn replicaset(&self, namespace: &str, name: &str) -> Option<Arc<ReplicaSet>> {
         self.replicasets.get(Some(namespace), name)
-    }
-
-    /// The ReplicaSet that controls `pod`, if it is in the cache.
-    fn owner_of(&self, pod: &CachedPod) -> Option<Arc<ReplicaSet>> {
-        let r = controller_of(&pod.metadata).filter(|r| r.kind == "ReplicaSet")?;
-        let rs = self.replicaset(&pod.metadata.namespace, &r.name)?;
-        (rs.uid().as_deref() == Some(r.uid.as_str())).then_some(rs)
-    }
-
-    /// ReplicaSets in the pod's namespace whose selector matches it (for orphans).
-    fn matching(&self, pod: &CachedPod) -> Vec<Arc<ReplicaSet>> {
-        let ns = &*pod.metadata.namespace;
-        self.replicasets.state_filter(|rs| {
-            rs.metadata.namespace.as_deref() == Some(ns)
-                && selector_of(rs).is_ok_and(|s| !s.selects_all() && s.matches(pod.labels()))
-        })
     }
 }
 
@@ -170,61 +158,10 @@ impl ReplicaSetController {
         selector: &Selector,
     ) -> Result<Vec<Arc<CachedPod>>, Error> {
         let ns = rs.namespace();
-        let uid = rs.uid().unwrap_or_default();
         let candidates = self
             .pods
             .state_filter(|p| Some(&*p.metadata.namespace) == ns.as_deref() && is_active(p));
-        let api: Api<WirePod> =
-            Api::namespaced(self.client.clone(), ns.as_deref().unwrap_or_default());
-        let mut claimed = Vec::new();
-        for pod in candidates {
-            let matches = selector.matches(pod.labels());
-            match controller_of(&pod.metadata) {
-                Some(r) if r.uid == uid => {
-                    if matches {
-                        claimed.push(pod);
-                    } else {
-                        let patch = release_patch(&pod.metadata, &[&uid]);
-                        match api
-                            .patch(
-                                &pod.metadata.name,
-                                &PatchParams::default(),
-                                &Patch::Merge(&patch),
-                            )
-                            .await
-                        {
-                            Ok(_) => {
-                                tracing::info!(pod = %key_of(&pod.metadata), replicaset = %rs.name_any(), "released pod")
-                            }
-                            Err(e) if is_status(&e, 404) => {}
-                            Err(e) => {
-                                return Err(Error::api("releasing pod", key_of(&pod.metadata), e));
-                            }
-                        }
-                    }
-                }
-                None if matches && rs.metadata.deletion_timestamp.is_none() => {
-                    let patch = adopt_patch(&pod.metadata, rs);
-                    match api
-                        .patch(
-                            &pod.metadata.name,
-                            &PatchParams::default(),
-                            &Patch::Merge(&patch),
-                        )
-                        .await
-                    {
-                        Ok(adopted) => {
-                            tracing::info!(pod = %key_of(&pod.metadata), replicaset = %rs.name_any(), "adopted pod");
-                            claimed.push(Arc::new(adopted.into()));
-                        }
-                        Err(e) if is_status(&e, 404) => {}
-                        Err(e) => return Err(Error::api("adopting pod", key_of(&pod.metadata), e)),
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(claimed)
+        claim_pods(&self.client, rs, selector, candidates).await
     }
 
     async fn manage_replicas(
@@ -315,10 +252,7 @@ pub fn selector_of(rs: &ReplicaSet) -> Result<Selector, Error> {
         .as_ref()
         .map(|s| s.selector.clone())
         .unwrap_or_default();
-    Selector::try_from(selector).map_err(|e| Error::InvalidSelector {
-        object: format!("replicaset {}", key_of(&rs.metadata)),
-        reason: e.to_string(),
-    })
+    crate::owner::parse_selector(rs, selector)
 }
 
 /// The pod a ReplicaSet creates: its template, `generateName: <rs>-` (the apiserver adds
@@ -412,64 +346,6 @@ impl EventHandler<ReplicaSet> for ReplicaSetEvents {
     }
     fn on_delete(&self, obj: &Arc<ReplicaSet>) {
         self.0.expectations.forget(&key_of(&obj.metadata));
-    }
-}
-
-struct PodEvents(Arc<ReplicaSetController>);
-
-impl PodEvents {
-    fn deleted(&self, pod: &CachedPod) {
-        if let Some(rs) = self.0.owner_of(pod) {
-            let key = key_of(&rs.metadata);
-            self.0
-                .expectations
-                .deletion_observed(&key, &key_of(&pod.metadata));
-            self.0.queue.add(key);
-        }
-    }
-
-    fn enqueue_owner_or_matching(&self, pod: &CachedPod) {
-        match self.0.owner_of(pod) {
-            Some(rs) => self.0.queue.add(key_of(&rs.metadata)),
-            None if controller_of(&pod.metadata).is_none() => {
-                for rs in self.0.matching(pod) {
-                    self.0.queue.add(key_of(&rs.metadata));
-                }
-            }
-            None => {}
-        }
-    }
-}
-
-impl EventHandler<CachedPod> for PodEvents {
-    fn on_apply(&self, old: Option<&CachedPod>, new: &Arc<CachedPod>) {
-        let Some(old) = old else {
-            if new.metadata.terminating {
-                return self.deleted(new);
-            }
-            if let Some(rs) = self.0.owner_of(new) {
-                self.0.expectations.creation_observed(&key_of(&rs.metadata));
-            }
-            return self.enqueue_owner_or_matching(new);
-        };
-        if old.metadata.resource_version == new.metadata.resource_version {
-            return;
-        }
-        if new.metadata.terminating && !old.metadata.terminating {
-            self.deleted(new);
-        }
-        // The previous controller (or, for an orphan, the previous matches) must look
-        // again when the controller or the labels changed.
-        if controller_of(&old.metadata) != controller_of(&new.metadata)
-            || old.labels() != new.labels()
-        {
-            self.enqueue_owner_or_matching(old);
-        }
-        self.enqueue_owner_or_matching(new);
-    }
-
-    fn on_delete(&self, pod: &Arc<CachedPod>) {
-        self.deleted(pod);
     }
 }
 

@@ -803,10 +803,7 @@ pub fn selector_of(d: &Deployment) -> Result<Selector, Error> {
         .as_ref()
         .map(|s| s.selector.clone())
         .unwrap_or_default();
-    Selector::try_from(selector).map_err(|e| Error::InvalidSelector {
-        object: format!("deployment {}", key_of(&d.metadata)),
-        reason: e.to_string(),
-    })
+    crate::owner::parse_selector(d, selector)
 }
 
 struct DeploymentEvents(Arc<WorkQueue>);
