@@ -14,7 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::serde_json::{self, Value, json};
 use krust_client::cache::Cache;
+use krust_client::informer::EventHandler;
 use krust_client::is_status;
+use krust_client::queue::WorkQueue;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use kube::{Client, Resource, ResourceExt};
@@ -229,6 +231,25 @@ pub async fn truncate(
         }
     }
     Ok(())
+}
+
+/// Revisions changed by someone else (or deleted) send their owner of `kind` round
+/// again.
+pub struct RevisionEvents {
+    pub kind: &'static str,
+    pub queue: Arc<WorkQueue>,
+}
+
+impl EventHandler<ControllerRevision> for RevisionEvents {
+    fn on_apply(&self, _old: Option<&ControllerRevision>, new: &Arc<ControllerRevision>) {
+        self.on_delete(new);
+    }
+    fn on_delete(&self, rev: &Arc<ControllerRevision>) {
+        if let Some(owner) = controller_of(&rev.metadata).filter(|r| r.kind == self.kind) {
+            let ns = rev.metadata.namespace.as_deref().unwrap_or_default();
+            self.queue.add(format!("{ns}/{}", owner.name));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@
 //! [`resourcequota`] (ResourceQuotas' `status.used`), [`job`] (Jobs' pods run to
 //! completion), [`ttlafterfinished`] (finished Jobs deleted after their TTL),
 //! [`cronjob`] (Jobs on a schedule), [`daemonset`] (a pod on every eligible node, with
-//! revisions kept by [`history`]) and
+//! revisions kept by [`history`]), [`statefulset`] (pods with stable identities, in
+//! order) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
@@ -44,6 +45,7 @@ pub mod pods;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod ttlafterfinished;
 
 use std::future::Future;
@@ -124,6 +126,10 @@ async fn run_controllers(client: Client, config: &Config) {
     let (ds_events, ds_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "daemonset-controller");
     let daemonsets = daemonset::DaemonSetController::new(client.clone(), &informers, ds_events);
+    let (ss_events, ss_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "statefulset-controller");
+    let statefulsets =
+        statefulset::StatefulSetController::new(client.clone(), &informers, ss_events);
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -136,11 +142,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(j_sender);
     tasks.spawn(cj_sender);
     tasks.spawn(ds_sender);
+    tasks.spawn(ss_sender);
     tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(deployments, workers));
@@ -157,6 +164,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(ttl, workers));
     tasks.spawn(queue::run(cronjobs, workers));
     tasks.spawn(queue::run(daemonsets, workers));
+    tasks.spawn(queue::run(statefulsets, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

@@ -33,7 +33,7 @@ use kube::{Client, ResourceExt};
 use crate::Error;
 use crate::expectations::Expectations;
 use crate::history::{self, REVISION_HASH};
-use crate::owner::{controller_of, key_of, parse_selector, split_key};
+use crate::owner::{key_of, parse_selector, split_key};
 use crate::podcontrol::{PodControl, claim_pods};
 use crate::podevents::OwnedPodEvents;
 use crate::pods::{CachedPod, Phase, is_available, is_ready, until_available};
@@ -102,7 +102,10 @@ impl DaemonSetController {
                 parse_selector(ds, selector).ok()
             },
         }));
-        rev_informer.add_handler(Arc::new(RevisionEvents(controller.queue.clone())));
+        rev_informer.add_handler(Arc::new(history::RevisionEvents {
+            kind: "DaemonSet",
+            queue: controller.queue.clone(),
+        }));
         controller
     }
 
@@ -445,21 +448,6 @@ impl EventHandler<Node> for NodeEvents {
     }
     fn on_delete(&self, _node: &Arc<Node>) {
         self.0.enqueue_all();
-    }
-}
-
-/// Revisions changed by someone else (or deleted) send their DaemonSet round again.
-struct RevisionEvents(Arc<WorkQueue>);
-
-impl EventHandler<ControllerRevision> for RevisionEvents {
-    fn on_apply(&self, _old: Option<&ControllerRevision>, new: &Arc<ControllerRevision>) {
-        self.on_delete(new);
-    }
-    fn on_delete(&self, rev: &Arc<ControllerRevision>) {
-        if let Some(owner) = controller_of(&rev.metadata).filter(|r| r.kind == "DaemonSet") {
-            let ns = rev.metadata.namespace.as_deref().unwrap_or_default();
-            self.0.add(format!("{ns}/{}", owner.name));
-        }
     }
 }
 
