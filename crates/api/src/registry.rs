@@ -194,6 +194,7 @@ resources! {
     "" "v1" "Node" "nodes" "node" ["no"] [] false [Status] "minions";
     "" "v1" "Pod" "pods" "pod" ["po"] ["all"] true [Status, Binding, Eviction, Log, Exec, Attach, PortForward] "pods";
     "" "v1" "PodTemplate" "podtemplates" "podtemplate" [] [] true [] "podtemplates";
+    "" "v1" "ReplicationController" "replicationcontrollers" "replicationcontroller" ["rc"] ["all"] true [Status, Scale] "controllers";
     "" "v1" "ResourceQuota" "resourcequotas" "resourcequota" ["quota"] [] true [Status] "resourcequotas";
     "" "v1" "Secret" "secrets" "secret" [] [] true [] "secrets";
     "" "v1" "ServiceAccount" "serviceaccounts" "serviceaccount" ["sa"] [] true [Token] "serviceaccounts";

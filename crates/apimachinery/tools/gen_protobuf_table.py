@@ -53,6 +53,7 @@ ROOTS = [
     ("v1", "Node", "core.v1.Node"),
     ("v1", "Pod", "core.v1.Pod"),
     ("v1", "PodTemplate", "core.v1.PodTemplate"),
+    ("v1", "ReplicationController", "core.v1.ReplicationController"),
     ("v1", "ResourceQuota", "core.v1.ResourceQuota"),
     ("v1", "Secret", "core.v1.Secret"),
     ("v1", "Service", "core.v1.Service"),

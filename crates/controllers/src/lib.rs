@@ -10,7 +10,8 @@
 //! - `krust_client::leader` and `krust_client::events`: active/standby through a Lease,
 //!   and Events that explain what a controller did.
 //!
-//! The controllers: [`replicaset`] (pods for a ReplicaSet), [`deployment`]
+//! The controllers: [`replicaset`] (pods for a ReplicaSet or a
+//! ReplicationController), [`deployment`]
 //! (ReplicaSets for a Deployment, rollouts), [`endpoints`] (EndpointSlices and
 //! Endpoints for Services), [`gc`] (the garbage collector: owners
 //! cascade), [`namespace`] (empties a deleted namespace), [`serviceaccount`] (the
@@ -101,7 +102,17 @@ async fn run_controllers(client: Client, config: &Config) {
         krust_client::events::EventRecorder::new(client.clone(), "replicaset-controller");
     let (d_events, d_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "deployment-controller");
-    let replicasets = replicaset::ReplicaSetController::new(client.clone(), &informers, rs_events);
+    let replicasets =
+        replicaset::ReplicaSetController::<k8s_openapi::api::apps::v1::ReplicaSet>::new(
+            client.clone(),
+            &informers,
+            rs_events,
+        );
+    let (rc_events, rc_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "replication-controller");
+    let replication_controllers = replicaset::ReplicaSetController::<
+        k8s_openapi::api::core::v1::ReplicationController,
+    >::new(client.clone(), &informers, rc_events);
     let deployments = deployment::DeploymentController::new(client.clone(), &informers, d_events);
     let slices = endpoints::slice::EndpointSliceController::new(client.clone(), &informers);
     let legacy_endpoints = endpoints::legacy::EndpointsController::new(client.clone(), &informers);
@@ -138,6 +149,7 @@ async fn run_controllers(client: Client, config: &Config) {
     // The collector keeps its own metadata-only watches of every kind.
     tasks.spawn(gc::GarbageCollector::run(client, GC_WORKERS));
     tasks.spawn(rs_sender);
+    tasks.spawn(rc_sender);
     tasks.spawn(d_sender);
     tasks.spawn(j_sender);
     tasks.spawn(cj_sender);
@@ -147,9 +159,10 @@ async fn run_controllers(client: Client, config: &Config) {
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
+    tasks.spawn(queue::run(replication_controllers, workers));
     tasks.spawn(queue::run(deployments, workers));
     tasks.spawn(queue::run(slices, workers));
     tasks.spawn(queue::run(legacy_endpoints, workers));

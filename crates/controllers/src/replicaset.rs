@@ -1,5 +1,7 @@
 //! `ReplicaSetController`: keeps the number of active pods of each ReplicaSet at
-//! `spec.replicas`, as upstream's replicaset controller does.
+//! `spec.replicas`, as upstream's replicaset controller does. One controller, two kinds:
+//! a ReplicationController is managed the same way through a ReplicaSet view of it
+//! ([`Replicated`]), as upstream's replication manager wraps the ReplicaSet controller.
 //!
 //! A pass (level-triggered, safe to repeat at any point):
 //! 1. claim pods: adopt matching orphans, release owned pods that stopped matching;
@@ -9,19 +11,25 @@
 //! 3. write status (replicas, fullyLabeledReplicas, readyReplicas, availableReplicas,
 //!    observedGeneration) from the cache, leaving out pods it has just deleted.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::apps::v1::{
+    ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus,
+};
+use k8s_openapi::api::core::v1::{
+    Pod, PodTemplateSpec, ReplicationController, ReplicationControllerCondition,
+    ReplicationControllerStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use krust_client::cache::Cache;
+use krust_client::cache::{Cache, Watched};
 use kube::api::{Api, PostParams};
 use kube::core::{Selector, SelectorExt};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 
 use crate::Error;
 use crate::expectations::Expectations;
@@ -38,25 +46,114 @@ use krust_client::queue::{Reconciler, WorkQueue};
 /// Most pods created or deleted in one pass (upstream's `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
 
-pub struct ReplicaSetController {
+/// The kinds the controller manages: ReplicaSet and ReplicationController.
+pub trait Replicated:
+    Watched + Resource<Scope = k8s_openapi::NamespaceResourceScope> + serde::Serialize
+{
+    /// The work queue's name (upstream's controller name).
+    const QUEUE: &'static str;
+    /// The object as a ReplicaSet: the fields the controller reads.
+    fn as_replicaset(&self) -> Cow<'_, ReplicaSet>;
+    /// The object with `status` in place of its own.
+    fn with_status(&self, status: ReplicaSetStatus) -> Self;
+}
+
+impl Replicated for ReplicaSet {
+    const QUEUE: &'static str = "replicaset";
+    fn as_replicaset(&self) -> Cow<'_, ReplicaSet> {
+        Cow::Borrowed(self)
+    }
+    fn with_status(&self, status: ReplicaSetStatus) -> Self {
+        ReplicaSet {
+            status: Some(status),
+            ..self.clone()
+        }
+    }
+}
+
+impl Replicated for ReplicationController {
+    const QUEUE: &'static str = "replicationmanager";
+    /// Upstream's conversion: the selector map becomes `matchLabels`.
+    fn as_replicaset(&self) -> Cow<'_, ReplicaSet> {
+        let spec = self.spec.clone().unwrap_or_default();
+        let status = self.status.clone().map(|s| ReplicaSetStatus {
+            replicas: s.replicas,
+            fully_labeled_replicas: s.fully_labeled_replicas,
+            ready_replicas: s.ready_replicas,
+            available_replicas: s.available_replicas,
+            observed_generation: s.observed_generation,
+            conditions: s.conditions.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ReplicaSetCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        message: c.message,
+                        last_transition_time: c.last_transition_time,
+                    })
+                    .collect()
+            }),
+            terminating_replicas: None,
+        });
+        Cow::Owned(ReplicaSet {
+            metadata: self.metadata.clone(),
+            spec: Some(ReplicaSetSpec {
+                replicas: spec.replicas,
+                min_ready_seconds: spec.min_ready_seconds,
+                selector: LabelSelector {
+                    match_labels: spec.selector,
+                    match_expressions: None,
+                },
+                template: spec.template,
+            }),
+            status,
+        })
+    }
+    fn with_status(&self, s: ReplicaSetStatus) -> Self {
+        let status = ReplicationControllerStatus {
+            replicas: s.replicas,
+            fully_labeled_replicas: s.fully_labeled_replicas,
+            ready_replicas: s.ready_replicas,
+            available_replicas: s.available_replicas,
+            observed_generation: s.observed_generation,
+            conditions: s.conditions.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ReplicationControllerCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        message: c.message,
+                        last_transition_time: c.last_transition_time,
+                    })
+                    .collect()
+            }),
+        };
+        ReplicationController {
+            status: Some(status),
+            ..self.clone()
+        }
+    }
+}
+
+pub struct ReplicaSetController<K: Replicated = ReplicaSet> {
     client: Client,
-    replicasets: Cache<ReplicaSet>,
+    replicasets: Cache<K>,
     pods: Cache<CachedPod>,
     queue: Arc<WorkQueue>,
     expectations: Arc<Expectations>,
     events: EventRecorder,
 }
 
-impl ReplicaSetController {
+impl<K: Replicated> ReplicaSetController<K> {
     /// Registers the controller's handlers on the shared informers.
     pub fn new(client: Client, informers: &SharedInformers, events: EventRecorder) -> Arc<Self> {
-        let rs_informer = informers.get::<ReplicaSet>();
+        let rs_informer = informers.get::<K>();
         let pod_informer = informers.get::<CachedPod>();
         let controller = Arc::new(ReplicaSetController {
             client,
             replicasets: rs_informer.cache(),
             pods: pod_informer.cache(),
-            queue: WorkQueue::new("replicaset"),
+            queue: WorkQueue::new(K::QUEUE),
             expectations: Arc::default(),
             events,
         });
@@ -65,17 +162,17 @@ impl ReplicaSetController {
             owners: controller.replicasets.clone(),
             queue: controller.queue.clone(),
             expectations: controller.expectations.clone(),
-            selector: |rs| selector_of(rs).ok(),
+            selector: |rs| selector_of(&rs.as_replicaset()).ok(),
         }));
         controller
     }
 
-    fn replicaset(&self, namespace: &str, name: &str) -> Option<Arc<ReplicaSet>> {
+    fn replicaset(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         self.replicasets.get(Some(namespace), name)
     }
 }
 
-impl Reconciler for ReplicaSetController {
+impl<K: Replicated> Reconciler for ReplicaSetController<K> {
     type Error = Error;
 
     fn queue(&self) -> &Arc<WorkQueue> {
@@ -84,16 +181,17 @@ impl Reconciler for ReplicaSetController {
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
         let (ns, name) = split_key(key);
-        let Some(rs) = self.replicaset(ns, name) else {
+        let Some(object) = self.replicaset(ns, name) else {
             self.expectations.forget(key);
             return Ok(None);
         };
+        let rs = object.as_replicaset();
         let selector = selector_of(&rs)?;
-        let pods = self.claim_pods(&rs, &selector).await?;
+        let pods = self.claim_pods(&*object, &selector).await?;
         let mut manage_err = None;
         if self.expectations.satisfied(key)
             && rs.metadata.deletion_timestamp.is_none()
-            && let Err(err) = self.manage_replicas(key, &rs, &pods).await
+            && let Err(err) = self.manage_replicas(key, &*object, &rs, &pods).await
         {
             manage_err = Some(err);
         }
@@ -106,12 +204,10 @@ impl Reconciler for ReplicaSetController {
         let now = Timestamp::now();
         let status = calculate_status(&rs, &counted, manage_err.as_ref(), now);
         if rs.status.as_ref() != Some(&status) {
-            let mut updated = (*rs).clone();
-            updated.status = Some(status);
-            Api::<ReplicaSet>::namespaced(self.client.clone(), ns)
-                .replace_status(name, &PostParams::default(), &updated)
+            Api::<K>::namespaced(self.client.clone(), ns)
+                .replace_status(name, &PostParams::default(), &object.with_status(status))
                 .await
-                .map_err(|e| Error::api("updating status of replicaset", key, e))?;
+                .map_err(|e| Error::api("updating status", key, e))?;
         }
         if let Some(err) = manage_err {
             return Err(err);
@@ -129,7 +225,7 @@ impl Reconciler for ReplicaSetController {
     }
 }
 
-impl ReplicaSetController {
+impl<K: Replicated> ReplicaSetController<K> {
     /// The pods of every ReplicaSet with the same controller as `rs` (the ReplicaSets of
     /// one Deployment), each once; none for a ReplicaSet without a controller. Scale-down
     /// ranks a pod by how many of these share its node, as upstream.
@@ -139,10 +235,13 @@ impl ReplicaSetController {
         };
         let ns = rs.metadata.namespace.as_deref();
         let family = self.replicasets.state_filter(|other| {
-            other.metadata.namespace.as_deref() == ns
-                && controller_of(&other.metadata).is_some_and(|r| r.uid == owner.uid)
+            other.meta().namespace.as_deref() == ns
+                && controller_of(other.meta()).is_some_and(|r| r.uid == owner.uid)
         });
-        let selectors: Vec<Selector> = family.iter().filter_map(|r| selector_of(r).ok()).collect();
+        let selectors: Vec<Selector> = family
+            .iter()
+            .filter_map(|r| selector_of(&r.as_replicaset()).ok())
+            .collect();
         self.pods.state_filter(|pod| {
             Some(&*pod.metadata.namespace) == ns
                 && selectors
@@ -152,11 +251,7 @@ impl ReplicaSetController {
     }
 
     /// The active pods this ReplicaSet controls after adopting and releasing.
-    async fn claim_pods(
-        &self,
-        rs: &ReplicaSet,
-        selector: &Selector,
-    ) -> Result<Vec<Arc<CachedPod>>, Error> {
+    async fn claim_pods(&self, rs: &K, selector: &Selector) -> Result<Vec<Arc<CachedPod>>, Error> {
         let ns = rs.namespace();
         let candidates = self
             .pods
@@ -164,9 +259,11 @@ impl ReplicaSetController {
         claim_pods(&self.client, rs, selector, candidates).await
     }
 
+    /// Creates or deletes pods of `object` (read through its view `rs`).
     async fn manage_replicas(
         &self,
         key: &str,
+        object: &K,
         rs: &ReplicaSet,
         pods: &[Arc<CachedPod>],
     ) -> Result<(), Error> {
@@ -181,12 +278,12 @@ impl ReplicaSetController {
             expectations: &self.expectations,
             events: &self.events,
             key,
-            owner: rs,
+            owner: object,
         };
         if pods.len() < want {
             let count = (want - pods.len()).min(BURST_REPLICAS);
             tracing::debug!(replicaset = key, count, "creating pods");
-            let template = pod_from_template(rs);
+            let template = pod_from_template(object, rs);
             control.create(count, |_| template.clone()).await?;
         } else if pods.len() > want {
             let count = (pods.len() - want).min(BURST_REPLICAS);
@@ -255,9 +352,10 @@ pub fn selector_of(rs: &ReplicaSet) -> Result<Selector, Error> {
     crate::owner::parse_selector(rs, selector)
 }
 
-/// The pod a ReplicaSet creates: its template, `generateName: <rs>-` (the apiserver adds
-/// five random characters) and a controller reference.
-pub fn pod_from_template(rs: &ReplicaSet) -> Pod {
+/// The pod a ReplicaSet (or ReplicationController, `rs` its view) creates: its template,
+/// `generateName: <name>-` (the apiserver adds five random characters) and a controller
+/// reference.
+pub fn pod_from_template<K: Replicated>(owner: &K, rs: &ReplicaSet) -> Pod {
     let template: PodTemplateSpec = rs
         .spec
         .as_ref()
@@ -271,7 +369,7 @@ pub fn pod_from_template(rs: &ReplicaSet) -> Pod {
             labels: meta.labels,
             annotations: meta.annotations,
             finalizers: meta.finalizers,
-            owner_references: Some(vec![controller_ref(rs)]),
+            owner_references: Some(vec![controller_ref(owner)]),
             ..Default::default()
         },
         spec: template.spec,
@@ -338,14 +436,14 @@ pub fn calculate_status(
     }
 }
 
-struct ReplicaSetEvents(Arc<ReplicaSetController>);
+struct ReplicaSetEvents<K: Replicated>(Arc<ReplicaSetController<K>>);
 
-impl EventHandler<ReplicaSet> for ReplicaSetEvents {
-    fn on_apply(&self, _old: Option<&ReplicaSet>, new: &Arc<ReplicaSet>) {
-        self.0.queue.add(key_of(&new.metadata));
+impl<K: Replicated> EventHandler<K> for ReplicaSetEvents<K> {
+    fn on_apply(&self, _old: Option<&K>, new: &Arc<K>) {
+        self.0.queue.add(key_of(new.meta()));
     }
-    fn on_delete(&self, obj: &Arc<ReplicaSet>) {
-        self.0.expectations.forget(&key_of(&obj.metadata));
+    fn on_delete(&self, obj: &Arc<K>) {
+        self.0.expectations.forget(&key_of(obj.meta()));
     }
 }
 
@@ -380,7 +478,7 @@ mod tests {
                                   "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}
         }))
         .unwrap();
-        let pod = pod_from_template(&rs);
+        let pod = pod_from_template(&rs, &rs);
         assert_eq!(pod.metadata.generate_name.as_deref(), Some("web-abc-"));
         assert_eq!(pod.labels().get("app").map(String::as_str), Some("web"));
         assert_eq!(pod.annotations().get("a").map(String::as_str), Some("b"));

@@ -1,8 +1,9 @@
 //! The controller-manager end to end, with the real kubectl against a real `krust
 //! server`: Deployments get one ReplicaSet per template and pods with ownerReferences,
 //! rollouts stay within maxSurge/maxUnavailable at every moment seen on a watch,
-//! `kubectl rollout status|undo`, `kubectl scale`, and leader failover between two
-//! `krust controller-manager` processes.
+//! `kubectl rollout status|undo`, `kubectl scale`, leader failover between two
+//! `krust controller-manager` processes, and ReplicationControllers managed as
+//! ReplicaSets.
 //!
 //! There is no kubelet yet: [`ReadyMarker`] plays one, marking every new pod Running and
 //! Ready through the pods/status subresource.
@@ -1051,4 +1052,83 @@ fn every_node_gets_its_own_pod_range_until_the_cluster_cidr_runs_out() {
     let reused = wait_for("n2's range", DEADLINE, || pod_cidr(&s, "n2"));
     assert_eq!(reused, "10.99.1.0/24");
     assert_eq!(pod_cidr(&s, "n0").as_deref(), Some("10.99.0.0/24"));
+}
+
+#[test]
+fn a_replication_controller_is_managed_like_a_replicaset() {
+    let s = Server::start();
+    let _sim = Component::start(&s, "sim", "sim", &["--nodes=1"]);
+    // kubectl sends core objects as protobuf.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"},
+            "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "legacy"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+        .to_string(),
+    );
+    let rc = s.get_json(&["rc", "legacy"]);
+    assert_eq!(
+        rc["spec"]["selector"],
+        json!({"app": "legacy"}),
+        "defaulted from the template"
+    );
+    assert_eq!(rc["metadata"]["labels"], json!({"app": "legacy"}));
+    wait_for("3 ready replicas", DEADLINE, || {
+        (s.get_json(&["rc", "legacy"])["status"]["readyReplicas"] == 3).then_some(())
+    });
+    let pods = live_pods(&s, "legacy");
+    assert_eq!(pods.len(), 3);
+    for pod in &pods {
+        let owner = &pod["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "ReplicationController");
+        assert_eq!(owner["uid"], rc["metadata"]["uid"]);
+    }
+    let table = s.ok(&["get", "rc", "legacy", "-o", "wide"]);
+    assert!(
+        table.contains("app=legacy") && table.contains("DESIRED"),
+        "{table}"
+    );
+
+    // Through the scale subresource, and with an orphan that matches adopted.
+    s.ok(&["scale", "rc", "legacy", "--replicas=5"]);
+    wait_for("5 ready replicas", DEADLINE, || {
+        let rc = s.get_json(&["rc", "legacy"]);
+        (rc["status"]["readyReplicas"] == 5 && rc["status"]["observedGeneration"] == 2)
+            .then_some(())
+    });
+    let scale: Value = serde_json::from_str(&s.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/replicationcontrollers/legacy/scale",
+    ]))
+    .unwrap();
+    assert_eq!(scale["status"]["selector"], "app=legacy");
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stray", "labels": {"app": "legacy"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+        .to_string(),
+    );
+    // Adopted, the set is one over: the newest, least ready pod goes — usually the
+    // stray itself.
+    wait_for(
+        "the stray pod adopted and one pod too many deleted",
+        DEADLINE,
+        || {
+            let pods = live_pods(&s, "legacy");
+            let stray_owned = pods.iter().any(|p| {
+                name(p) == "stray"
+                    && p["metadata"]["ownerReferences"][0]["kind"] == "ReplicationController"
+            });
+            let stray_deleted =
+                events(&s, "SuccessfulDelete").contains(&"Deleted pod: stray".to_string());
+            (pods.len() == 5 && (stray_owned || stray_deleted)).then_some(())
+        },
+    );
+
+    // Deleting it takes its pods along.
+    s.ok(&["delete", "rc", "legacy", "--wait=true"]);
+    wait_for("no pods left", DEADLINE, || {
+        live_pods(&s, "legacy").is_empty().then_some(())
+    });
 }

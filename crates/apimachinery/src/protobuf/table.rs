@@ -45,6 +45,7 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("v1", "Node", &CORE_V1_NODE),
     ("v1", "Pod", &CORE_V1_POD),
     ("v1", "PodTemplate", &CORE_V1_POD_TEMPLATE),
+    ("v1", "ReplicationController", &CORE_V1_REPLICATION_CONTROLLER),
     ("v1", "ResourceQuota", &CORE_V1_RESOURCE_QUOTA),
     ("v1", "Secret", &CORE_V1_SECRET),
     ("v1", "Service", &CORE_V1_SERVICE),
@@ -1470,6 +1471,36 @@ static CORE_V1_RBD_VOLUME_SOURCE: Message = Message::new("core.v1.RBDVolumeSourc
     Field::new(6, "keyring", 5, One, Str, Omit),
     Field::new(7, "secretRef", 6, One, Obj(Msg(&CORE_V1_LOCAL_OBJECT_REFERENCE)), Ptr),
     Field::new(8, "readOnly", 7, One, Bool, Omit),
+]);
+
+static CORE_V1_REPLICATION_CONTROLLER: Message = Message::new("core.v1.ReplicationController", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&CORE_V1_REPLICATION_CONTROLLER_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&CORE_V1_REPLICATION_CONTROLLER_STATUS)), Keep),
+]);
+
+static CORE_V1_REPLICATION_CONTROLLER_CONDITION: Message = Message::new("core.v1.ReplicationControllerCondition", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "status", 1, One, Str, Keep),
+    Field::new(3, "lastTransitionTime", 2, One, Obj(Time), Keep),
+    Field::new(4, "reason", 3, One, Str, Omit),
+    Field::new(5, "message", 4, One, Str, Omit),
+]);
+
+static CORE_V1_REPLICATION_CONTROLLER_SPEC: Message = Message::new("core.v1.ReplicationControllerSpec", &[
+    Field::new(1, "replicas", 0, One, I32, Ptr),
+    Field::new(2, "selector", 2, Map, Str, Omit),
+    Field::new(3, "template", 3, One, Obj(Msg(&CORE_V1_POD_TEMPLATE_SPEC)), Ptr),
+    Field::new(4, "minReadySeconds", 1, One, I32, Omit),
+]);
+
+static CORE_V1_REPLICATION_CONTROLLER_STATUS: Message = Message::new("core.v1.ReplicationControllerStatus", &[
+    Field::new(1, "replicas", 0, One, I32, Keep),
+    Field::new(2, "fullyLabeledReplicas", 1, One, I32, Omit),
+    Field::new(3, "observedGeneration", 4, One, I64, Omit),
+    Field::new(4, "readyReplicas", 2, One, I32, Omit),
+    Field::new(5, "availableReplicas", 3, One, I32, Omit),
+    Field::new(6, "conditions", 5, List, Obj(Msg(&CORE_V1_REPLICATION_CONTROLLER_CONDITION)), Omit),
 ]);
 
 static CORE_V1_RESOURCE_CLAIM: Message = Message::new("core.v1.ResourceClaim", &[

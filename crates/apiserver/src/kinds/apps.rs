@@ -1,6 +1,7 @@
 //! apps/v1 workloads: Deployment, ReplicaSet, StatefulSet, DaemonSet and
 //! ControllerRevision — defaults (replicas, strategies, history limits), selector checks
-//! (required, matching the template, immutable) and their `kubectl get` columns.
+//! (required, matching the template, immutable) and their `kubectl get` columns — and
+//! their core/v1 forerunner, the ReplicationController (a plain label-map selector).
 
 use krust_api::selector::LabelSelector;
 use krust_api::status::Cause;
@@ -232,6 +233,67 @@ impl Strategy for ReplicaSet {
             },
         ];
         C
+    }
+}
+
+pub struct ReplicationController;
+pub static REPLICATION_CONTROLLER: ReplicationController = ReplicationController;
+impl Strategy for ReplicationController {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+    /// Upstream's defaults: the selector and the object's labels default to the
+    /// template's labels.
+    fn default(&self, obj: &mut Value) {
+        let labels = obj["spec"]["template"]["metadata"]["labels"].clone();
+        if labels.as_object().is_some_and(|m| !m.is_empty()) {
+            if obj["spec"]["selector"]
+                .as_object()
+                .is_none_or(|m| m.is_empty())
+            {
+                obj["spec"]["selector"] = labels.clone();
+            }
+            if obj["metadata"]["labels"]
+                .as_object()
+                .is_none_or(|m| m.is_empty())
+            {
+                obj["metadata"]["labels"] = labels;
+            }
+        }
+        set_default(obj, "/spec/replicas", json!(1));
+        if obj["spec"]["template"].is_object() {
+            default_pod_spec(&mut obj["spec"]["template"]["spec"]);
+        }
+    }
+    fn prepare_for_create(&self, obj: &mut Value) {
+        clear_status(obj);
+    }
+    fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
+        let spec = &obj["spec"];
+        non_negative(obj, "/spec/replicas", "spec.replicas", errs);
+        non_negative(obj, "/spec/minReadySeconds", "spec.minReadySeconds", errs);
+        let selector = spec["selector"].as_object().filter(|m| !m.is_empty());
+        if selector.is_none() {
+            errs.push(Cause::required("spec.selector"));
+        }
+        if !spec["template"].is_object() {
+            errs.push(Cause::required("spec.template"));
+            return;
+        }
+        let labels = &spec["template"]["metadata"]["labels"];
+        if let Some(selector) = selector
+            && !selector.iter().all(|(k, v)| &labels[k] == v)
+        {
+            errs.push(Cause::invalid(
+                "spec.template.metadata.labels",
+                labels,
+                "`selector` does not match template `labels`",
+            ));
+        }
+        validate_pod_spec(&spec["template"]["spec"], "spec.template.spec", errs);
+    }
+    fn columns(&self) -> &'static [Column] {
+        REPLICA_SET.columns()
     }
 }
 

@@ -194,6 +194,11 @@ pub fn all() -> &'static [Kind] {
             kind::<corev1::Node>("", "nodes", &core::NODE),
             kind::<corev1::Pod>("", "pods", &pod::POD),
             kind::<corev1::PodTemplate>("", "podtemplates", &pod::POD_TEMPLATE),
+            kind::<corev1::ReplicationController>(
+                "",
+                "replicationcontrollers",
+                &apps::REPLICATION_CONTROLLER,
+            ),
             kind::<corev1::ResourceQuota>("", "resourcequotas", &core::RESOURCE_QUOTA),
             kind::<corev1::Secret>("", "secrets", &core::SECRET),
             kind::<corev1::ServiceAccount>("", "serviceaccounts", &core::SERVICE_ACCOUNT),

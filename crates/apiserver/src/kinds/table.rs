@@ -151,8 +151,13 @@ fn join_containers(obj: &Value, pointer: &str, field: &str) -> Value {
     json!(names.join(","))
 }
 
-/// A label selector (metav1.LabelSelector) printed as kubectl does: `app=web,tier in (a)`.
+/// A label selector (metav1.LabelSelector) printed as kubectl does: `app=web,tier in (a)`;
+/// a ReplicationController's selector, a plain label map, as `app=web`.
 pub fn selector(sel: &Value) -> Value {
+    let structured = sel.get("matchLabels").is_some() || sel.get("matchExpressions").is_some();
+    if !structured && sel.as_object().is_some_and(|m| !m.is_empty()) {
+        return map(sel);
+    }
     let mut parts = Vec::new();
     if let Some(m) = sel["matchLabels"].as_object() {
         parts.extend(
@@ -220,5 +225,9 @@ mod tests {
         let sel = json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "t", "operator": "In", "values": ["a", "b"]}]});
         assert_eq!(selector(&sel), json!("app=web,t in (a,b)"));
         assert_eq!(selector(&json!({})), json!("<none>"));
+        assert_eq!(
+            selector(&json!({"app": "web", "a": "b"})),
+            json!("a=b,app=web")
+        );
     }
 }
