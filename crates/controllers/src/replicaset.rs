@@ -21,8 +21,7 @@ use k8s_openapi::api::apps::v1::{
     ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus,
 };
 use k8s_openapi::api::core::v1::{
-    Pod, PodTemplateSpec, ReplicationController, ReplicationControllerCondition,
-    ReplicationControllerStatus,
+    Pod, PodTemplateSpec, ReplicationController, ReplicationControllerStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -76,25 +75,7 @@ impl Replicated for ReplicationController {
     /// Upstream's conversion: the selector map becomes `matchLabels`.
     fn as_replicaset(&self) -> Cow<'_, ReplicaSet> {
         let spec = self.spec.clone().unwrap_or_default();
-        let status = self.status.clone().map(|s| ReplicaSetStatus {
-            replicas: s.replicas,
-            fully_labeled_replicas: s.fully_labeled_replicas,
-            ready_replicas: s.ready_replicas,
-            available_replicas: s.available_replicas,
-            observed_generation: s.observed_generation,
-            conditions: s.conditions.map(|cs| {
-                cs.into_iter()
-                    .map(|c| ReplicaSetCondition {
-                        type_: c.type_,
-                        status: c.status,
-                        reason: c.reason,
-                        message: c.message,
-                        last_transition_time: c.last_transition_time,
-                    })
-                    .collect()
-            }),
-            terminating_replicas: None,
-        });
+        let status = self.status.as_ref().map(same_shape);
         Cow::Owned(ReplicaSet {
             metadata: self.metadata.clone(),
             spec: Some(ReplicaSetSpec {
@@ -109,30 +90,21 @@ impl Replicated for ReplicationController {
             status,
         })
     }
-    fn with_status(&self, s: ReplicaSetStatus) -> Self {
-        let status = ReplicationControllerStatus {
-            replicas: s.replicas,
-            fully_labeled_replicas: s.fully_labeled_replicas,
-            ready_replicas: s.ready_replicas,
-            available_replicas: s.available_replicas,
-            observed_generation: s.observed_generation,
-            conditions: s.conditions.map(|cs| {
-                cs.into_iter()
-                    .map(|c| ReplicationControllerCondition {
-                        type_: c.type_,
-                        status: c.status,
-                        reason: c.reason,
-                        message: c.message,
-                        last_transition_time: c.last_transition_time,
-                    })
-                    .collect()
-            }),
-        };
+    fn with_status(&self, status: ReplicaSetStatus) -> Self {
+        let status: ReplicationControllerStatus = same_shape(&status);
         ReplicationController {
             status: Some(status),
             ..self.clone()
         }
     }
+}
+
+/// A ReplicaSet's status as a ReplicationController's or back: the same fields under the
+/// same names (a ReplicaSet's `terminatingReplicas` has no counterpart and is dropped).
+fn same_shape<A: serde::Serialize, B: serde::de::DeserializeOwned + Default>(a: &A) -> B {
+    serde_json::to_value(a)
+        .and_then(serde_json::from_value)
+        .unwrap_or_default()
 }
 
 pub struct ReplicaSetController<K: Replicated = ReplicaSet> {
@@ -491,6 +463,45 @@ mod tests {
             (owner.controller, owner.block_owner_deletion),
             (Some(true), Some(true))
         );
+    }
+
+    #[test]
+    fn a_replication_controller_is_seen_as_a_replicaset_and_gets_its_status_back() {
+        let rc: ReplicationController =
+            k8s_openapi::serde_json::from_value(k8s_openapi::serde_json::json!({
+                "metadata": {"name": "legacy", "namespace": "default", "uid": "u2"},
+                "spec": {"replicas": 2, "minReadySeconds": 3, "selector": {"app": "legacy"},
+                         "template": {"metadata": {"labels": {"app": "legacy"}}}},
+                "status": {"replicas": 1, "readyReplicas": 1,
+                           "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate"}]}
+            }))
+            .unwrap();
+        let rs = rc.as_replicaset();
+        let spec = rs.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.selector.match_labels,
+            Some([("app".to_string(), "legacy".to_string())].into())
+        );
+        assert_eq!((spec.replicas, spec.min_ready_seconds), (Some(2), Some(3)));
+        let status = rs.status.clone().unwrap();
+        assert_eq!((status.replicas, status.ready_replicas), (1, Some(1)));
+        assert_eq!(
+            status.conditions.unwrap()[0].reason.as_deref(),
+            Some("FailedCreate")
+        );
+        let pod = pod_from_template(&rc, &rs);
+        assert_eq!(
+            pod.metadata.owner_references.unwrap()[0].kind,
+            "ReplicationController"
+        );
+        let back = rc.with_status(ReplicaSetStatus {
+            replicas: 2,
+            available_replicas: Some(2),
+            terminating_replicas: Some(0),
+            ..Default::default()
+        });
+        let status = back.status.unwrap();
+        assert_eq!((status.replicas, status.available_replicas), (2, Some(2)));
     }
 
     #[test]
