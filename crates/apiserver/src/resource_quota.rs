@@ -7,7 +7,7 @@
 //! what a charged write that then failed took.
 
 use krust_api::status::{ApiError, Target};
-use krust_store::{Compare, Op, RangeRequest, Revision, Txn, TxnResult};
+use krust_store::{Compare, Op, Revision, Txn, TxnResult};
 use serde_json::Value;
 
 use crate::rest::{Call, store_error};
@@ -82,22 +82,13 @@ pub async fn admit(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<
         }
         // Charge again only the quotas that moved, from what the store holds now; the
         // others already carry this write.
-        let fresh = call
-            .api
-            .store
-            .range(RangeRequest {
-                prefix: prefix.clone(),
-                ..Default::default()
-            })
-            .await
-            .map_err(store_error)?;
-        (quotas, revisions) = fresh
-            .kvs
-            .iter()
-            .filter(|kv| conflicted.iter().any(|n| kv.key[prefix.len()..] == **n))
-            .filter_map(|kv| {
-                let value: Value = serde_json::from_slice(&kv.value).ok()?;
-                Some((value, kv.mod_revision))
+        (quotas, revisions) = call
+            .stored(&prefix)
+            .await?
+            .into_iter()
+            .filter(|(q, _)| {
+                let name = q["metadata"]["name"].as_str().unwrap_or_default();
+                conflicted.iter().any(|n| n == name)
             })
             .unzip();
     }

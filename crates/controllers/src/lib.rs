@@ -21,7 +21,7 @@
 //! completion), [`ttlafterfinished`] (finished Jobs deleted after their TTL),
 //! [`cronjob`] (Jobs on a schedule), [`daemonset`] (a pod on every eligible node, with
 //! revisions kept by [`history`]), [`statefulset`] (pods with stable identities, in
-//! order) and
+//! order), [`disruption`] (what PodDisruptionBudgets allow) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
@@ -29,6 +29,7 @@ pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 mod error;
 pub mod expectations;
@@ -137,6 +138,9 @@ async fn run_controllers(client: Client, config: &Config) {
     let (ds_events, ds_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "daemonset-controller");
     let daemonsets = daemonset::DaemonSetController::new(client.clone(), &informers, ds_events);
+    let (pdb_events, pdb_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "controllermanager");
+    let disruption = disruption::DisruptionController::new(client.clone(), &informers, pdb_events);
     let (ss_events, ss_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "statefulset-controller");
     let statefulsets =
@@ -155,11 +159,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(cj_sender);
     tasks.spawn(ds_sender);
     tasks.spawn(ss_sender);
+    tasks.spawn(pdb_sender);
     tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -178,6 +183,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(cronjobs, workers));
     tasks.spawn(queue::run(daemonsets, workers));
     tasks.spawn(queue::run(statefulsets, workers));
+    tasks.spawn(queue::run(disruption, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

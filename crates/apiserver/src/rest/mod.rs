@@ -7,6 +7,7 @@
 
 mod delete;
 mod duplicates;
+mod eviction;
 mod read;
 mod subresource;
 mod watch;
@@ -206,6 +207,25 @@ impl Call<'_> {
             .map_err(store_error)?;
         self.api.cache.wait_for(rev).await;
         Ok(rev)
+    }
+
+    /// Every object the store holds under `prefix` (any kind), with its revision: for
+    /// compare-and-swap writes of objects other than the request's own.
+    pub async fn stored(&self, prefix: &str) -> Result<Vec<(Value, Revision)>, ApiError> {
+        let listed = self
+            .api
+            .store
+            .range(krust_store::RangeRequest {
+                prefix: prefix.to_string(),
+                ..Default::default()
+            })
+            .await
+            .map_err(store_error)?;
+        Ok(listed
+            .kvs
+            .iter()
+            .filter_map(|kv| Some((serde_json::from_slice(&kv.value).ok()?, kv.mod_revision)))
+            .collect())
     }
 
     /// The current object from the (consistent) cache, with its revision.

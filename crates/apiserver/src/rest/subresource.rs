@@ -1,5 +1,6 @@
 //! Subresources: `status` (and namespaces' `finalize`), `scale` (an autoscaling/v1 Scale
-//! view of `spec.replicas`), pods' `binding` (the scheduler's write) and `eviction`.
+//! view of `spec.replicas`), pods' `binding` (the scheduler's write) and `eviction`
+//! ([`super::eviction`]).
 
 use http::StatusCode;
 use krust_api::registry::Subresource;
@@ -46,7 +47,7 @@ pub async fn serve(call: &mut Call<'_>, sub: &str) -> Result<Response, ApiError>
         }
         (Subresource::Scale, Verb::Update | Verb::Patch) => scale_write(call).await,
         (Subresource::Binding, Verb::Create) => bind(call).await,
-        (Subresource::Eviction, Verb::Create) => evict(call).await,
+        (Subresource::Eviction, Verb::Create) => super::eviction::evict(call).await,
         (Subresource::Token, Verb::Create) => token(call).await,
         _ => Err(ApiError::method_not_allowed(verb.as_str(), sub.name())),
     }
@@ -167,7 +168,6 @@ async fn bind(call: &mut Call<'_>) -> Result<Response, ApiError> {
     ))
 }
 
-/// pods/eviction: deletes the pod with the eviction's delete options.
 /// A TokenRequest for a service account, optionally bound to a pod of its namespace
 /// (which must exist, with the UID given).
 async fn token(call: &mut Call<'_>) -> Result<Response, ApiError> {
@@ -215,23 +215,4 @@ async fn token(call: &mut Call<'_>) -> Result<Response, ApiError> {
     };
     let answer = call.api.tokens.token_request(&sa, &request, pod.as_ref())?;
     Ok(response::json(StatusCode::CREATED, &answer))
-}
-
-async fn evict(call: &mut Call<'_>) -> Result<Response, ApiError> {
-    let eviction = call.decode_body(("policy/v1", "Eviction"))?;
-    let mut del = call.clone();
-    del.info.verb = Verb::Delete;
-    del.info.subresource = None;
-    del.body = match eviction.get("deleteOptions") {
-        Some(opts) if opts.is_object() => {
-            bytes::Bytes::from(serde_json::to_vec(opts).unwrap_or_default())
-        }
-        _ => bytes::Bytes::new(),
-    };
-    del.content_type = Some("application/json".into());
-    super::delete::delete(&del).await?;
-    Ok(response::json(
-        StatusCode::CREATED,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-    ))
 }
