@@ -215,6 +215,8 @@ resources! {
     "coordination.k8s.io" "v1" "Lease" "leases" "lease" [] [] true [] "leases";
     "discovery.k8s.io" "v1" "EndpointSlice" "endpointslices" "endpointslice" [] [] true [] "endpointslices";
     "events.k8s.io" "v1" "Event" "events" "event" ["ev"] [] true [] "events";
+    "metrics.k8s.io" "v1beta1" "NodeMetrics" "nodes" "nodemetrics" [] [] false [] "";
+    "metrics.k8s.io" "v1beta1" "PodMetrics" "pods" "podmetrics" [] [] true [] "";
     "networking.k8s.io" "v1" "IngressClass" "ingressclasses" "ingressclass" [] [] false [] "ingressclasses";
     "networking.k8s.io" "v1" "Ingress" "ingresses" "ingress" ["ing"] [] true [Status] "ingress";
     "networking.k8s.io" "v1" "NetworkPolicy" "networkpolicies" "networkpolicy" ["netpol"] [] true [] "networkpolicies";

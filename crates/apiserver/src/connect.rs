@@ -60,7 +60,7 @@ impl Connect {
 
 /// The apiserver's TLS client towards kubelets.
 pub struct KubeletClient {
-    tls: TlsConnector,
+    pub(crate) tls: TlsConnector,
 }
 
 impl KubeletClient {
@@ -341,7 +341,7 @@ fn check_logs(
 
 /// The host and port of a node's kubelet: its first InternalIP (else any address) and
 /// `status.daemonEndpoints.kubeletEndpoint.Port`.
-fn kubelet_address(node: &Value) -> Option<(String, u16)> {
+pub(crate) fn kubelet_address(node: &Value) -> Option<(String, u16)> {
     let addresses = node["status"]["addresses"].as_array()?;
     let address = addresses
         .iter()

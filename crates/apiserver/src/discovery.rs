@@ -121,7 +121,9 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
 }
 
 fn verbs_of(r: &ResourceInfo) -> Vec<&'static str> {
-    if r.plural == "bindings" || r.is_virtual() {
+    if r.group == crate::resource_metrics::GROUP {
+        crate::resource_metrics::VERBS.to_vec()
+    } else if r.plural == "bindings" || r.is_virtual() {
         vec!["create"]
     } else {
         RESOURCE_VERBS.to_vec()

@@ -27,6 +27,7 @@ pub mod pki;
 pub mod pod_security;
 mod recover;
 pub mod request;
+pub mod resource_metrics;
 mod resource_quota;
 pub mod response;
 pub mod rest;
@@ -76,6 +77,9 @@ pub struct Config {
     pub compaction_interval: std::time::Duration,
     /// Audit logging (`--audit-policy-file` and `--audit-log-path`); `None` logs nothing.
     pub audit: Option<audit::Config>,
+    /// How often kubelets are scraped for the metrics API (metrics-server's
+    /// `--metric-resolution`); zero serves no metrics.
+    pub metric_resolution: std::time::Duration,
 }
 
 /// Everything a request handler needs.
@@ -98,6 +102,9 @@ pub struct Api {
     pub tokens: Arc<tokens::TokenIssuer>,
     /// The audit policy and log, when auditing.
     pub audit: Option<Arc<audit::Auditor>>,
+    /// Nodes' and containers' CPU and memory, scraped from kubelets for the
+    /// metrics.k8s.io API.
+    pub resource_metrics: resource_metrics::Samples,
 }
 
 /// A started apiserver.
@@ -189,6 +196,7 @@ impl Api {
             kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
             tokens,
             audit,
+            resource_metrics: Default::default(),
         });
         bootstrap::run(&api, services.first_ip(), port).await?;
         authz::policy::reconcile(&api)
@@ -230,6 +238,12 @@ pub async fn start(
         tokio::spawn(compactor::run(
             api.store.clone(),
             config.compaction_interval,
+        ));
+    }
+    if !config.metric_resolution.is_zero() {
+        tokio::spawn(resource_metrics::scrape(
+            api.clone(),
+            config.metric_resolution,
         ));
     }
     let task = tokio::spawn(server::serve(api, listener, acceptor, shutdown));

@@ -448,6 +448,9 @@ async fn serve_resource(
         warnings: Default::default(),
         audit,
     };
+    if kind.info.group == crate::resource_metrics::GROUP {
+        return crate::resource_metrics::serve(&mut call).await;
+    }
     if kind.info.is_virtual() {
         return crate::authz::reviews::serve(&mut call).await;
     }

@@ -7,7 +7,9 @@
 //! - [`endpoints`]: EndpointSlices as the data plane reads them;
 //! - [`events`]: recording core/v1 Events; [`leader`]: active/standby through a
 //!   coordination.k8s.io Lease;
-//! - [`supervise`]: long-running tasks restarted with back-off when they panic.
+//! - [`supervise`]: long-running tasks restarted with back-off when they panic;
+//! - [`selector`]: label selectors, node selector terms and tolerations, evaluated as
+//!   the scheduler does.
 //!
 //! Components depend on this crate, never on each other.
 
@@ -18,6 +20,7 @@ pub mod events;
 pub mod informer;
 pub mod leader;
 pub mod queue;
+pub mod selector;
 pub mod supervise;
 
 /// A Lease could not be acquired or renewed.

@@ -43,6 +43,10 @@ pub struct ApiserverArgs {
     /// Most mutating requests in flight before 429.
     #[arg(long, default_value_t = 200)]
     pub max_mutating_requests_inflight: usize,
+    /// How often kubelets are scraped for the metrics API behind `kubectl top` and the
+    /// HorizontalPodAutoscaler (metrics-server's flag; 0 disables the scraping).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub metric_resolution: std::time::Duration,
     /// How often old history is compacted (e.g. 5m, 30s; 0 disables).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub etcd_compaction_interval: std::time::Duration,
@@ -187,6 +191,7 @@ impl ApiserverArgs {
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,
             compaction_interval: self.etcd_compaction_interval,
+            metric_resolution: self.metric_resolution,
             audit: self
                 .audit_policy_file
                 .as_ref()

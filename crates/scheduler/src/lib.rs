@@ -35,7 +35,9 @@ pub mod plugins;
 pub mod queue;
 pub mod resource;
 mod run;
-pub mod selector;
+/// Label selectors, node selector terms and tolerations, shared with the controllers
+/// (the DaemonSet controller places pods by the same rules).
+pub use krust_client::selector;
 
 pub use run::{Error, run};
 

@@ -255,6 +255,8 @@ pub fn all() -> &'static [Kind] {
                 &discovery::ENDPOINT_SLICE,
             ),
             kind::<api::events::v1::Event>("events.k8s.io", "events", &event::EVENTS_V1),
+            kind::<crate::resource_metrics::NodeMetrics>("metrics.k8s.io", "nodes", &Plain),
+            kind::<crate::resource_metrics::PodMetrics>("metrics.k8s.io", "pods", &Plain),
             kind::<api::networking::v1::IngressClass>(
                 "networking.k8s.io",
                 "ingressclasses",

@@ -39,6 +39,7 @@ impl Harness {
             endpoint_reconcile_interval: Duration::from_secs(10),
             compaction_interval: Duration::ZERO,
             audit: None,
+            metric_resolution: Duration::ZERO,
         };
         let (api, _) = Api::new(&config, store, 6443).await.unwrap();
         let admin = User {

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
     PodSpec, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use krust_scheduler::selector::{
+use krust_client::selector::{
     NodeSelectorMatcher, find_untolerated_taint, is_do_not_schedule_taint,
 };
 use kube::ResourceExt;

@@ -1,10 +1,12 @@
 //! The kubelet's HTTPS API (upstream's `:10250` server): container logs, exec, attach
 //! and port-forward, which the apiserver proxies `pods/log`, `pods/exec`,
-//! `pods/attach` and `pods/portforward` to. Callers must present a client certificate
+//! `pods/attach` and `pods/portforward` to, and `/metrics/resource`, the CPU and memory
+//! usage the apiserver's metrics API scrapes. Callers must present a client certificate
 //! from the cluster CA that names the apiserver's kubelet client or a `system:masters`
 //! member (upstream authorizes the same callers through its webhook).
 
 mod logs;
+mod resource_metrics;
 mod streams;
 mod tls;
 
@@ -117,6 +119,19 @@ async fn route(runtime: &Runtime, req: Request<Incoming>) -> Result<Response<Bod
     }
     match parts.as_slice() {
         ["healthz"] => Ok(text(StatusCode::OK, "ok")),
+        ["metrics", "resource"] => {
+            let body = resource_metrics::serve(runtime).await?;
+            let mut resp = Response::new(
+                Full::new(Bytes::from(body))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            );
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            Ok(resp)
+        }
         ["containerLogs", ns, pod, container] => {
             logs::serve(runtime, ns, pod, container, req.uri().query()).await
         }

@@ -1,4 +1,5 @@
-//! Label selectors, node selector terms and toleration matching.
+//! Label selectors, node selector terms and toleration matching, as the scheduler and the
+//! DaemonSet controller evaluate them (upstream's `component-helpers/scheduling`).
 //!
 //! These are parsed once (when a pod enters the cache or a cycle starts) into
 //! matchers that evaluate without allocating, since filters run them against

@@ -1,0 +1,523 @@
+//! The resource metrics API (`metrics.k8s.io/v1beta1` NodeMetrics and PodMetrics), served
+//! by the apiserver itself — what metrics-server does for upstream clusters and k3s
+//! ships it for — so that `kubectl top` and the HorizontalPodAutoscaler work out of the
+//! box. Every `resolution` a scraper reads each Ready node's kubelet `/metrics/resource`
+//! (with the apiserver's kubelet client certificate, as for logs and exec) and keeps the
+//! last two samples of every node and container: CPU usage is the rate between them,
+//! memory the latest working set, `window` the time between them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use krust_api::selector::LabelSelector;
+use krust_api::status::{ApiError, Target};
+use krust_api::sync::Unpoisoned;
+use rustls::pki_types::ServerName;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::Api;
+use crate::request::Verb;
+use crate::response::{self, Response};
+use crate::rest::Call;
+
+pub const GROUP: &str = "metrics.k8s.io";
+pub const VERBS: &[&str] = &["get", "list"];
+
+/// NodeMetrics (metrics.k8s.io/v1beta1).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeMetrics {
+    pub metadata: ObjectMeta,
+    pub timestamp: Option<Time>,
+    pub window: String,
+    pub usage: BTreeMap<String, Quantity>,
+}
+
+/// PodMetrics (metrics.k8s.io/v1beta1).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PodMetrics {
+    pub metadata: ObjectMeta,
+    pub timestamp: Option<Time>,
+    pub window: String,
+    pub containers: Vec<ContainerMetrics>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ContainerMetrics {
+    pub name: String,
+    pub usage: BTreeMap<String, Quantity>,
+}
+
+/// The schemas OpenAPI publishes (metrics-server's types, written out: schemars'
+/// derive is not in the build).
+fn usage_schema() -> Schema {
+    json_schema!({"type": "object", "additionalProperties": {"type": "string"}})
+}
+
+impl JsonSchema for NodeMetrics {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NodeMetrics".into()
+    }
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        let meta = g.subschema_for::<ObjectMeta>();
+        json_schema!({"type": "object", "properties": {
+            "metadata": meta, "timestamp": {"type": "string", "format": "date-time"},
+            "window": {"type": "string"}, "usage": usage_schema()}})
+    }
+}
+
+impl JsonSchema for PodMetrics {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PodMetrics".into()
+    }
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        let meta = g.subschema_for::<ObjectMeta>();
+        json_schema!({"type": "object", "properties": {
+            "metadata": meta, "timestamp": {"type": "string", "format": "date-time"},
+            "window": {"type": "string"},
+            "containers": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "usage": usage_schema()}}}}})
+    }
+}
+
+/// A cumulative CPU reading and a working set at one time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Point {
+    cpu_seconds: f64,
+    memory_bytes: f64,
+    millis: i64,
+}
+
+/// Usage over the window between two points.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Usage {
+    pub nano_cores: u64,
+    pub memory_bytes: u64,
+    pub millis: i64,
+    pub window_millis: i64,
+}
+
+/// The last two points of a series.
+#[derive(Default)]
+struct Series {
+    previous: Option<Point>,
+    latest: Option<Point>,
+}
+
+impl Series {
+    fn push(&mut self, p: Point) {
+        if self.latest.is_some_and(|l| l.millis >= p.millis) {
+            return;
+        }
+        self.previous = self.latest.replace(p);
+    }
+
+    /// A restarted container's counter goes back: no usage until two new points.
+    fn usage(&self) -> Option<Usage> {
+        let (a, b) = (self.previous?, self.latest?);
+        let window = b.millis - a.millis;
+        if window <= 0 || b.cpu_seconds < a.cpu_seconds {
+            return None;
+        }
+        Some(Usage {
+            nano_cores: ((b.cpu_seconds - a.cpu_seconds) / (window as f64 / 1000.0) * 1e9) as u64,
+            memory_bytes: b.memory_bytes as u64,
+            millis: b.millis,
+            window_millis: window,
+        })
+    }
+}
+
+/// A container: (namespace, pod, container name).
+type ContainerKey = (String, String, String);
+
+/// What the scraper learned, by node and by (namespace, pod, container).
+#[derive(Default)]
+pub struct Samples {
+    nodes: Mutex<HashMap<String, Series>>,
+    /// Each container's series, with the node it was seen on.
+    containers: Mutex<HashMap<ContainerKey, (String, Series)>>,
+}
+
+impl Samples {
+    pub fn node(&self, name: &str) -> Option<Usage> {
+        self.nodes.locked().get(name)?.usage()
+    }
+
+    /// Each container's usage of a pod, by container name.
+    pub fn pod(&self, namespace: &str, pod: &str) -> Vec<(String, Usage)> {
+        let mut out: Vec<(String, Usage)> = self
+            .containers
+            .locked()
+            .iter()
+            .filter(|((ns, p, _), _)| ns == namespace && p == pod)
+            .filter_map(|((_, _, c), (_, series))| Some((c.clone(), series.usage()?)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Takes in one scrape of a node's kubelet; the node's containers that were not in
+    /// it are gone and forgotten.
+    fn record(&self, node: &str, text: &str) {
+        let scrape = parse(text);
+        if let Some(p) = scrape.node {
+            self.nodes
+                .locked()
+                .entry(node.to_string())
+                .or_default()
+                .push(p);
+        }
+        let mut containers = self.containers.locked();
+        containers.retain(|k, (on, _)| on != node || scrape.containers.contains_key(k));
+        for (key, p) in scrape.containers {
+            let entry = containers
+                .entry(key)
+                .or_insert_with(|| (node.to_string(), Series::default()));
+            entry.0 = node.to_string();
+            entry.1.push(p);
+        }
+    }
+
+    /// Forgets nodes that are gone.
+    fn keep_nodes(&self, live: &[String]) {
+        self.nodes.locked().retain(|n, _| live.contains(n));
+        self.containers
+            .locked()
+            .retain(|_, (n, _)| live.contains(n));
+    }
+}
+
+/// One parsed `/metrics/resource` answer.
+#[derive(Default)]
+struct Scrape {
+    node: Option<Point>,
+    containers: HashMap<ContainerKey, Point>,
+}
+
+/// Reads the four series krust uses from the Prometheus text format.
+fn parse(text: &str) -> Scrape {
+    let mut scrape = Scrape::default();
+    let mut node_cpu = None;
+    let mut node_memory = None;
+    let mut cpu: HashMap<ContainerKey, (f64, i64)> = HashMap::new();
+    let mut memory: HashMap<ContainerKey, f64> = HashMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (name_labels, rest) = match line.find('}') {
+            Some(end) => (&line[..=end], line[end + 1..].trim()),
+            None => match line.split_once(' ') {
+                Some((n, r)) => (n, r.trim()),
+                None => continue,
+            },
+        };
+        let mut fields = rest.split_whitespace();
+        let Some(value) = fields.next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        let millis = fields.next().and_then(|t| t.parse().ok()).unwrap_or(0);
+        let (name, labels) = match name_labels.split_once('{') {
+            Some((n, l)) => (n, labels_of(l.trim_end_matches('}'))),
+            None => (name_labels, HashMap::new()),
+        };
+        let key = || {
+            let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            (get("namespace"), get("pod"), get("container"))
+        };
+        match name {
+            "node_cpu_usage_seconds_total" => node_cpu = Some((value, millis)),
+            "node_memory_working_set_bytes" => node_memory = Some(value),
+            "container_cpu_usage_seconds_total" => {
+                cpu.insert(key(), (value, millis));
+            }
+            "container_memory_working_set_bytes" => {
+                memory.insert(key(), value);
+            }
+            _ => {}
+        }
+    }
+    if let (Some((cpu_seconds, millis)), Some(memory_bytes)) = (node_cpu, node_memory) {
+        scrape.node = Some(Point {
+            cpu_seconds,
+            memory_bytes,
+            millis,
+        });
+    }
+    for (key, (cpu_seconds, millis)) in cpu {
+        let memory_bytes = memory.get(&key).copied().unwrap_or(0.0);
+        scrape.containers.insert(
+            key,
+            Point {
+                cpu_seconds,
+                memory_bytes,
+                millis,
+            },
+        );
+    }
+    scrape
+}
+
+/// `a="x",b="y"` (values without escaped quotes, as the kubelet writes them).
+fn labels_of(text: &str) -> HashMap<String, String> {
+    text.split("\",")
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            Some((k.trim().to_string(), v.trim_matches('"').to_string()))
+        })
+        .collect()
+}
+
+/// Scrapes every Ready node's kubelet each `resolution`, forever.
+pub async fn scrape(api: Arc<Api>, resolution: Duration) {
+    let mut tick = tokio::time::interval(resolution);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(nodes) = api.cache.cache("/registry/minions/") else {
+            continue;
+        };
+        let nodes: Vec<Value> = nodes
+            .list("/registry/minions/")
+            .0
+            .iter()
+            .map(|n| n.value())
+            .collect();
+        let names: Vec<String> = nodes
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+            .collect();
+        api.resource_metrics.keep_nodes(&names);
+        let scrapes = nodes.iter().filter(|n| is_ready(n)).filter_map(|node| {
+            let name = node["metadata"]["name"].as_str()?.to_string();
+            let (host, port) = crate::connect::kubelet_address(node)?;
+            let api = api.clone();
+            Some(async move {
+                match fetch(&api, &host, port).await {
+                    Ok(text) => api.resource_metrics.record(&name, &text),
+                    Err(err) => tracing::debug!(node = %name, %err, "scraping the kubelet failed"),
+                }
+            })
+        });
+        futures::future::join_all(scrapes).await;
+    }
+}
+
+fn is_ready(node: &Value) -> bool {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// GET `https://host:port/metrics/resource` with the kubelet client certificate.
+async fn fetch(api: &Api, host: &str, port: u16) -> anyhow::Result<String> {
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    let work = async {
+        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        let tls = api
+            .kubelet
+            .tls
+            .connect(ServerName::try_from(host.to_string())?, tcp)
+            .await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        let req = http::Request::get("/metrics/resource")
+            .header(http::header::HOST, format!("{host}:{port}"))
+            .body(Empty::<Bytes>::new())?;
+        let resp = sender.send_request(req).await?;
+        anyhow::ensure!(
+            resp.status() == StatusCode::OK,
+            "answered {}",
+            resp.status()
+        );
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    };
+    tokio::time::timeout(TIMEOUT, work).await?
+}
+
+fn cpu(nano_cores: u64) -> Quantity {
+    Quantity(format!("{nano_cores}n"))
+}
+
+fn memory(bytes: u64) -> Quantity {
+    Quantity(if bytes.is_multiple_of(1024) {
+        format!("{}Ki", bytes / 1024)
+    } else {
+        bytes.to_string()
+    })
+}
+
+fn window(u: &Usage) -> String {
+    format!("{}s", u.window_millis as f64 / 1000.0)
+}
+
+fn time(millis: i64) -> Option<Time> {
+    k8s_openapi::jiff::Timestamp::from_millisecond(millis)
+        .ok()
+        .map(Time)
+}
+
+fn meta(obj: &Value) -> ObjectMeta {
+    ObjectMeta {
+        name: obj["metadata"]["name"].as_str().map(String::from),
+        namespace: obj["metadata"]["namespace"].as_str().map(String::from),
+        labels: serde_json::from_value(obj["metadata"]["labels"].clone()).ok(),
+        creation_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+        ..Default::default()
+    }
+}
+
+fn node_metrics(api: &Api, node: &Value) -> Option<NodeMetrics> {
+    let u = api
+        .resource_metrics
+        .node(node["metadata"]["name"].as_str()?)?;
+    Some(NodeMetrics {
+        metadata: meta(node),
+        timestamp: time(u.millis),
+        window: window(&u),
+        usage: [
+            ("cpu".into(), cpu(u.nano_cores)),
+            ("memory".into(), memory(u.memory_bytes)),
+        ]
+        .into(),
+    })
+}
+
+fn pod_metrics(api: &Api, pod: &Value) -> Option<PodMetrics> {
+    if pod["status"]["phase"] != "Running" {
+        return None;
+    }
+    let usage = api.resource_metrics.pod(
+        pod["metadata"]["namespace"].as_str()?,
+        pod["metadata"]["name"].as_str()?,
+    );
+    let first = usage.first()?.1;
+    Some(PodMetrics {
+        metadata: meta(pod),
+        timestamp: time(first.millis),
+        window: window(&first),
+        containers: usage
+            .into_iter()
+            .map(|(name, u)| ContainerMetrics {
+                name,
+                usage: [
+                    ("cpu".into(), cpu(u.nano_cores)),
+                    ("memory".into(), memory(u.memory_bytes)),
+                ]
+                .into(),
+            })
+            .collect(),
+    })
+}
+
+/// GET and LIST of NodeMetrics and PodMetrics (`labelSelector` honoured), from the
+/// nodes and pods in the watch cache and the scraped samples.
+pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
+    let verb = call.info.verb;
+    if !matches!(verb, Verb::Get | Verb::List) {
+        return Err(ApiError::method_not_allowed(
+            verb.as_str(),
+            call.kind.info.plural,
+        ));
+    }
+    let selector = LabelSelector::parse(call.query.get("labelSelector").unwrap_or_default())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let nodes = call.kind.info.plural == "nodes";
+    let source = krust_api::registry::find("", "v1", if nodes { "nodes" } else { "pods" })
+        .expect("nodes and pods are served");
+    let cache = call
+        .api
+        .cache
+        .cache(&source.storage_prefix())
+        .ok_or_else(|| ApiError::internal("no cache of nodes or pods"))?;
+    let (kind, single) = if nodes {
+        ("NodeMetrics", "nodemetrics")
+    } else {
+        ("PodMetrics", "podmetrics")
+    };
+    let item = |obj: &Value| -> Option<Value> {
+        if nodes {
+            serde_json::to_value(node_metrics(call.api, obj)?).ok()
+        } else {
+            serde_json::to_value(pod_metrics(call.api, obj)?).ok()
+        }
+    };
+    let namespace = call.namespace();
+    if verb == Verb::Get {
+        let name = call.name();
+        let found = cache
+            .get(&source.storage_key(namespace, name))
+            .and_then(|o| item(&o.value()));
+        let Some(mut found) = found else {
+            return Err(ApiError::not_found(Target {
+                group: GROUP,
+                resource: single,
+                name,
+            }));
+        };
+        found["kind"] = json!(kind);
+        found["apiVersion"] = json!("metrics.k8s.io/v1beta1");
+        return Ok(response::json(StatusCode::OK, &found));
+    }
+    let prefix = source.storage_prefix_in(namespace);
+    let items: Vec<Value> = cache
+        .list(&prefix)
+        .0
+        .iter()
+        .filter(|o| selector.matches(&o.labels))
+        .filter_map(|o| item(&o.value()))
+        .collect();
+    Ok(response::json(
+        StatusCode::OK,
+        &json!({"kind": format!("{kind}List"), "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {}, "items": items}),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRAPE_1: &str = "# HELP container_cpu_usage_seconds_total x\n\
+        container_cpu_usage_seconds_total{container=\"c\",namespace=\"default\",pod=\"web\"} 1.5 10000\n\
+        container_memory_working_set_bytes{container=\"c\",namespace=\"default\",pod=\"web\"} 4096 10000\n\
+        node_cpu_usage_seconds_total 100 10000\n\
+        node_memory_working_set_bytes 2048 10000\n";
+    const SCRAPE_2: &str = "container_cpu_usage_seconds_total{container=\"c\",namespace=\"default\",pod=\"web\"} 2.0 12000\n\
+        container_memory_working_set_bytes{container=\"c\",namespace=\"default\",pod=\"web\"} 8192 12000\n\
+        node_cpu_usage_seconds_total 103 12000\n\
+        node_memory_working_set_bytes 4096 12000\n";
+
+    #[test]
+    fn usage_is_the_rate_between_the_last_two_scrapes() {
+        let samples = Samples::default();
+        samples.record("n1", SCRAPE_1);
+        assert_eq!(samples.node("n1"), None, "one point is no rate");
+        samples.record("n1", SCRAPE_2);
+        let node = samples.node("n1").unwrap();
+        assert_eq!(node.nano_cores, 1_500_000_000, "3 core-seconds in 2 s");
+        assert_eq!((node.memory_bytes, node.window_millis), (4096, 2000));
+        let pod = samples.pod("default", "web");
+        assert_eq!(pod.len(), 1);
+        assert_eq!(pod[0].0, "c");
+        assert_eq!(pod[0].1.nano_cores, 250_000_000);
+        assert_eq!(memory(pod[0].1.memory_bytes), Quantity("8Ki".into()));
+        // A container that is gone from the node's scrape is forgotten.
+        samples.record(
+            "n1",
+            "node_cpu_usage_seconds_total 104 13000\nnode_memory_working_set_bytes 1 13000\n",
+        );
+        assert!(samples.pod("default", "web").is_empty());
+        samples.keep_nodes(&[]);
+        assert_eq!(samples.node("n1"), None);
+    }
+}
