@@ -210,6 +210,8 @@ resources! {
     "authorization.k8s.io" "v1" "SelfSubjectAccessReview" "selfsubjectaccessreviews" "selfsubjectaccessreview" [] [] false [] "";
     "authorization.k8s.io" "v1" "SelfSubjectRulesReview" "selfsubjectrulesreviews" "selfsubjectrulesreview" [] [] false [] "";
     "authorization.k8s.io" "v1" "SubjectAccessReview" "subjectaccessreviews" "subjectaccessreview" [] [] false [] "";
+    "autoscaling" "v2" "HorizontalPodAutoscaler" "horizontalpodautoscalers" "horizontalpodautoscaler" ["hpa"] ["all"] true [Status] "horizontalpodautoscalers";
+    "autoscaling" "v1" "HorizontalPodAutoscaler" "horizontalpodautoscalers" "horizontalpodautoscaler" ["hpa"] ["all"] true [Status] "horizontalpodautoscalers";
     "batch" "v1" "CronJob" "cronjobs" "cronjob" ["cj"] ["all"] true [Status] "cronjobs";
     "batch" "v1" "Job" "jobs" "job" [] ["all"] true [Status] "jobs";
     "coordination.k8s.io" "v1" "Lease" "leases" "lease" [] [] true [] "leases";

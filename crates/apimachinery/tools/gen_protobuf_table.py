@@ -42,6 +42,9 @@ API_GROUPS = {
     "storage": "storage.k8s.io/v1",
 }
 
+# Group versions beyond v1 whose kinds are served: (proto package directory, version).
+LATER_VERSIONS = [("autoscaling", "v2")]
+
 # (apiVersion, kind, message) of every kind a protobuf request body may carry.
 ROOTS = [
     ("v1", "Binding", "core.v1.Binding"),
@@ -70,7 +73,9 @@ ROOTS = [
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview", "authorization.v1.SelfSubjectAccessReview"),
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview", "authorization.v1.SelfSubjectRulesReview"),
     ("authorization.k8s.io/v1", "SubjectAccessReview", "authorization.v1.SubjectAccessReview"),
+    ("autoscaling/v1", "HorizontalPodAutoscaler", "autoscaling.v1.HorizontalPodAutoscaler"),
     ("autoscaling/v1", "Scale", "autoscaling.v1.Scale"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler", "autoscaling.v2.HorizontalPodAutoscaler"),
     ("batch/v1", "CronJob", "batch.v1.CronJob"),
     ("batch/v1", "Job", "batch.v1.Job"),
     ("coordination.k8s.io/v1", "Lease", "coordination.v1.Lease"),
@@ -195,6 +200,7 @@ def parse_go(directory):
 def load(api_root, machinery_root):
     protos, go_fields, go_slices = {}, {}, set()
     dirs = [(os.path.join(api_root, g, "v1"), f"k8s.io.api.{g}.v1") for g in API_GROUPS]
+    dirs += [(os.path.join(api_root, g, v), f"k8s.io.api.{g}.{v}") for g, v in LATER_VERSIONS]
     dirs.append((os.path.join(machinery_root, "pkg/apis/meta/v1"), "k8s.io.apimachinery.pkg.apis.meta.v1"))
     for directory, package in dirs:
         protos.update(parse_proto(os.path.join(directory, "generated.proto")))

@@ -21,7 +21,8 @@
 //! completion), [`ttlafterfinished`] (finished Jobs deleted after their TTL),
 //! [`cronjob`] (Jobs on a schedule), [`daemonset`] (a pod on every eligible node, with
 //! revisions kept by [`history`]), [`statefulset`] (pods with stable identities, in
-//! order), [`disruption`] (what PodDisruptionBudgets allow) and
+//! order), [`disruption`] (what PodDisruptionBudgets allow), [`podautoscaler`]
+//! (replicas from CPU and memory usage) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
@@ -41,6 +42,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod owner;
+pub mod podautoscaler;
 pub mod podcontrol;
 pub mod podevents;
 pub mod pods;
@@ -76,6 +78,9 @@ pub struct Config {
     /// The cluster CA bundle (PEM) published in every namespace as the `kube-root-ca.crt`
     /// ConfigMap (upstream's `--root-ca-file`); `None` publishes nothing.
     pub root_ca: Option<String>,
+    /// How often each HorizontalPodAutoscaler is evaluated (upstream's
+    /// `--horizontal-pod-autoscaler-sync-period`).
+    pub hpa_sync_period: std::time::Duration,
 }
 
 /// Starts the controllers (after winning the lease, if leader election is on) and runs
@@ -141,6 +146,14 @@ async fn run_controllers(client: Client, config: &Config) {
     let (pdb_events, pdb_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "controllermanager");
     let disruption = disruption::DisruptionController::new(client.clone(), &informers, pdb_events);
+    let (hpa_events, hpa_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "horizontal-pod-autoscaler");
+    let autoscalers = podautoscaler::HorizontalController::new(
+        client.clone(),
+        &informers,
+        hpa_events,
+        config.hpa_sync_period,
+    );
     let (ss_events, ss_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "statefulset-controller");
     let statefulsets =
@@ -160,11 +173,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(ds_sender);
     tasks.spawn(ss_sender);
     tasks.spawn(pdb_sender);
+    tasks.spawn(hpa_sender);
     tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -184,6 +198,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(daemonsets, workers));
     tasks.spawn(queue::run(statefulsets, workers));
     tasks.spawn(queue::run(disruption, workers));
+    tasks.spawn(queue::run(autoscalers, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {

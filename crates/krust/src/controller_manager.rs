@@ -35,6 +35,9 @@ pub struct ControllerArgs {
     /// Prefix length of each node's pod range.
     #[arg(long, default_value_t = 24)]
     node_cidr_mask_size: u8,
+    /// How often each HorizontalPodAutoscaler measures its target and scales it.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    horizontal_pod_autoscaler_sync_period: std::time::Duration,
 }
 
 impl ControllerArgs {
@@ -50,6 +53,7 @@ impl ControllerArgs {
             );
             config.node_ipam = Some((self.cluster_cidr, self.node_cidr_mask_size));
         }
+        config.hpa_sync_period = self.horizontal_pod_autoscaler_sync_period;
         Ok(config)
     }
 }
@@ -103,6 +107,7 @@ impl LeaderElectionArgs {
             workers: 5,
             node_ipam: None,
             root_ca: None,
+            hpa_sync_period: krust_controllers::podautoscaler::SYNC_PERIOD,
         })
     }
 }

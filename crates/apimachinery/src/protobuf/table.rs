@@ -17,7 +17,9 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview", &AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW),
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview", &AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW),
     ("authorization.k8s.io/v1", "SubjectAccessReview", &AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW),
+    ("autoscaling/v1", "HorizontalPodAutoscaler", &AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER),
     ("autoscaling/v1", "Scale", &AUTOSCALING_V1_SCALE),
+    ("autoscaling/v2", "HorizontalPodAutoscaler", &AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER),
     ("batch/v1", "CronJob", &BATCH_V1_CRON_JOB),
     ("batch/v1", "Job", &BATCH_V1_JOB),
     ("coordination.k8s.io/v1", "Lease", &COORDINATION_V1_LEASE),
@@ -395,6 +397,33 @@ static AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS: Message = Message::new("aut
     Field::new(4, "evaluationError", 3, One, Str, Omit),
 ]);
 
+static AUTOSCALING_V1_CROSS_VERSION_OBJECT_REFERENCE: Message = Message::new("autoscaling.v1.CrossVersionObjectReference", &[
+    Field::new(1, "kind", 0, One, Str, Keep),
+    Field::new(2, "name", 1, One, Str, Keep),
+    Field::new(3, "apiVersion", 2, One, Str, Omit),
+]);
+
+static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER: Message = Message::new("autoscaling.v1.HorizontalPodAutoscaler", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_STATUS)), Keep),
+]);
+
+static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_SPEC: Message = Message::new("autoscaling.v1.HorizontalPodAutoscalerSpec", &[
+    Field::new(1, "scaleTargetRef", 0, One, Obj(Msg(&AUTOSCALING_V1_CROSS_VERSION_OBJECT_REFERENCE)), Keep),
+    Field::new(2, "minReplicas", 1, One, I32, Ptr),
+    Field::new(3, "maxReplicas", 2, One, I32, Keep),
+    Field::new(4, "targetCPUUtilizationPercentage", 3, One, I32, Ptr),
+]);
+
+static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Message::new("autoscaling.v1.HorizontalPodAutoscalerStatus", &[
+    Field::new(1, "observedGeneration", 0, One, I64, Ptr),
+    Field::new(2, "lastScaleTime", 1, One, Obj(Time), Ptr),
+    Field::new(3, "currentReplicas", 2, One, I32, Keep),
+    Field::new(4, "desiredReplicas", 3, One, I32, Keep),
+    Field::new(5, "currentCPUUtilizationPercentage", 4, One, I32, Ptr),
+]);
+
 static AUTOSCALING_V1_SCALE: Message = Message::new("autoscaling.v1.Scale", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&AUTOSCALING_V1_SCALE_SPEC)), Keep),
@@ -408,6 +437,151 @@ static AUTOSCALING_V1_SCALE_SPEC: Message = Message::new("autoscaling.v1.ScaleSp
 static AUTOSCALING_V1_SCALE_STATUS: Message = Message::new("autoscaling.v1.ScaleStatus", &[
     Field::new(1, "replicas", 0, One, I32, Keep),
     Field::new(2, "selector", 1, One, Str, Omit),
+]);
+
+static AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_SOURCE: Message = Message::new("autoscaling.v2.ContainerResourceMetricSource", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "target", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_TARGET)), Keep),
+    Field::new(3, "container", 2, One, Str, Keep),
+]);
+
+static AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_STATUS: Message = Message::new("autoscaling.v2.ContainerResourceMetricStatus", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "current", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_VALUE_STATUS)), Keep),
+    Field::new(3, "container", 2, One, Str, Keep),
+]);
+
+static AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE: Message = Message::new("autoscaling.v2.CrossVersionObjectReference", &[
+    Field::new(1, "kind", 0, One, Str, Keep),
+    Field::new(2, "name", 1, One, Str, Keep),
+    Field::new(3, "apiVersion", 2, One, Str, Omit),
+]);
+
+static AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE: Message = Message::new("autoscaling.v2.ExternalMetricSource", &[
+    Field::new(1, "metric", 0, One, Obj(Msg(&AUTOSCALING_V2_METRIC_IDENTIFIER)), Keep),
+    Field::new(2, "target", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_TARGET)), Keep),
+]);
+
+static AUTOSCALING_V2_EXTERNAL_METRIC_STATUS: Message = Message::new("autoscaling.v2.ExternalMetricStatus", &[
+    Field::new(1, "metric", 0, One, Obj(Msg(&AUTOSCALING_V2_METRIC_IDENTIFIER)), Keep),
+    Field::new(2, "current", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_VALUE_STATUS)), Keep),
+]);
+
+static AUTOSCALING_V2_HPA_SCALING_POLICY: Message = Message::new("autoscaling.v2.HPAScalingPolicy", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "value", 1, One, I32, Keep),
+    Field::new(3, "periodSeconds", 2, One, I32, Keep),
+]);
+
+static AUTOSCALING_V2_HPA_SCALING_RULES: Message = Message::new("autoscaling.v2.HPAScalingRules", &[
+    Field::new(1, "selectPolicy", 1, One, Str, Ptr),
+    Field::new(2, "policies", 2, List, Obj(Msg(&AUTOSCALING_V2_HPA_SCALING_POLICY)), Omit),
+    Field::new(3, "stabilizationWindowSeconds", 0, One, I32, Ptr),
+    Field::new(4, "tolerance", 3, One, Obj(Quantity), Ptr),
+]);
+
+static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER: Message = Message::new("autoscaling.v2.HorizontalPodAutoscaler", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_STATUS)), Keep),
+]);
+
+static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_BEHAVIOR: Message = Message::new("autoscaling.v2.HorizontalPodAutoscalerBehavior", &[
+    Field::new(1, "scaleUp", 0, One, Obj(Msg(&AUTOSCALING_V2_HPA_SCALING_RULES)), Ptr),
+    Field::new(2, "scaleDown", 1, One, Obj(Msg(&AUTOSCALING_V2_HPA_SCALING_RULES)), Ptr),
+]);
+
+static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_CONDITION: Message = Message::new("autoscaling.v2.HorizontalPodAutoscalerCondition", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "status", 1, One, Str, Keep),
+    Field::new(3, "lastTransitionTime", 2, One, Obj(Time), Keep),
+    Field::new(4, "reason", 3, One, Str, Omit),
+    Field::new(5, "message", 4, One, Str, Omit),
+]);
+
+static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_SPEC: Message = Message::new("autoscaling.v2.HorizontalPodAutoscalerSpec", &[
+    Field::new(1, "scaleTargetRef", 0, One, Obj(Msg(&AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE)), Keep),
+    Field::new(2, "minReplicas", 1, One, I32, Ptr),
+    Field::new(3, "maxReplicas", 2, One, I32, Keep),
+    Field::new(4, "metrics", 3, List, Obj(Msg(&AUTOSCALING_V2_METRIC_SPEC)), Omit),
+    Field::new(5, "behavior", 4, One, Obj(Msg(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_BEHAVIOR)), Ptr),
+]);
+
+static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_STATUS: Message = Message::new("autoscaling.v2.HorizontalPodAutoscalerStatus", &[
+    Field::new(1, "observedGeneration", 0, One, I64, Ptr),
+    Field::new(2, "lastScaleTime", 1, One, Obj(Time), Ptr),
+    Field::new(3, "currentReplicas", 2, One, I32, Omit),
+    Field::new(4, "desiredReplicas", 3, One, I32, Keep),
+    Field::new(5, "currentMetrics", 4, List, Obj(Msg(&AUTOSCALING_V2_METRIC_STATUS)), Keep),
+    Field::new(6, "conditions", 5, List, Obj(Msg(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_CONDITION)), Omit),
+]);
+
+static AUTOSCALING_V2_METRIC_IDENTIFIER: Message = Message::new("autoscaling.v2.MetricIdentifier", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "selector", 1, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+]);
+
+static AUTOSCALING_V2_METRIC_SPEC: Message = Message::new("autoscaling.v2.MetricSpec", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "object", 1, One, Obj(Msg(&AUTOSCALING_V2_OBJECT_METRIC_SOURCE)), Ptr),
+    Field::new(3, "pods", 2, One, Obj(Msg(&AUTOSCALING_V2_PODS_METRIC_SOURCE)), Ptr),
+    Field::new(4, "resource", 3, One, Obj(Msg(&AUTOSCALING_V2_RESOURCE_METRIC_SOURCE)), Ptr),
+    Field::new(5, "external", 5, One, Obj(Msg(&AUTOSCALING_V2_EXTERNAL_METRIC_SOURCE)), Ptr),
+    Field::new(7, "containerResource", 4, One, Obj(Msg(&AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_SOURCE)), Ptr),
+]);
+
+static AUTOSCALING_V2_METRIC_STATUS: Message = Message::new("autoscaling.v2.MetricStatus", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "object", 1, One, Obj(Msg(&AUTOSCALING_V2_OBJECT_METRIC_STATUS)), Ptr),
+    Field::new(3, "pods", 2, One, Obj(Msg(&AUTOSCALING_V2_PODS_METRIC_STATUS)), Ptr),
+    Field::new(4, "resource", 3, One, Obj(Msg(&AUTOSCALING_V2_RESOURCE_METRIC_STATUS)), Ptr),
+    Field::new(5, "external", 5, One, Obj(Msg(&AUTOSCALING_V2_EXTERNAL_METRIC_STATUS)), Ptr),
+    Field::new(7, "containerResource", 4, One, Obj(Msg(&AUTOSCALING_V2_CONTAINER_RESOURCE_METRIC_STATUS)), Ptr),
+]);
+
+static AUTOSCALING_V2_METRIC_TARGET: Message = Message::new("autoscaling.v2.MetricTarget", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "value", 1, One, Obj(Quantity), Ptr),
+    Field::new(3, "averageValue", 2, One, Obj(Quantity), Ptr),
+    Field::new(4, "averageUtilization", 3, One, I32, Ptr),
+]);
+
+static AUTOSCALING_V2_METRIC_VALUE_STATUS: Message = Message::new("autoscaling.v2.MetricValueStatus", &[
+    Field::new(1, "value", 0, One, Obj(Quantity), Ptr),
+    Field::new(2, "averageValue", 1, One, Obj(Quantity), Ptr),
+    Field::new(3, "averageUtilization", 2, One, I32, Ptr),
+]);
+
+static AUTOSCALING_V2_OBJECT_METRIC_SOURCE: Message = Message::new("autoscaling.v2.ObjectMetricSource", &[
+    Field::new(1, "describedObject", 0, One, Obj(Msg(&AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE)), Keep),
+    Field::new(2, "target", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_TARGET)), Keep),
+    Field::new(3, "metric", 2, One, Obj(Msg(&AUTOSCALING_V2_METRIC_IDENTIFIER)), Keep),
+]);
+
+static AUTOSCALING_V2_OBJECT_METRIC_STATUS: Message = Message::new("autoscaling.v2.ObjectMetricStatus", &[
+    Field::new(1, "metric", 0, One, Obj(Msg(&AUTOSCALING_V2_METRIC_IDENTIFIER)), Keep),
+    Field::new(2, "current", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_VALUE_STATUS)), Keep),
+    Field::new(3, "describedObject", 2, One, Obj(Msg(&AUTOSCALING_V2_CROSS_VERSION_OBJECT_REFERENCE)), Keep),
+]);
+
+static AUTOSCALING_V2_PODS_METRIC_SOURCE: Message = Message::new("autoscaling.v2.PodsMetricSource", &[
+    Field::new(1, "metric", 0, One, Obj(Msg(&AUTOSCALING_V2_METRIC_IDENTIFIER)), Keep),
+    Field::new(2, "target", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_TARGET)), Keep),
+]);
+
+static AUTOSCALING_V2_PODS_METRIC_STATUS: Message = Message::new("autoscaling.v2.PodsMetricStatus", &[
+    Field::new(1, "metric", 0, One, Obj(Msg(&AUTOSCALING_V2_METRIC_IDENTIFIER)), Keep),
+    Field::new(2, "current", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_VALUE_STATUS)), Keep),
+]);
+
+static AUTOSCALING_V2_RESOURCE_METRIC_SOURCE: Message = Message::new("autoscaling.v2.ResourceMetricSource", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "target", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_TARGET)), Keep),
+]);
+
+static AUTOSCALING_V2_RESOURCE_METRIC_STATUS: Message = Message::new("autoscaling.v2.ResourceMetricStatus", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "current", 1, One, Obj(Msg(&AUTOSCALING_V2_METRIC_VALUE_STATUS)), Keep),
 ]);
 
 static BATCH_V1_CRON_JOB: Message = Message::new("batch.v1.CronJob", &[

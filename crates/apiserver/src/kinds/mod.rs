@@ -4,6 +4,7 @@
 //! `pkg/registry/*/strategy.go`.
 
 mod apps;
+mod autoscaling;
 mod batch;
 mod coordination;
 mod core;
@@ -242,6 +243,20 @@ pub fn all() -> &'static [Kind] {
                 "subjectaccessreviews",
                 &Plain,
             ),
+            kind::<api::autoscaling::v2::HorizontalPodAutoscaler>(
+                "autoscaling",
+                "horizontalpodautoscalers",
+                &autoscaling::HPA_V2,
+            ),
+            Kind {
+                info: registry::find("autoscaling", "v1", "horizontalpodautoscalers")
+                    .expect("autoscaling/v1 in the registry"),
+                ..kind::<api::autoscaling::v1::HorizontalPodAutoscaler>(
+                    "autoscaling",
+                    "horizontalpodautoscalers",
+                    &autoscaling::HPA_V1,
+                )
+            },
             kind::<api::batch::v1::CronJob>("batch", "cronjobs", &batch::CRON_JOB),
             kind::<api::batch::v1::Job>("batch", "jobs", &batch::JOB),
             kind::<api::coordination::v1::Lease>(
@@ -312,6 +327,14 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Kind> {
     all()
         .iter()
         .find(|k| k.info.group == group && k.info.version == version && k.info.plural == plural)
+}
+
+impl Kind {
+    /// Whether objects are stored in another version (events.k8s.io's events are core
+    /// events, autoscaling/v1's HPAs are v2's) and convert on the way in and out.
+    pub fn converts(&self) -> bool {
+        for_storage(self.info.storage).is_some_and(|stored| !std::ptr::eq(stored, self))
+    }
 }
 
 /// The kind whose objects live under a storage prefix, preferring the storage version

@@ -68,44 +68,61 @@ fn scale_of(obj: &Value, rev: i64) -> Value {
     })
 }
 
+/// Writes of the scale subresource. Without a resourceVersion in the Scale, a write
+/// that loses a race with another writer of the object (its controller's status, say)
+/// is made again on the fresh object, as upstream's `GuaranteedUpdate` does.
 async fn scale_write(call: &mut Call<'_>) -> Result<Response, ApiError> {
+    const ATTEMPTS: usize = 5;
     let name = call.name().to_string();
-    let (old, rev) = call.current(&name).await?;
-    let scale = if call.info.verb == Verb::Update {
-        call.decode_body(("autoscaling/v1", "Scale"))?
-    } else {
-        // Patch the Scale view, then map it back.
-        let patched = patch_scale_view(call, &scale_of(&old, rev))?;
-        call.decode_value(patched, ("autoscaling/v1", "Scale"))?
+    let body = match call.info.verb {
+        Verb::Update => Some(call.decode_body(("autoscaling/v1", "Scale"))?),
+        _ => None,
     };
-    if let Some(want) = scale["metadata"]["resourceVersion"]
-        .as_str()
-        .filter(|s| !s.is_empty())
-        && parse_rv(want)? != rev
-    {
-        return Err(ApiError::stale(call.target(&name)));
+    for attempt in 1..=ATTEMPTS {
+        let (old, rev) = call.current(&name).await?;
+        let scale = match &body {
+            Some(scale) => scale.clone(),
+            None => {
+                // Patch the Scale view, then map it back.
+                let patched = patch_scale_view(call, &scale_of(&old, rev))?;
+                call.decode_value(patched, ("autoscaling/v1", "Scale"))?
+            }
+        };
+        let precondition = scale["metadata"]["resourceVersion"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(parse_rv)
+            .transpose()?;
+        if precondition.is_some_and(|want| want != rev) {
+            return Err(ApiError::stale(call.target(&name)));
+        }
+        let replicas = scale["spec"]["replicas"].as_i64().unwrap_or(0);
+        if replicas < 0 {
+            return Err(ApiError::invalid(
+                "Scale",
+                "autoscaling",
+                &name,
+                vec![krust_api::status::Cause::invalid(
+                    "spec.replicas",
+                    &json!(replicas),
+                    "must be greater than or equal to 0",
+                )],
+            ));
+        }
+        let mut new = old.clone();
+        new["spec"]["replicas"] = json!(replicas);
+        let updated = match update_object(call, Part::Main, new, old, rev, Ownership::Record).await
+        {
+            Err(e) if e.code == 409 && precondition.is_none() && attempt < ATTEMPTS => continue,
+            other => other?,
+        };
+        let new_rev = updated["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(rev);
+        return Ok(response::json(StatusCode::OK, &scale_of(&updated, new_rev)));
     }
-    let replicas = scale["spec"]["replicas"].as_i64().unwrap_or(0);
-    if replicas < 0 {
-        return Err(ApiError::invalid(
-            "Scale",
-            "autoscaling",
-            &name,
-            vec![krust_api::status::Cause::invalid(
-                "spec.replicas",
-                &json!(replicas),
-                "must be greater than or equal to 0",
-            )],
-        ));
-    }
-    let mut new = old.clone();
-    new["spec"]["replicas"] = json!(replicas);
-    let updated = update_object(call, Part::Main, new, old, rev, Ownership::Record).await?;
-    let new_rev = updated["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(rev);
-    Ok(response::json(StatusCode::OK, &scale_of(&updated, new_rev)))
+    unreachable!("the last attempt returns")
 }
 
 /// A JSON, merge or strategic merge patch of the Scale view (server-side apply of a
