@@ -168,17 +168,13 @@ mod tests {
                 .replicas,
             1
         );
-        // Idle: down to one.
+        // Idle: 0 % (an integer percent, as upstream) asks for none; minReplicas decides.
         let idle = [
             pod("a", Some(1), 1000, false),
             pod("b", Some(1), 1000, false),
         ];
-        assert_eq!(
-            replicas(2, &idle, Target::Utilization(50))
-                .unwrap()
-                .replicas,
-            1
-        );
+        let asked = replicas(2, &idle, Target::Utilization(50)).unwrap();
+        assert_eq!(asked.replicas, 0);
         assert_eq!(
             replicas(2, &idle, Target::AverageValue(100))
                 .unwrap()
