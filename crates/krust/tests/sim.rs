@@ -1,6 +1,7 @@
 //! `krust sim` end to end against a real `krust server`: simulated nodes register with
 //! their labels, taints, capacity and Leases, get pod ranges from node IPAM, and run the
-//! pods bound to them without containers.
+//! pods bound to them without containers — pods annotated to exit end as their restart
+//! policy says, so Jobs complete and fail on simulated nodes.
 
 mod common;
 
@@ -108,4 +109,71 @@ fn simulated_nodes_register_keep_their_leases_and_run_bound_pods() {
     s.ok(&["delete", "pod", "p", "--timeout=30s"]);
     let (code, _) = s.curl("GET", "/api/v1/namespaces/default/pods/p", None, None);
     assert_eq!(code, 404);
+}
+
+fn sim_job(name: &str, spec: Value, annotations: Value, restart: &str) -> String {
+    let mut spec = spec;
+    spec["template"] = json!({"metadata": {"annotations": annotations},
+        "spec": {"restartPolicy": restart, "containers": [{"name": "c", "image": "busybox"}]}});
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec})
+        .to_string()
+}
+
+#[test]
+fn annotated_pods_exit_so_jobs_run_to_the_end_on_simulated_nodes() {
+    let s = Server::start();
+    let _sim = Component::start(&s, "sim", "sim", &["--nodes=2"]);
+    let exit_ok = json!({"sim.krust.io/exit-after": "500ms"});
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &sim_job(
+            "ok",
+            json!({"completions": 4, "parallelism": 2}),
+            exit_ok,
+            "Never",
+        ),
+    );
+    let failing = json!({"sim.krust.io/exit-after": "200ms", "sim.krust.io/exit-code": "2"});
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &sim_job("bad", json!({"backoffLimit": 0}), failing.clone(), "Never"),
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &sim_job("restarts", json!({"backoffLimit": 1}), failing, "OnFailure"),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/ok",
+        "--timeout=60s",
+    ]);
+    let ok = s.get_json(&["job", "ok"]);
+    assert_eq!(ok["status"]["succeeded"], 4);
+    let pod = &s.get_json(&["pods", "-l", "job-name=ok"])["items"][0];
+    assert_eq!(pod["status"]["phase"], "Succeeded");
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    for job in ["bad", "restarts"] {
+        s.ok(&[
+            "wait",
+            "--for=condition=failed",
+            &format!("job/{job}"),
+            "--timeout=60s",
+        ]);
+        let failed = s.get_json(&["job", job]);
+        let reason = failed["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Failed")
+            .map(|c| c["reason"].clone());
+        assert_eq!(
+            reason,
+            Some(json!("BackoffLimitExceeded")),
+            "{job}: {failed}"
+        );
+    }
 }
