@@ -145,7 +145,14 @@ pub struct Samples {
     nodes: Mutex<HashMap<String, Series>>,
     /// Each container's series, with the node it was seen on.
     containers: Mutex<HashMap<ContainerKey, (String, Series)>>,
+    /// Nodes whose kubelet did not answer: (failures in a row, rounds still skipped).
+    /// A node that never answers (a simulated one, a dead one) costs a connection
+    /// attempt every few minutes, not every round.
+    failing: Mutex<HashMap<String, (u32, u32)>>,
 }
+
+/// Most rounds a failing node is skipped (5 minutes at the default resolution).
+const MAX_SKIPPED_ROUNDS: u32 = 20;
 
 impl Samples {
     pub fn node(&self, name: &str) -> Option<Usage> {
@@ -168,6 +175,7 @@ impl Samples {
     /// Takes in one scrape of a node's kubelet; the node's containers that were not in
     /// it are gone and forgotten.
     fn record(&self, node: &str, text: &str) {
+        self.failing.locked().remove(node);
         let scrape = parse(text);
         if let Some(p) = scrape.node {
             self.nodes
@@ -187,8 +195,28 @@ impl Samples {
         }
     }
 
+    /// Whether to scrape `node` this round.
+    fn due(&self, node: &str) -> bool {
+        match self.failing.locked().get_mut(node) {
+            Some((_, skip)) if *skip > 0 => {
+                *skip -= 1;
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// A failed scrape: skip the node 1, 2, 4, ... rounds.
+    fn failed(&self, node: &str) {
+        let mut failing = self.failing.locked();
+        let (failures, skip) = failing.entry(node.to_string()).or_default();
+        *failures += 1;
+        *skip = (1u32 << (*failures - 1).min(5)).min(MAX_SKIPPED_ROUNDS);
+    }
+
     /// Forgets nodes that are gone.
     fn keep_nodes(&self, live: &[String]) {
+        self.failing.locked().retain(|n, _| live.contains(n));
         self.nodes.locked().retain(|n, _| live.contains(n));
         self.containers
             .locked()
@@ -296,12 +324,18 @@ pub async fn scrape(api: Arc<Api>, resolution: Duration) {
         api.resource_metrics.keep_nodes(&names);
         let scrapes = nodes.iter().filter(|n| is_ready(n)).filter_map(|node| {
             let name = node["metadata"]["name"].as_str()?.to_string();
+            if !api.resource_metrics.due(&name) {
+                return None;
+            }
             let (host, port) = crate::connect::kubelet_address(node)?;
             let api = api.clone();
             Some(async move {
                 match fetch(&api, &host, port).await {
                     Ok(text) => api.resource_metrics.record(&name, &text),
-                    Err(err) => tracing::debug!(node = %name, %err, "scraping the kubelet failed"),
+                    Err(err) => {
+                        tracing::debug!(node = %name, %err, "scraping the kubelet failed");
+                        api.resource_metrics.failed(&name);
+                    }
                 }
             })
         });
@@ -519,5 +553,23 @@ mod tests {
         assert!(samples.pod("default", "web").is_empty());
         samples.keep_nodes(&[]);
         assert_eq!(samples.node("n1"), None);
+    }
+
+    #[test]
+    fn a_node_that_does_not_answer_is_tried_less_and_less_often() {
+        let samples = Samples::default();
+        let rounds = |n: usize| (0..n).filter(|_| samples.due("sim-0")).count();
+        assert_eq!(rounds(3), 3);
+        samples.failed("sim-0");
+        assert_eq!(rounds(2), 1, "one round skipped");
+        samples.failed("sim-0");
+        samples.failed("sim-0");
+        assert_eq!(rounds(5), 1, "four rounds skipped after the third failure");
+        for _ in 0..10 {
+            samples.failed("sim-0");
+        }
+        assert_eq!(rounds(21), 1, "at most twenty");
+        samples.record("sim-0", "");
+        assert_eq!(rounds(2), 2, "an answer resets it");
     }
 }
