@@ -217,7 +217,8 @@ pub async fn truncate(
                 && !hash.is_some_and(|h| keep.contains(h))
         })
         .collect();
-    let old = revisions.len().saturating_sub(1);
+    // `revisions` may not hold `current` yet (it was just created).
+    let old = revisions.iter().filter(|r| r.name_any() != current).count();
     let excess = old.saturating_sub(limit).min(unused.len());
     for rev in &unused[..excess] {
         let api: Api<ControllerRevision> = Api::namespaced(

@@ -23,8 +23,10 @@ use kube::ResourceExt;
 use crate::history::REVISION_HASH;
 use crate::owner::controller_ref;
 
-/// The label upstream still puts on daemon pods: the DaemonSet's generation when the pod
-/// was made.
+/// The label upstream still puts on daemon pods: the template generation when the pod
+/// was made. Upstream counts template changes only (the
+/// `deprecated.daemonset.template.generation` annotation); krust writes
+/// `metadata.generation` and decides which pods are current by the revision hash alone.
 pub const TEMPLATE_GENERATION: &str = "pod-template-generation";
 
 /// Tolerations every daemon pod gets (upstream's `AddOrUpdateDaemonPodTolerations`).

@@ -3,6 +3,10 @@
 //! (AverageValue); within 10 % of the target nothing changes; pods without metrics
 //! count as idle when scaling up and as at target when scaling down, not-ready pods as
 //! idle when scaling up, so that neither makes a change larger than it should be.
+//!
+//! One simplification: a pod counts as unready when its Ready condition is not True.
+//! Upstream also leaves out, for CPU, samples of pods still in their first five
+//! minutes whose metric window began before they became ready.
 
 use std::collections::HashMap;
 

@@ -8,6 +8,10 @@
 //! 3. a RollingUpdate then deletes pods of older revisions from the highest ordinal
 //!    down to `partition`, at most `maxUnavailable` unavailable at once; the pass
 //!    after recreates them from the update revision. OnDelete leaves that to the user.
+//!
+//! `maxUnavailable` is honoured always; upstream 1.33 reads it only with the alpha
+//! `MaxUnavailableStatefulSet` gate on, and otherwise updates one pod at a time — which
+//! is what the default (unset: 1) does here too.
 
 use std::collections::BTreeMap;
 
