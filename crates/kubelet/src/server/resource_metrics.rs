@@ -61,42 +61,57 @@ pub async fn serve(runtime: &Runtime) -> Result<String, ApiError> {
     Ok(render(&node, &containers))
 }
 
+/// The families krust writes: (name, type, help, node's value or per container).
+type Value = fn(&Sample) -> f64;
+const FAMILIES: &[(&str, &str, &str, bool, Value)] = &[
+    (
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the container in core-seconds",
+        false,
+        |s| s.cpu_seconds,
+    ),
+    (
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the container in bytes",
+        false,
+        |s| s.memory_bytes as f64,
+    ),
+    (
+        "node_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the node in core-seconds",
+        true,
+        |s| s.cpu_seconds,
+    ),
+    (
+        "node_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the node in bytes",
+        true,
+        |s| s.memory_bytes as f64,
+    ),
+];
+
 fn render(node: &Sample, containers: &BTreeMap<(String, String, String), Sample>) -> String {
-    let mut text = String::from(
-        "# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds\n# TYPE container_cpu_usage_seconds_total counter\n",
-    );
-    for ((ns, pod, container), s) in containers {
-        let _ = writeln!(
-            text,
-            "container_cpu_usage_seconds_total{{container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\"}} {} {}",
-            s.cpu_seconds, s.millis
-        );
+    let mut text = String::new();
+    for (name, kind, help, of_node, value) in FAMILIES {
+        let _ = writeln!(text, "# HELP {name} [STABLE] {help}\n# TYPE {name} {kind}");
+        if *of_node {
+            let _ = writeln!(text, "{name} {} {}", value(node), node.millis);
+            continue;
+        }
+        for ((ns, pod, container), s) in containers {
+            let _ = writeln!(
+                text,
+                "{name}{{container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\"}} {} {}",
+                value(s),
+                s.millis
+            );
+        }
     }
-    let _ = writeln!(
-        text,
-        "# HELP container_memory_working_set_bytes [STABLE] Current working set of the container in bytes\n# TYPE container_memory_working_set_bytes gauge"
-    );
-    for ((ns, pod, container), s) in containers {
-        let _ = writeln!(
-            text,
-            "container_memory_working_set_bytes{{container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\"}} {} {}",
-            s.memory_bytes, s.millis
-        );
-    }
-    let _ = writeln!(
-        text,
-        "# HELP node_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the node in core-seconds\n# TYPE node_cpu_usage_seconds_total counter\nnode_cpu_usage_seconds_total {} {}",
-        node.cpu_seconds, node.millis
-    );
-    let _ = writeln!(
-        text,
-        "# HELP node_memory_working_set_bytes [STABLE] Current working set of the node in bytes\n# TYPE node_memory_working_set_bytes gauge\nnode_memory_working_set_bytes {} {}",
-        node.memory_bytes, node.millis
-    );
-    let _ = writeln!(
-        text,
-        "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise\n# TYPE resource_scrape_error gauge\nresource_scrape_error 0"
-    );
+    text.push_str("# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise\n# TYPE resource_scrape_error gauge\nresource_scrape_error 0\n");
     text
 }
 
