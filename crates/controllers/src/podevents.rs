@@ -18,7 +18,9 @@ use crate::pods::CachedPod;
 pub struct OwnedPodEvents<K> {
     pub owners: Cache<K>,
     pub queue: Arc<WorkQueue>,
-    pub expectations: Arc<Expectations>,
+    /// The owner kind's expectations; `None` for owners that keep none (StatefulSets:
+    /// their pods' fixed names make a repeated write harmless).
+    pub expectations: Option<Arc<Expectations>>,
     /// An owner's parsed selector; `None` (unparsable) adopts nothing.
     pub selector: fn(&K) -> Option<Selector>,
 }
@@ -38,8 +40,9 @@ where
     fn deleted(&self, pod: &CachedPod) {
         if let Some(owner) = self.owner_of(pod) {
             let key = key_of(owner.meta());
-            self.expectations
-                .deletion_observed(&key, &key_of(&pod.metadata));
+            if let Some(e) = &self.expectations {
+                e.deletion_observed(&key, &key_of(&pod.metadata));
+            }
             self.queue.add(key);
         }
     }
@@ -72,8 +75,8 @@ where
             if new.metadata.terminating {
                 return self.deleted(new);
             }
-            if let Some(owner) = self.owner_of(new) {
-                self.expectations.creation_observed(&key_of(owner.meta()));
+            if let (Some(owner), Some(e)) = (self.owner_of(new), &self.expectations) {
+                e.creation_observed(&key_of(owner.meta()));
             }
             return self.enqueue_owner_or_matching(new);
         };

@@ -133,7 +133,7 @@ impl<K: Replicated> ReplicaSetController<K> {
         pod_informer.add_handler(Arc::new(OwnedPodEvents {
             owners: controller.replicasets.clone(),
             queue: controller.queue.clone(),
-            expectations: controller.expectations.clone(),
+            expectations: Some(controller.expectations.clone()),
             selector: |rs| selector_of(&rs.as_replicaset()).ok(),
         }));
         controller

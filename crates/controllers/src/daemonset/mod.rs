@@ -96,7 +96,7 @@ impl DaemonSetController {
         pod_informer.add_handler(Arc::new(OwnedPodEvents {
             owners: controller.daemonsets.clone(),
             queue: controller.queue.clone(),
-            expectations: controller.expectations.clone(),
+            expectations: Some(controller.expectations.clone()),
             selector: |ds| {
                 let selector = ds.spec.as_ref()?.selector.clone();
                 parse_selector(ds, selector).ok()

@@ -29,7 +29,6 @@ use kube::{Client, ResourceExt};
 
 use crate::Error;
 use crate::deployment::rollout::scaled_value;
-use crate::expectations::Expectations;
 use crate::history::{self, REVISION_HASH};
 use crate::owner::{key_of, parse_selector, split_key};
 use crate::podcontrol::claim_pods;
@@ -65,7 +64,7 @@ impl StatefulSetController {
         pod_informer.add_handler(Arc::new(OwnedPodEvents {
             owners: controller.sets.clone(),
             queue: controller.queue.clone(),
-            expectations: Arc::new(Expectations::default()),
+            expectations: None,
             selector: |set| {
                 let selector = set.spec.as_ref()?.selector.clone();
                 parse_selector(set, selector).ok()
