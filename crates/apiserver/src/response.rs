@@ -94,7 +94,7 @@ pub fn error(err: &ApiError) -> Response {
 /// Converts a stored object to the version this kind serves (only shared-storage kinds
 /// differ) and re-encodes it only when needed.
 pub fn served_bytes(kind: &Kind, stored: &Bytes) -> Bytes {
-    if kind.converts() {
+    if kind.converts {
         let v: Value = serde_json::from_slice(stored).unwrap_or(Value::Null);
         Bytes::from(serde_json::to_vec(&kind.strategy.to_served(v)).unwrap_or_default())
     } else {

@@ -121,6 +121,10 @@ pub struct Kind {
     pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
     /// The schema's definition name (`io.k8s.api.core.v1.Pod`).
     pub schema_name: fn() -> String,
+    /// Objects are stored in another version of the resource (events.k8s.io's events
+    /// are core events, autoscaling/v1's HPAs are v2's) and convert on the way in and
+    /// out. Set once in [`all`]: every object served reads it.
+    pub converts: bool,
 }
 
 impl Kind {
@@ -177,6 +181,7 @@ fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema>(
         strategy,
         schema: |g| g.subschema_for::<K>(),
         schema_name: || K::schema_name().into_owned(),
+        converts: false,
     }
 }
 
@@ -185,7 +190,7 @@ pub fn all() -> &'static [Kind] {
     static KINDS: OnceLock<Vec<Kind>> = OnceLock::new();
     KINDS.get_or_init(|| {
         use api::core::v1 as corev1;
-        vec![
+        let mut kinds = vec![
             kind::<corev1::Binding>("", "bindings", &Plain),
             kind::<corev1::ConfigMap>("", "configmaps", &core::CONFIG_MAP),
             kind::<corev1::Endpoints>("", "endpoints", &core::ENDPOINTS),
@@ -318,7 +323,14 @@ pub fn all() -> &'static [Kind] {
                 "storageclasses",
                 &storage::STORAGE_CLASS,
             ),
-        ]
+        ];
+        // The first kind of a storage prefix is its storage version ([`for_storage`]).
+        for i in 0..kinds.len() {
+            let storage = kinds[i].info.storage;
+            kinds[i].converts =
+                !storage.is_empty() && kinds[..i].iter().any(|k| k.info.storage == storage);
+        }
+        kinds
     })
 }
 
@@ -327,14 +339,6 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Kind> {
     all()
         .iter()
         .find(|k| k.info.group == group && k.info.version == version && k.info.plural == plural)
-}
-
-impl Kind {
-    /// Whether objects are stored in another version (events.k8s.io's events are core
-    /// events, autoscaling/v1's HPAs are v2's) and convert on the way in and out.
-    pub fn converts(&self) -> bool {
-        for_storage(self.info.storage).is_some_and(|stored| !std::ptr::eq(stored, self))
-    }
 }
 
 /// The kind whose objects live under a storage prefix, preferring the storage version
@@ -363,6 +367,22 @@ pub fn decode_delete_options(v: Value) -> Result<(Value, Vec<String>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_versions_stored_as_another_convert() {
+        let converting: Vec<String> = all()
+            .iter()
+            .filter(|k| k.converts)
+            .map(|k| format!("{}/{} {}", k.info.group, k.info.version, k.info.plural))
+            .collect();
+        assert_eq!(
+            converting,
+            [
+                "autoscaling/v1 horizontalpodautoscalers",
+                "events.k8s.io/v1 events"
+            ]
+        );
+    }
 
     #[test]
     fn every_registry_entry_has_a_kind() {
