@@ -192,6 +192,8 @@ resources! {
     "" "v1" "LimitRange" "limitranges" "limitrange" ["limits"] [] true [] "limitranges";
     "" "v1" "Namespace" "namespaces" "namespace" ["ns"] [] false [Status] "namespaces";
     "" "v1" "Node" "nodes" "node" ["no"] [] false [Status] "minions";
+    "" "v1" "PersistentVolumeClaim" "persistentvolumeclaims" "persistentvolumeclaim" ["pvc"] [] true [Status] "persistentvolumeclaims";
+    "" "v1" "PersistentVolume" "persistentvolumes" "persistentvolume" ["pv"] [] false [Status] "persistentvolumes";
     "" "v1" "Pod" "pods" "pod" ["po"] ["all"] true [Status, Binding, Eviction, Log, Exec, Attach, PortForward] "pods";
     "" "v1" "PodTemplate" "podtemplates" "podtemplate" [] [] true [] "podtemplates";
     "" "v1" "ReplicationController" "replicationcontrollers" "replicationcontroller" ["rc"] ["all"] true [Status, Scale] "controllers";
@@ -228,7 +230,11 @@ resources! {
     "rbac.authorization.k8s.io" "v1" "RoleBinding" "rolebindings" "rolebinding" [] [] true [] "rolebindings";
     "rbac.authorization.k8s.io" "v1" "Role" "roles" "role" [] [] true [] "roles";
     "scheduling.k8s.io" "v1" "PriorityClass" "priorityclasses" "priorityclass" ["pc"] [] false [] "priorityclasses";
+    "storage.k8s.io" "v1" "CSIDriver" "csidrivers" "csidriver" [] [] false [] "csidrivers";
+    "storage.k8s.io" "v1" "CSINode" "csinodes" "csinode" [] [] false [] "csinodes";
+    "storage.k8s.io" "v1" "CSIStorageCapacity" "csistoragecapacities" "csistoragecapacity" [] [] true [] "csistoragecapacities";
     "storage.k8s.io" "v1" "StorageClass" "storageclasses" "storageclass" ["sc"] [] false [] "storageclasses";
+    "storage.k8s.io" "v1" "VolumeAttachment" "volumeattachments" "volumeattachment" [] [] false [Status] "volumeattachments";
 }
 
 /// Looks up a resource by group, version and plural name.

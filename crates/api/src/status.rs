@@ -23,6 +23,14 @@ impl Cause {
         }
     }
 
+    /// `Required value: <detail>`, for a field required in a context.
+    pub fn required_because(field: impl Into<String>, detail: &str) -> Self {
+        Cause {
+            message: format!("Required value: {detail}"),
+            ..Cause::required(field)
+        }
+    }
+
     pub fn invalid(field: impl Into<String>, value: &Value, detail: impl AsRef<str>) -> Self {
         Cause {
             reason: "FieldValueInvalid",

@@ -54,6 +54,8 @@ ROOTS = [
     ("v1", "LimitRange", "core.v1.LimitRange"),
     ("v1", "Namespace", "core.v1.Namespace"),
     ("v1", "Node", "core.v1.Node"),
+    ("v1", "PersistentVolume", "core.v1.PersistentVolume"),
+    ("v1", "PersistentVolumeClaim", "core.v1.PersistentVolumeClaim"),
     ("v1", "Pod", "core.v1.Pod"),
     ("v1", "PodTemplate", "core.v1.PodTemplate"),
     ("v1", "ReplicationController", "core.v1.ReplicationController"),
@@ -91,7 +93,11 @@ ROOTS = [
     ("rbac.authorization.k8s.io/v1", "Role", "rbac.v1.Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding", "rbac.v1.RoleBinding"),
     ("scheduling.k8s.io/v1", "PriorityClass", "scheduling.v1.PriorityClass"),
+    ("storage.k8s.io/v1", "CSIDriver", "storage.v1.CSIDriver"),
+    ("storage.k8s.io/v1", "CSINode", "storage.v1.CSINode"),
+    ("storage.k8s.io/v1", "CSIStorageCapacity", "storage.v1.CSIStorageCapacity"),
     ("storage.k8s.io/v1", "StorageClass", "storage.v1.StorageClass"),
+    ("storage.k8s.io/v1", "VolumeAttachment", "storage.v1.VolumeAttachment"),
     # DeleteOptions is registered in every group version; these two are the
     # group-independent spellings (the decoder maps any other apiVersion to it too).
     ("meta.k8s.io/v1", "DeleteOptions", "meta.v1.DeleteOptions"),

@@ -1,7 +1,8 @@
 //! Admission: the last stage before the store, where writes are mutated and checked. The
 //! built-in steps: NamespaceLifecycle, ServiceAccount (a pod's account and its API
 //! credentials volume), DefaultTolerationSeconds, Priority (a pod's priority from its
-//! PriorityClass), Service IP/port allocation, NodeRestriction (a kubelet writes only its
+//! PriorityClass), StorageObjectInUseProtection (the claim and volume protection
+//! finalizers), DefaultStorageClass (a claim without a class gets the default), Service IP/port allocation, NodeRestriction (a kubelet writes only its
 //! own Node and pods), LimitRanger (`limit_ranger`), PodSecurity (`pod_security`),
 //! RBAC's escalation prevention and, last, ResourceQuota (`resource_quota`).
 
@@ -179,6 +180,59 @@ fn namespace_pod_security(
     Ok(())
 }
 
+/// StorageObjectInUseProtection: a new claim or volume carries the finalizer that keeps
+/// it until no pod uses it (claims) or no claim is bound to it (volumes).
+fn storage_object_in_use_protection(info: &krust_api::registry::ResourceInfo, obj: &mut Value) {
+    let finalizer = match (info.group, info.plural) {
+        ("", "persistentvolumeclaims") => "kubernetes.io/pvc-protection",
+        ("", "persistentvolumes") => "kubernetes.io/pv-protection",
+        _ => return,
+    };
+    let finalizers = &mut obj["metadata"]["finalizers"];
+    if !finalizers.is_array() {
+        *finalizers = json!([]);
+    }
+    let list = finalizers.as_array_mut().expect("made an array above");
+    if !list.iter().any(|f| f == finalizer) {
+        list.push(json!(finalizer));
+    }
+}
+
+/// DefaultStorageClass: a claim that names no class (`storageClassName` absent, not
+/// `""`) gets the default one: the class annotated `is-default-class`, the newest if
+/// there are several (then by name, as upstream).
+fn default_storage_class(call: &Call<'_>, claim: &mut Value) {
+    const DEFAULT: &str = "storageclass.kubernetes.io/is-default-class";
+    const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+    if !claim["spec"]["storageClassName"].is_null()
+        || claim["metadata"]["annotations"].get(BETA_CLASS).is_some()
+    {
+        return;
+    }
+    let Some(cache) = call.api.cache.cache("/registry/storageclasses/") else {
+        return;
+    };
+    let classes: Vec<Value> = cache
+        .list("/registry/storageclasses/")
+        .0
+        .iter()
+        .map(|c| c.value())
+        .filter(|c| c["metadata"]["annotations"][DEFAULT] == "true")
+        .collect();
+    let newest = classes.iter().max_by(|a, b| {
+        let created = |c: &Value| {
+            c["metadata"]["creationTimestamp"]
+                .as_str()
+                .map(str::to_owned)
+        };
+        let name = |c: &Value| c["metadata"]["name"].as_str().map(str::to_owned);
+        (created(a), name(b)).cmp(&(created(b), name(a)))
+    });
+    if let Some(class) = newest {
+        claim["spec"]["storageClassName"] = class["metadata"]["name"].clone();
+    }
+}
+
 /// The admission steps run on writes.
 pub struct Admission {
     pub services: Arc<ServiceAllocator>,
@@ -204,6 +258,10 @@ impl Admission {
             limit_ranger(call, obj)?;
         }
         pod_security(call, obj)?;
+        storage_object_in_use_protection(info, obj);
+        if info.plural == "persistentvolumeclaims" && info.group.is_empty() {
+            default_storage_class(call, obj);
+        }
         if info.plural == "pods" && info.group.is_empty() {
             service_account(call, obj);
             default_toleration_seconds(obj);

@@ -9,7 +9,7 @@
 //!   coordination.k8s.io Lease;
 //! - [`supervise`]: long-running tasks restarted with back-off when they panic;
 //! - [`selector`]: label selectors, node selector terms and tolerations, evaluated as
-//!   the scheduler does.
+//!   the scheduler does; [`volume`]: which PersistentVolume fits a claim.
 //!
 //! Components depend on this crate, never on each other.
 
@@ -22,6 +22,7 @@ pub mod leader;
 pub mod queue;
 pub mod selector;
 pub mod supervise;
+pub mod volume;
 
 /// A Lease could not be acquired or renewed.
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,8 @@
 //! [`cronjob`] (Jobs on a schedule), [`daemonset`] (a pod on every eligible node, with
 //! revisions kept by [`history`]), [`statefulset`] (pods with stable identities, in
 //! order), [`disruption`] (what PodDisruptionBudgets allow), [`podautoscaler`]
-//! (replicas from CPU and memory usage) and
+//! (replicas from CPU and memory usage), [`volume`] (claims bound to volumes, and
+//! claims and volumes kept while in use) and
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
@@ -51,6 +52,7 @@ pub mod resourcequota;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod ttlafterfinished;
+pub mod volume;
 
 use std::future::Future;
 
@@ -158,6 +160,13 @@ async fn run_controllers(client: Client, config: &Config) {
         krust_client::events::EventRecorder::new(client.clone(), "statefulset-controller");
     let statefulsets =
         statefulset::StatefulSetController::new(client.clone(), &informers, ss_events);
+    let (pv_events, pv_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "persistentvolume-controller");
+    let volumes =
+        volume::binder::PersistentVolumeController::new(client.clone(), &informers, pv_events);
+    let pvc_protection =
+        volume::protection::PvcProtectionController::new(client.clone(), &informers);
+    let pv_protection = volume::protection::PvProtectionController::new(client.clone(), &informers);
     let service_accounts = serviceaccount::ServiceAccountController::new(
         client.clone(),
         &informers,
@@ -174,11 +183,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(ss_sender);
     tasks.spawn(pdb_sender);
     tasks.spawn(hpa_sender);
+    tasks.spawn(pv_sender);
     tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, pvc-protection, pv-protection, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -200,6 +210,9 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(disruption, workers));
     tasks.spawn(queue::run(autoscalers, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
+    tasks.spawn(queue::run(volumes, workers));
+    tasks.spawn(queue::run(pvc_protection, workers));
+    tasks.spawn(queue::run(pv_protection, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {
             tracing::error!(error = %err, "controller task failed");

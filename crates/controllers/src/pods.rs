@@ -165,6 +165,9 @@ pub struct CachedSpec {
     /// metadata.name In [node]`, as a DaemonSet's pods have).
     #[serde(rename = "affinity", default, deserialize_with = "pinned_node")]
     pub pinned_node: Option<Box<str>>,
+    /// The PersistentVolumeClaims the pod's volumes name.
+    #[serde(rename = "volumes", default, deserialize_with = "claim_names")]
+    pub claims: Box<[Box<str>]>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +299,24 @@ fn readiness<'de, D: Deserializer<'de>>(d: D) -> Result<Readiness, D::Error> {
         .map_or(Readiness::NotReady, |c| {
             Readiness::ReadySince(c.last_transition_time.map(|t| t.0))
         }))
+}
+
+fn claim_names<'de, D: Deserializer<'de>>(d: D) -> Result<Box<[Box<str>]>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Volume {
+        persistent_volume_claim: Option<Claim>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Claim {
+        claim_name: Box<str>,
+    }
+    let volumes = Option::<Vec<Volume>>::deserialize(d)?.unwrap_or_default();
+    Ok(volumes
+        .into_iter()
+        .filter_map(|v| v.persistent_volume_claim.map(|c| c.claim_name))
+        .collect())
 }
 
 /// Upstream's `GetTargetNodeName` for an unbound pod: the single value of the first

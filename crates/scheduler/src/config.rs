@@ -32,7 +32,6 @@ const CALLER_IMPLEMENTED: &[&str] = &["PrioritySort", "SchedulingGates", "Defaul
 const NOT_IMPLEMENTED: &[&str] = &[
     "DynamicResources",
     "NodeVolumeLimits",
-    "VolumeBinding",
     "VolumeRestrictions",
     "VolumeZone",
 ];
@@ -476,7 +475,7 @@ profiles:
         );
 
         let unsupported = format!(
-            "{HEADER}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: VolumeBinding\n"
+            "{HEADER}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: VolumeZone\n"
         );
         assert!(matches!(
             SchedulerConfiguration::from_yaml(&unsupported),

@@ -1,4 +1,5 @@
-//! The scheduler as a component: it watches Nodes, Pods and Namespaces, keeps the
+//! The scheduler as a component: it watches Nodes, Pods, Namespaces and the storage
+//! objects (claims, volumes, classes), keeps the
 //! [`Cache`], feeds unscheduled pods of its profiles through the [`SchedulingQueue`],
 //! runs one [`Framework`] cycle per pod, and writes the result back through the
 //! apiserver:
@@ -17,7 +18,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{
+    Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde_json::{Value, json};
@@ -32,7 +36,8 @@ use tokio::sync::Semaphore;
 use crate::cache::{Cache, occupies};
 use crate::config::{ConfigError, SchedulerConfiguration};
 use crate::events::{REPORTING_CONTROLLER, Recorder};
-use crate::framework::{Framework, PodInfo, PostFilterResult, ScheduleError, Status};
+use crate::framework::{Framework, PodInfo, PostFilterResult, ScheduleError, Status, Storage};
+use crate::plugins::volume_binding::{VolumeChoice, volume_choices};
 use crate::queue::{QueuedPod, SchedulingQueue, pod_key};
 
 /// Bindings in flight at once.
@@ -77,14 +82,30 @@ pub async fn run(
     let nodes = informer::<Node>(&scheduler);
     let pods = informer::<Pod>(&scheduler);
     let namespaces = informer::<Namespace>(&scheduler);
-    let synced = (nodes.cache(), pods.cache(), namespaces.cache());
+    let claims = informer::<PersistentVolumeClaim>(&scheduler);
+    let volumes = informer::<PersistentVolume>(&scheduler);
+    let classes = informer::<StorageClass>(&scheduler);
+    let synced = (
+        nodes.cache(),
+        pods.cache(),
+        namespaces.cache(),
+        claims.cache(),
+        volumes.cache(),
+        classes.cache(),
+    );
     tasks.spawn(nodes.run());
     tasks.spawn(pods.run());
     tasks.spawn(namespaces.run());
+    tasks.spawn(claims.run());
+    tasks.spawn(volumes.run());
+    tasks.spawn(classes.run());
     futures::join!(
         synced.0.wait_until_ready(),
         synced.1.wait_until_ready(),
-        synced.2.wait_until_ready()
+        synced.2.wait_until_ready(),
+        synced.3.wait_until_ready(),
+        synced.4.wait_until_ready(),
+        synced.5.wait_until_ready()
     );
     tracing::info!(
         nodes = scheduler.cache.locked().node_count(),
@@ -156,7 +177,43 @@ impl EventHandler<Namespace> for Scheduler {
     }
 }
 
+/// Claims, volumes and classes go to the snapshot's storage; a change may let a pod
+/// waiting for its claim go on.
+impl EventHandler<PersistentVolumeClaim> for Scheduler {
+    fn on_apply(&self, _old: Option<&PersistentVolumeClaim>, claim: &Arc<PersistentVolumeClaim>) {
+        let key = (claim.namespace().unwrap_or_default(), claim.name_any());
+        self.change_storage(|s| s.claims.insert(key, claim.clone()));
+    }
+    fn on_delete(&self, claim: &Arc<PersistentVolumeClaim>) {
+        let key = (claim.namespace().unwrap_or_default(), claim.name_any());
+        self.change_storage(|s| s.claims.remove(&key));
+    }
+}
+
+impl EventHandler<PersistentVolume> for Scheduler {
+    fn on_apply(&self, _old: Option<&PersistentVolume>, pv: &Arc<PersistentVolume>) {
+        self.change_storage(|s| s.volumes.insert(pv.name_any(), pv.clone()));
+    }
+    fn on_delete(&self, pv: &Arc<PersistentVolume>) {
+        self.change_storage(|s| s.volumes.remove(&pv.name_any()));
+    }
+}
+
+impl EventHandler<StorageClass> for Scheduler {
+    fn on_apply(&self, _old: Option<&StorageClass>, class: &Arc<StorageClass>) {
+        self.change_storage(|s| s.classes.insert(class.name_any(), class.clone()));
+    }
+    fn on_delete(&self, class: &Arc<StorageClass>) {
+        self.change_storage(|s| s.classes.remove(&class.name_any()));
+    }
+}
+
 impl Scheduler {
+    fn change_storage<T>(&self, change: impl FnOnce(&mut Storage) -> T) {
+        change(self.cache.locked().snapshot_mut().storage_mut());
+        self.queue.move_all_to_active_or_backoff();
+    }
+
     fn framework_for(&self, pod: &Pod) -> Option<&Framework> {
         let name = pod
             .spec
@@ -265,6 +322,26 @@ impl Scheduler {
 
     async fn bind(&self, queued: QueuedPod, node: String) {
         let pod = &queued.pod;
+        let choices = {
+            let cache = self.cache.locked();
+            let snapshot = cache.snapshot();
+            snapshot
+                .get(&node)
+                .map(|info| volume_choices(snapshot.storage(), pod, info))
+                .unwrap_or_default()
+        };
+        if let Err(err) = self.bind_volumes(choices, &node).await {
+            self.cache.locked().forget(pod);
+            self.events.pod(
+                pod,
+                true,
+                "FailedScheduling",
+                "Binding",
+                format!("binding volumes: {err}"),
+            );
+            self.queue.retry(&queued);
+            return;
+        }
         let binding = Binding {
             metadata: ObjectMeta {
                 name: Some(pod.name_any()),
@@ -322,6 +399,58 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// Upstream's VolumeBinding PreBind, without its wait: a chosen free volume gets the
+    /// claim in its `claimRef` (the PersistentVolume controller completes the binding),
+    /// a claim to provision gets the node in `volume.kubernetes.io/selected-node` (its
+    /// provisioner creates the volume there). The kubelet waits for the claims to be
+    /// bound before it starts the pod.
+    async fn bind_volumes(
+        &self,
+        choices: Vec<VolumeChoice>,
+        node: &str,
+    ) -> Result<(), kube::Error> {
+        use krust_client::volume::{BOUND_BY_CONTROLLER, SELECTED_NODE};
+        for choice in choices {
+            match choice {
+                VolumeChoice::Volume { volume, claim } => {
+                    let mut updated = (*volume).clone();
+                    updated.spec.get_or_insert_with(Default::default).claim_ref =
+                        Some(ObjectReference {
+                            api_version: Some("v1".into()),
+                            kind: Some("PersistentVolumeClaim".into()),
+                            namespace: claim.metadata.namespace.clone(),
+                            name: claim.metadata.name.clone(),
+                            uid: claim.metadata.uid.clone(),
+                            ..ObjectReference::default()
+                        });
+                    updated
+                        .metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(BOUND_BY_CONTROLLER.into(), "yes".into());
+                    Api::<PersistentVolume>::all(self.client.clone())
+                        .replace(&volume.name_any(), &PostParams::default(), &updated)
+                        .await?;
+                }
+                VolumeChoice::Provision(claim) => {
+                    let mut updated = (*claim).clone();
+                    updated
+                        .metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(SELECTED_NODE.into(), node.into());
+                    Api::<PersistentVolumeClaim>::namespaced(
+                        self.client.clone(),
+                        claim.metadata.namespace.as_deref().unwrap_or_default(),
+                    )
+                    .replace(&claim.name_any(), &PostParams::default(), &updated)
+                    .await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// No node fits: say why (event and PodScheduled condition), start preemption if

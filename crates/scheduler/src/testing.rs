@@ -140,6 +140,16 @@ impl PodBuilder {
         self
     }
 
+    /// Adds a volume given as its JSON form.
+    pub fn volume(mut self, volume: serde_json::Value) -> Self {
+        let volume = serde_json::from_value(volume).expect("a volume");
+        self.spec()
+            .volumes
+            .get_or_insert_with(Vec::new)
+            .push(volume);
+        self
+    }
+
     pub fn priority(mut self, p: i32) -> Self {
         self.spec().priority = Some(p);
         self

@@ -34,14 +34,18 @@ use crate::nodes::Fleet;
 /// the pods of the nodes that have one.
 const NO_RANGE_RETRY: Duration = Duration::from_millis(100);
 const NO_RANGE_TRIES: u32 = 50;
-/// Attempts at one write before the pod is left for a later event.
+/// Attempts at one write in a row; after them the action is queued again after
+/// `REQUEUE_PAUSE`, for as long as the apiserver fails (a deleted pod gets no later event
+/// that would try again, and `kubectl delete` waits until it is gone).
 const WRITE_TRIES: u32 = 5;
+const REQUEUE_PAUSE: Duration = Duration::from_secs(2);
 
 /// After how long a simulated pod's containers exit.
 pub const EXIT_AFTER: &str = "sim.krust.io/exit-after";
 /// With which code they exit (0 when absent).
 pub const EXIT_CODE: &str = "sim.krust.io/exit-code";
 
+#[derive(Clone)]
 enum Action {
     /// Start the pod; the number says how often its node had no pod range yet.
     Start(Arc<Pod>, u32),
@@ -200,6 +204,7 @@ async fn act(
     tx: &mpsc::UnboundedSender<Action>,
     action: Action,
 ) {
+    let again = action.clone();
     let (pod, result) = match action {
         Action::Start(pod, tries) => {
             let node = pod
@@ -247,14 +252,30 @@ async fn act(
             (pod, result)
         }
     };
-    if let Err(err) = result {
+    match result {
+        Err(err) if transient(&err) => {
+            tracing::warn!(pod = %pod.name_any(), error = %err, "simulated pod update failed; trying again");
+            later(tx, REQUEUE_PAUSE, again);
+        }
         // Forget it, so that the pod's next event tries again.
-        let uid = pod.uid().unwrap_or_default();
-        let mut seen = seen.locked();
-        seen.started.remove(&uid);
-        seen.finishing.remove(&uid);
-        tracing::warn!(pod = %pod.name_any(), error = %err, "simulated pod update failed");
+        Err(err) => forget(seen, &pod, &err),
+        Ok(()) => {}
     }
+}
+
+fn forget(seen: &Mutex<Seen>, pod: &Pod, err: &kube::Error) {
+    let uid = pod.uid().unwrap_or_default();
+    let mut seen = seen.locked();
+    seen.started.remove(&uid);
+    seen.finishing.remove(&uid);
+    drop(seen);
+    tracing::warn!(pod = %pod.name_any(), error = %err, "simulated pod update failed");
+}
+
+/// Whether the same write may succeed later: the apiserver was busy or unreachable, as
+/// opposed to an answer that will not change (not found, conflict, invalid).
+fn transient(err: &kube::Error) -> bool {
+    !matches!(err, kube::Error::Api(s) if s.code < 500 && s.code != 429)
 }
 
 /// Writes the pod Running and Ready with its (pod IP, node IP), if its node has a range.
@@ -437,10 +458,7 @@ where
     for attempt in 1..=WRITE_TRIES {
         match write().await {
             Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code < 500 && s.code != 429 => {
-                return Err(kube::Error::Api(s));
-            }
-            Err(e) if attempt == WRITE_TRIES => return Err(e),
+            Err(e) if !transient(&e) || attempt == WRITE_TRIES => return Err(e),
             Err(_) => {
                 tokio::time::sleep(pause).await;
                 pause *= 2;

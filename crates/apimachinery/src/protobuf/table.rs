@@ -36,7 +36,11 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("rbac.authorization.k8s.io/v1", "Role", &RBAC_V1_ROLE),
     ("rbac.authorization.k8s.io/v1", "RoleBinding", &RBAC_V1_ROLE_BINDING),
     ("scheduling.k8s.io/v1", "PriorityClass", &SCHEDULING_V1_PRIORITY_CLASS),
+    ("storage.k8s.io/v1", "CSIDriver", &STORAGE_V1_CSI_DRIVER),
+    ("storage.k8s.io/v1", "CSINode", &STORAGE_V1_CSI_NODE),
+    ("storage.k8s.io/v1", "CSIStorageCapacity", &STORAGE_V1_CSI_STORAGE_CAPACITY),
     ("storage.k8s.io/v1", "StorageClass", &STORAGE_V1_STORAGE_CLASS),
+    ("storage.k8s.io/v1", "VolumeAttachment", &STORAGE_V1_VOLUME_ATTACHMENT),
     ("v1", "Binding", &CORE_V1_BINDING),
     ("v1", "ConfigMap", &CORE_V1_CONFIG_MAP),
     ("v1", "DeleteOptions", &META_V1_DELETE_OPTIONS),
@@ -45,6 +49,8 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("v1", "LimitRange", &CORE_V1_LIMIT_RANGE),
     ("v1", "Namespace", &CORE_V1_NAMESPACE),
     ("v1", "Node", &CORE_V1_NODE),
+    ("v1", "PersistentVolume", &CORE_V1_PERSISTENT_VOLUME),
+    ("v1", "PersistentVolumeClaim", &CORE_V1_PERSISTENT_VOLUME_CLAIM),
     ("v1", "Pod", &CORE_V1_POD),
     ("v1", "PodTemplate", &CORE_V1_POD_TEMPLATE),
     ("v1", "ReplicationController", &CORE_V1_REPLICATION_CONTROLLER),
@@ -742,6 +748,13 @@ static CORE_V1_AZURE_DISK_VOLUME_SOURCE: Message = Message::new("core.v1.AzureDi
     Field::new(6, "kind", 5, One, Str, Ptr),
 ]);
 
+static CORE_V1_AZURE_FILE_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.AzureFilePersistentVolumeSource", &[
+    Field::new(1, "secretName", 0, One, Str, Keep),
+    Field::new(2, "shareName", 1, One, Str, Keep),
+    Field::new(3, "readOnly", 2, One, Bool, Omit),
+    Field::new(4, "secretNamespace", 3, One, Str, PtrNull),
+]);
+
 static CORE_V1_AZURE_FILE_VOLUME_SOURCE: Message = Message::new("core.v1.AzureFileVolumeSource", &[
     Field::new(1, "secretName", 0, One, Str, Keep),
     Field::new(2, "shareName", 1, One, Str, Keep),
@@ -751,6 +764,19 @@ static CORE_V1_AZURE_FILE_VOLUME_SOURCE: Message = Message::new("core.v1.AzureFi
 static CORE_V1_BINDING: Message = Message::new("core.v1.Binding", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "target", 1, One, Obj(Msg(&CORE_V1_OBJECT_REFERENCE)), Keep),
+]);
+
+static CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.CSIPersistentVolumeSource", &[
+    Field::new(1, "driver", 0, One, Str, Keep),
+    Field::new(2, "volumeHandle", 1, One, Str, Keep),
+    Field::new(3, "readOnly", 2, One, Bool, Omit),
+    Field::new(4, "fsType", 3, One, Str, Omit),
+    Field::new(5, "volumeAttributes", 4, Map, Str, Omit),
+    Field::new(6, "controllerPublishSecretRef", 5, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(7, "nodeStageSecretRef", 6, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(8, "nodePublishSecretRef", 7, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(9, "controllerExpandSecretRef", 8, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(10, "nodeExpandSecretRef", 9, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
 ]);
 
 static CORE_V1_CSI_VOLUME_SOURCE: Message = Message::new("core.v1.CSIVolumeSource", &[
@@ -766,6 +792,15 @@ static CORE_V1_CAPABILITIES: Message = Message::new("core.v1.Capabilities", &[
     Field::new(2, "drop", 1, List, Str, Omit),
 ]);
 
+static CORE_V1_CEPH_FS_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.CephFSPersistentVolumeSource", &[
+    Field::new(1, "monitors", 0, List, Str, Keep),
+    Field::new(2, "path", 1, One, Str, Omit),
+    Field::new(3, "user", 2, One, Str, Omit),
+    Field::new(4, "secretFile", 3, One, Str, Omit),
+    Field::new(5, "secretRef", 4, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(6, "readOnly", 5, One, Bool, Omit),
+]);
+
 static CORE_V1_CEPH_FS_VOLUME_SOURCE: Message = Message::new("core.v1.CephFSVolumeSource", &[
     Field::new(1, "monitors", 0, List, Str, Keep),
     Field::new(2, "path", 1, One, Str, Omit),
@@ -773,6 +808,13 @@ static CORE_V1_CEPH_FS_VOLUME_SOURCE: Message = Message::new("core.v1.CephFSVolu
     Field::new(4, "secretFile", 3, One, Str, Omit),
     Field::new(5, "secretRef", 4, One, Obj(Msg(&CORE_V1_LOCAL_OBJECT_REFERENCE)), Ptr),
     Field::new(6, "readOnly", 5, One, Bool, Omit),
+]);
+
+static CORE_V1_CINDER_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.CinderPersistentVolumeSource", &[
+    Field::new(1, "volumeID", 0, One, Str, Keep),
+    Field::new(2, "fsType", 1, One, Str, Omit),
+    Field::new(3, "readOnly", 2, One, Bool, Omit),
+    Field::new(4, "secretRef", 3, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
 ]);
 
 static CORE_V1_CINDER_VOLUME_SOURCE: Message = Message::new("core.v1.CinderVolumeSource", &[
@@ -1070,6 +1112,14 @@ static CORE_V1_FC_VOLUME_SOURCE: Message = Message::new("core.v1.FCVolumeSource"
     Field::new(5, "wwids", 4, List, Str, Omit),
 ]);
 
+static CORE_V1_FLEX_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.FlexPersistentVolumeSource", &[
+    Field::new(1, "driver", 0, One, Str, Keep),
+    Field::new(2, "fsType", 1, One, Str, Omit),
+    Field::new(3, "secretRef", 2, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(4, "readOnly", 3, One, Bool, Omit),
+    Field::new(5, "options", 4, Map, Str, Omit),
+]);
+
 static CORE_V1_FLEX_VOLUME_SOURCE: Message = Message::new("core.v1.FlexVolumeSource", &[
     Field::new(1, "driver", 0, One, Str, Keep),
     Field::new(2, "fsType", 1, One, Str, Omit),
@@ -1099,6 +1149,13 @@ static CORE_V1_GIT_REPO_VOLUME_SOURCE: Message = Message::new("core.v1.GitRepoVo
     Field::new(1, "repository", 0, One, Str, Keep),
     Field::new(2, "revision", 1, One, Str, Omit),
     Field::new(3, "directory", 2, One, Str, Omit),
+]);
+
+static CORE_V1_GLUSTERFS_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.GlusterfsPersistentVolumeSource", &[
+    Field::new(1, "endpoints", 0, One, Str, Keep),
+    Field::new(2, "path", 1, One, Str, Keep),
+    Field::new(3, "readOnly", 2, One, Bool, Omit),
+    Field::new(4, "endpointsNamespace", 3, One, Str, Ptr),
 ]);
 
 static CORE_V1_GLUSTERFS_VOLUME_SOURCE: Message = Message::new("core.v1.GlusterfsVolumeSource", &[
@@ -1132,6 +1189,20 @@ static CORE_V1_HOST_IP: Message = Message::new("core.v1.HostIP", &[
 static CORE_V1_HOST_PATH_VOLUME_SOURCE: Message = Message::new("core.v1.HostPathVolumeSource", &[
     Field::new(1, "path", 0, One, Str, Keep),
     Field::new(2, "type", 1, One, Str, Ptr),
+]);
+
+static CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.ISCSIPersistentVolumeSource", &[
+    Field::new(1, "targetPortal", 0, One, Str, Keep),
+    Field::new(2, "iqn", 1, One, Str, Keep),
+    Field::new(3, "lun", 2, One, I32, Keep),
+    Field::new(4, "iscsiInterface", 3, One, Str, Omit),
+    Field::new(5, "fsType", 4, One, Str, Omit),
+    Field::new(6, "readOnly", 5, One, Bool, Omit),
+    Field::new(7, "portals", 6, List, Str, Omit),
+    Field::new(8, "chapAuthDiscovery", 7, One, Bool, Omit),
+    Field::new(10, "secretRef", 9, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(11, "chapAuthSession", 8, One, Bool, Omit),
+    Field::new(12, "initiatorName", 10, One, Str, Ptr),
 ]);
 
 static CORE_V1_ISCSI_VOLUME_SOURCE: Message = Message::new("core.v1.ISCSIVolumeSource", &[
@@ -1209,6 +1280,11 @@ static CORE_V1_LOAD_BALANCER_STATUS: Message = Message::new("core.v1.LoadBalance
 
 static CORE_V1_LOCAL_OBJECT_REFERENCE: Message = Message::new("core.v1.LocalObjectReference", &[
     Field::new(1, "name", 0, One, Str, Omit),
+]);
+
+static CORE_V1_LOCAL_VOLUME_SOURCE: Message = Message::new("core.v1.LocalVolumeSource", &[
+    Field::new(1, "path", 0, One, Str, Keep),
+    Field::new(2, "fsType", 1, One, Str, Ptr),
 ]);
 
 static CORE_V1_MODIFY_VOLUME_STATUS: Message = Message::new("core.v1.ModifyVolumeStatus", &[
@@ -1373,6 +1449,12 @@ static CORE_V1_OBJECT_REFERENCE: Message = Message::new("core.v1.ObjectReference
     Field::new(7, "fieldPath", 6, One, Str, Omit),
 ]);
 
+static CORE_V1_PERSISTENT_VOLUME: Message = Message::new("core.v1.PersistentVolume", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&CORE_V1_PERSISTENT_VOLUME_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&CORE_V1_PERSISTENT_VOLUME_STATUS)), Keep),
+]);
+
 static CORE_V1_PERSISTENT_VOLUME_CLAIM: Message = Message::new("core.v1.PersistentVolumeClaim", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC)), Keep),
@@ -1419,6 +1501,51 @@ static CORE_V1_PERSISTENT_VOLUME_CLAIM_TEMPLATE: Message = Message::new("core.v1
 static CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE: Message = Message::new("core.v1.PersistentVolumeClaimVolumeSource", &[
     Field::new(1, "claimName", 0, One, Str, Keep),
     Field::new(2, "readOnly", 1, One, Bool, Omit),
+]);
+
+static CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.PersistentVolumeSource", &[
+    Field::new(1, "gcePersistentDisk", 0, One, Obj(Msg(&CORE_V1_GCE_PERSISTENT_DISK_VOLUME_SOURCE)), Ptr),
+    Field::new(2, "awsElasticBlockStore", 1, One, Obj(Msg(&CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE)), Ptr),
+    Field::new(3, "hostPath", 2, One, Obj(Msg(&CORE_V1_HOST_PATH_VOLUME_SOURCE)), Ptr),
+    Field::new(4, "glusterfs", 3, One, Obj(Msg(&CORE_V1_GLUSTERFS_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(5, "nfs", 4, One, Obj(Msg(&CORE_V1_NFS_VOLUME_SOURCE)), Ptr),
+    Field::new(6, "rbd", 5, One, Obj(Msg(&CORE_V1_RBD_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(7, "iscsi", 6, One, Obj(Msg(&CORE_V1_ISCSI_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(8, "cinder", 7, One, Obj(Msg(&CORE_V1_CINDER_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(9, "cephfs", 8, One, Obj(Msg(&CORE_V1_CEPH_FS_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(10, "fc", 9, One, Obj(Msg(&CORE_V1_FC_VOLUME_SOURCE)), Ptr),
+    Field::new(11, "flocker", 10, One, Obj(Msg(&CORE_V1_FLOCKER_VOLUME_SOURCE)), Ptr),
+    Field::new(12, "flexVolume", 11, One, Obj(Msg(&CORE_V1_FLEX_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(13, "azureFile", 12, One, Obj(Msg(&CORE_V1_AZURE_FILE_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(14, "vsphereVolume", 13, One, Obj(Msg(&CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE)), Ptr),
+    Field::new(15, "quobyte", 14, One, Obj(Msg(&CORE_V1_QUOBYTE_VOLUME_SOURCE)), Ptr),
+    Field::new(16, "azureDisk", 15, One, Obj(Msg(&CORE_V1_AZURE_DISK_VOLUME_SOURCE)), Ptr),
+    Field::new(17, "photonPersistentDisk", 16, One, Obj(Msg(&CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE)), Ptr),
+    Field::new(18, "portworxVolume", 17, One, Obj(Msg(&CORE_V1_PORTWORX_VOLUME_SOURCE)), Ptr),
+    Field::new(19, "scaleIO", 18, One, Obj(Msg(&CORE_V1_SCALE_IO_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(20, "local", 19, One, Obj(Msg(&CORE_V1_LOCAL_VOLUME_SOURCE)), Ptr),
+    Field::new(21, "storageos", 20, One, Obj(Msg(&CORE_V1_STORAGE_OS_PERSISTENT_VOLUME_SOURCE)), Ptr),
+    Field::new(22, "csi", 21, One, Obj(Msg(&CORE_V1_CSI_PERSISTENT_VOLUME_SOURCE)), Ptr),
+]);
+
+static CORE_V1_PERSISTENT_VOLUME_SPEC: Message = Message::new("core.v1.PersistentVolumeSpec", &[
+    Field::new(1, "capacity", 0, Map, Obj(Quantity), Omit),
+    Field::new(2, "", 1, One, Obj(Msg(&CORE_V1_PERSISTENT_VOLUME_SOURCE)), Keep),
+    Field::new(3, "accessModes", 2, List, Str, Omit),
+    Field::new(4, "claimRef", 3, One, Obj(Msg(&CORE_V1_OBJECT_REFERENCE)), Ptr),
+    Field::new(5, "persistentVolumeReclaimPolicy", 4, One, Str, Omit),
+    Field::new(6, "storageClassName", 5, One, Str, Omit),
+    Field::new(7, "mountOptions", 6, List, Str, Omit),
+    Field::new(8, "volumeMode", 7, One, Str, Ptr),
+    Field::new(9, "nodeAffinity", 8, One, Obj(Msg(&CORE_V1_VOLUME_NODE_AFFINITY)), Ptr),
+    Field::new(10, "volumeAttributesClassName", 9, One, Str, Ptr),
+]);
+
+static CORE_V1_PERSISTENT_VOLUME_STATUS: Message = Message::new("core.v1.PersistentVolumeStatus", &[
+    Field::new(1, "phase", 0, One, Str, Omit),
+    Field::new(2, "message", 1, One, Str, Omit),
+    Field::new(3, "reason", 2, One, Str, Omit),
+    Field::new(4, "lastPhaseTransitionTime", 3, One, Obj(Time), Ptr),
 ]);
 
 static CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE: Message = Message::new("core.v1.PhotonPersistentDiskVolumeSource", &[
@@ -1636,6 +1763,17 @@ static CORE_V1_QUOBYTE_VOLUME_SOURCE: Message = Message::new("core.v1.QuobyteVol
     Field::new(6, "tenant", 5, One, Str, Omit),
 ]);
 
+static CORE_V1_RBD_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.RBDPersistentVolumeSource", &[
+    Field::new(1, "monitors", 0, List, Str, Keep),
+    Field::new(2, "image", 1, One, Str, Keep),
+    Field::new(3, "fsType", 2, One, Str, Omit),
+    Field::new(4, "pool", 3, One, Str, Omit),
+    Field::new(5, "user", 4, One, Str, Omit),
+    Field::new(6, "keyring", 5, One, Str, Omit),
+    Field::new(7, "secretRef", 6, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), Ptr),
+    Field::new(8, "readOnly", 7, One, Bool, Omit),
+]);
+
 static CORE_V1_RBD_VOLUME_SOURCE: Message = Message::new("core.v1.RBDVolumeSource", &[
     Field::new(1, "monitors", 0, List, Str, Keep),
     Field::new(2, "image", 1, One, Str, Keep),
@@ -1728,6 +1866,19 @@ static CORE_V1_SE_LINUX_OPTIONS: Message = Message::new("core.v1.SELinuxOptions"
     Field::new(4, "level", 3, One, Str, Omit),
 ]);
 
+static CORE_V1_SCALE_IO_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.ScaleIOPersistentVolumeSource", &[
+    Field::new(1, "gateway", 0, One, Str, Keep),
+    Field::new(2, "system", 1, One, Str, Keep),
+    Field::new(3, "secretRef", 2, One, Obj(Msg(&CORE_V1_SECRET_REFERENCE)), PtrNull),
+    Field::new(4, "sslEnabled", 3, One, Bool, Omit),
+    Field::new(5, "protectionDomain", 4, One, Str, Omit),
+    Field::new(6, "storagePool", 5, One, Str, Omit),
+    Field::new(7, "storageMode", 6, One, Str, Omit),
+    Field::new(8, "volumeName", 7, One, Str, Omit),
+    Field::new(9, "fsType", 8, One, Str, Omit),
+    Field::new(10, "readOnly", 9, One, Bool, Omit),
+]);
+
 static CORE_V1_SCALE_IO_VOLUME_SOURCE: Message = Message::new("core.v1.ScaleIOVolumeSource", &[
     Field::new(1, "gateway", 0, One, Str, Keep),
     Field::new(2, "system", 1, One, Str, Keep),
@@ -1779,6 +1930,11 @@ static CORE_V1_SECRET_PROJECTION: Message = Message::new("core.v1.SecretProjecti
     Field::new(1, "", 0, One, Obj(Msg(&CORE_V1_LOCAL_OBJECT_REFERENCE)), Keep),
     Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_KEY_TO_PATH)), Omit),
     Field::new(4, "optional", 2, One, Bool, Ptr),
+]);
+
+static CORE_V1_SECRET_REFERENCE: Message = Message::new("core.v1.SecretReference", &[
+    Field::new(1, "name", 0, One, Str, Omit),
+    Field::new(2, "namespace", 1, One, Str, Omit),
 ]);
 
 static CORE_V1_SECRET_VOLUME_SOURCE: Message = Message::new("core.v1.SecretVolumeSource", &[
@@ -1865,6 +2021,14 @@ static CORE_V1_SESSION_AFFINITY_CONFIG: Message = Message::new("core.v1.SessionA
 
 static CORE_V1_SLEEP_ACTION: Message = Message::new("core.v1.SleepAction", &[
     Field::new(1, "seconds", 0, One, I64, Keep),
+]);
+
+static CORE_V1_STORAGE_OS_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.StorageOSPersistentVolumeSource", &[
+    Field::new(1, "volumeName", 0, One, Str, Omit),
+    Field::new(2, "volumeNamespace", 1, One, Str, Omit),
+    Field::new(3, "fsType", 2, One, Str, Omit),
+    Field::new(4, "readOnly", 3, One, Bool, Omit),
+    Field::new(5, "secretRef", 4, One, Obj(Msg(&CORE_V1_OBJECT_REFERENCE)), Ptr),
 ]);
 
 static CORE_V1_STORAGE_OS_VOLUME_SOURCE: Message = Message::new("core.v1.StorageOSVolumeSource", &[
@@ -1958,6 +2122,10 @@ static CORE_V1_VOLUME_MOUNT_STATUS: Message = Message::new("core.v1.VolumeMountS
     Field::new(2, "mountPath", 1, One, Str, Keep),
     Field::new(3, "readOnly", 2, One, Bool, Omit),
     Field::new(4, "recursiveReadOnly", 3, One, Str, Ptr),
+]);
+
+static CORE_V1_VOLUME_NODE_AFFINITY: Message = Message::new("core.v1.VolumeNodeAffinity", &[
+    Field::new(1, "required", 0, One, Obj(Msg(&CORE_V1_NODE_SELECTOR)), Ptr),
 ]);
 
 static CORE_V1_VOLUME_PROJECTION: Message = Message::new("core.v1.VolumeProjection", &[
@@ -2382,6 +2550,47 @@ static SCHEDULING_V1_PRIORITY_CLASS: Message = Message::new("scheduling.v1.Prior
     Field::new(5, "preemptionPolicy", 4, One, Str, Ptr),
 ]);
 
+static STORAGE_V1_CSI_DRIVER: Message = Message::new("storage.v1.CSIDriver", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&STORAGE_V1_CSI_DRIVER_SPEC)), Keep),
+]);
+
+static STORAGE_V1_CSI_DRIVER_SPEC: Message = Message::new("storage.v1.CSIDriverSpec", &[
+    Field::new(1, "attachRequired", 0, One, Bool, Ptr),
+    Field::new(2, "podInfoOnMount", 1, One, Bool, Ptr),
+    Field::new(3, "volumeLifecycleModes", 2, List, Str, Omit),
+    Field::new(4, "storageCapacity", 3, One, Bool, Ptr),
+    Field::new(5, "fsGroupPolicy", 4, One, Str, Ptr),
+    Field::new(6, "tokenRequests", 5, List, Obj(Msg(&STORAGE_V1_TOKEN_REQUEST)), Omit),
+    Field::new(7, "requiresRepublish", 6, One, Bool, Ptr),
+    Field::new(8, "seLinuxMount", 7, One, Bool, Ptr),
+    Field::new(9, "nodeAllocatableUpdatePeriodSeconds", 8, One, I64, Ptr),
+]);
+
+static STORAGE_V1_CSI_NODE: Message = Message::new("storage.v1.CSINode", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&STORAGE_V1_CSI_NODE_SPEC)), Keep),
+]);
+
+static STORAGE_V1_CSI_NODE_DRIVER: Message = Message::new("storage.v1.CSINodeDriver", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "nodeID", 1, One, Str, Keep),
+    Field::new(3, "topologyKeys", 2, List, Str, Keep),
+    Field::new(4, "allocatable", 3, One, Obj(Msg(&STORAGE_V1_VOLUME_NODE_RESOURCES)), Ptr),
+]);
+
+static STORAGE_V1_CSI_NODE_SPEC: Message = Message::new("storage.v1.CSINodeSpec", &[
+    Field::new(1, "drivers", 0, List, Obj(Msg(&STORAGE_V1_CSI_NODE_DRIVER)), Keep),
+]);
+
+static STORAGE_V1_CSI_STORAGE_CAPACITY: Message = Message::new("storage.v1.CSIStorageCapacity", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "nodeTopology", 1, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(3, "storageClassName", 2, One, Str, Keep),
+    Field::new(4, "capacity", 3, One, Obj(Quantity), Ptr),
+    Field::new(5, "maximumVolumeSize", 4, One, Obj(Quantity), Ptr),
+]);
+
 static STORAGE_V1_STORAGE_CLASS: Message = Message::new("storage.v1.StorageClass", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "provisioner", 1, One, Str, Keep),
@@ -2391,4 +2600,43 @@ static STORAGE_V1_STORAGE_CLASS: Message = Message::new("storage.v1.StorageClass
     Field::new(6, "allowVolumeExpansion", 5, One, Bool, Ptr),
     Field::new(7, "volumeBindingMode", 6, One, Str, Ptr),
     Field::new(8, "allowedTopologies", 7, List, Obj(Msg(&CORE_V1_TOPOLOGY_SELECTOR_TERM)), Omit),
+]);
+
+static STORAGE_V1_TOKEN_REQUEST: Message = Message::new("storage.v1.TokenRequest", &[
+    Field::new(1, "audience", 0, One, Str, Keep),
+    Field::new(2, "expirationSeconds", 1, One, I64, Ptr),
+]);
+
+static STORAGE_V1_VOLUME_ATTACHMENT: Message = Message::new("storage.v1.VolumeAttachment", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&STORAGE_V1_VOLUME_ATTACHMENT_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&STORAGE_V1_VOLUME_ATTACHMENT_STATUS)), Keep),
+]);
+
+static STORAGE_V1_VOLUME_ATTACHMENT_SOURCE: Message = Message::new("storage.v1.VolumeAttachmentSource", &[
+    Field::new(1, "persistentVolumeName", 0, One, Str, Ptr),
+    Field::new(2, "inlineVolumeSpec", 1, One, Obj(Msg(&CORE_V1_PERSISTENT_VOLUME_SPEC)), Ptr),
+]);
+
+static STORAGE_V1_VOLUME_ATTACHMENT_SPEC: Message = Message::new("storage.v1.VolumeAttachmentSpec", &[
+    Field::new(1, "attacher", 0, One, Str, Keep),
+    Field::new(2, "source", 1, One, Obj(Msg(&STORAGE_V1_VOLUME_ATTACHMENT_SOURCE)), Keep),
+    Field::new(3, "nodeName", 2, One, Str, Keep),
+]);
+
+static STORAGE_V1_VOLUME_ATTACHMENT_STATUS: Message = Message::new("storage.v1.VolumeAttachmentStatus", &[
+    Field::new(1, "attached", 0, One, Bool, Keep),
+    Field::new(2, "attachmentMetadata", 1, Map, Str, Omit),
+    Field::new(3, "attachError", 2, One, Obj(Msg(&STORAGE_V1_VOLUME_ERROR)), Ptr),
+    Field::new(4, "detachError", 3, One, Obj(Msg(&STORAGE_V1_VOLUME_ERROR)), Ptr),
+]);
+
+static STORAGE_V1_VOLUME_ERROR: Message = Message::new("storage.v1.VolumeError", &[
+    Field::new(1, "time", 0, One, Obj(Time), Keep),
+    Field::new(2, "message", 1, One, Str, Omit),
+    Field::new(3, "errorCode", 2, One, I32, Ptr),
+]);
+
+static STORAGE_V1_VOLUME_NODE_RESOURCES: Message = Message::new("storage.v1.VolumeNodeResources", &[
+    Field::new(1, "count", 0, One, I32, Ptr),
 ]);

@@ -1,13 +1,14 @@
 //! The Node authorizer and the NodeRestriction admission checks: a kubelet
 //! (`system:node:<name>` in `system:nodes`) may read only the Secrets, ConfigMaps and
-//! PersistentVolumeClaims of pods bound to its node, request tokens only for their
+//! PersistentVolumeClaims of pods bound to its node (and the PersistentVolumes those
+//! claims are bound to), request tokens only for their
 //! ServiceAccounts, touch only its own Lease, and write only its own Node and its own
 //! pods — upstream's rules. Relationships are read from the watch cache's pods of the
 //! namespace (their `spec.nodeName` is indexed), so no graph has to be kept.
 //!
 //! Unlike upstream, a kubelet may only `get` those Secrets and ConfigMaps, not list or
 //! watch them by a `metadata.name` field selector (krust's kubelet only gets them), and
-//! PersistentVolumes, VolumeAttachments and ResourceClaims wait for the storage issue.
+//! VolumeAttachments and ResourceClaims are not yet related to nodes.
 
 use std::sync::{Arc, OnceLock};
 
@@ -114,6 +115,32 @@ impl NodeAuthorizer {
             .any(|p| related(&p.value()))
     }
 
+    /// Whether a pod bound to `node` (in any namespace) uses a claim bound to volume
+    /// `name`.
+    fn uses_volume(&self, node: &str, name: &str) -> bool {
+        let Some(info) = krust_api::registry::find("", "v1", "pods") else {
+            return false;
+        };
+        let Some(pods) = self.cache.cache(&info.storage_prefix()) else {
+            return false;
+        };
+        pods.list(&info.storage_prefix())
+            .0
+            .iter()
+            .filter(|p| p.field("spec.nodeName").as_deref() == Some(node))
+            .any(|p| {
+                let pod = p.value();
+                let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+                let mut claims = Vec::new();
+                references(&pod["spec"], Ref::Claim, &mut claims);
+                claims.iter().any(|claim| {
+                    self.cache
+                        .core_object("persistentvolumeclaims", Some(namespace), claim)
+                        .is_some_and(|c| c["spec"]["volumeName"] == name)
+                })
+            })
+    }
+
     fn referenced(&self, node: &str, namespace: &str, kind: Ref, name: &str) -> bool {
         self.some_pod(node, namespace, |pod| {
             let mut names = Vec::new();
@@ -155,6 +182,13 @@ impl Authorizer for NodeAuthorizer {
                 };
             }
             match (r.group, r.resource, r.subresource) {
+                ("", "persistentvolumes", None) => {
+                    return if attrs.verb == "get" && self.uses_volume(node, name) {
+                        Decision::Allow(String::new())
+                    } else {
+                        no_relationship()
+                    };
+                }
                 ("", "serviceaccounts", Some("token")) => {
                     return if attrs.verb == "create"
                         && self.some_pod(node, ns, |pod| {

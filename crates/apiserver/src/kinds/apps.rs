@@ -44,7 +44,24 @@ fn validate_workload(obj: &Value, errs: &mut Vec<Cause>) {
             Err(e) => errs.push(Cause::invalid("spec.selector", sel, e.to_string())),
         }
     }
-    validate_pod_spec(&spec["template"]["spec"], "spec.template.spec", errs);
+    match spec["volumeClaimTemplates"].as_array() {
+        // A StatefulSet's claim templates become volumes of its pods.
+        Some(claims) if !claims.is_empty() => {
+            let mut pod_spec = spec["template"]["spec"].clone();
+            let volumes = &mut pod_spec["volumes"];
+            if !volumes.is_array() {
+                *volumes = json!([]);
+            }
+            let list = volumes.as_array_mut().expect("made an array above");
+            for claim in claims {
+                let name = &claim["metadata"]["name"];
+                list.retain(|v| &v["name"] != name);
+                list.push(json!({"name": name, "persistentVolumeClaim": {"claimName": name}}));
+            }
+            validate_pod_spec(&pod_spec, "spec.template.spec", errs);
+        }
+        _ => validate_pod_spec(&spec["template"]["spec"], "spec.template.spec", errs),
+    }
 }
 
 fn validate_workload_update(new: &Value, old: &Value, errs: &mut Vec<Cause>) {

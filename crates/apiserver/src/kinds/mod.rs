@@ -19,6 +19,7 @@ mod service;
 mod storage;
 pub mod table;
 pub mod validation;
+mod volume;
 
 use std::sync::OnceLock;
 
@@ -198,6 +199,12 @@ pub fn all() -> &'static [Kind] {
             kind::<corev1::LimitRange>("", "limitranges", &core::LIMIT_RANGE),
             kind::<corev1::Namespace>("", "namespaces", &core::NAMESPACE),
             kind::<corev1::Node>("", "nodes", &core::NODE),
+            kind::<corev1::PersistentVolumeClaim>(
+                "",
+                "persistentvolumeclaims",
+                &volume::PERSISTENT_VOLUME_CLAIM,
+            ),
+            kind::<corev1::PersistentVolume>("", "persistentvolumes", &volume::PERSISTENT_VOLUME),
             kind::<corev1::Pod>("", "pods", &pod::POD),
             kind::<corev1::PodTemplate>("", "podtemplates", &pod::POD_TEMPLATE),
             kind::<corev1::ReplicationController>(
@@ -318,10 +325,26 @@ pub fn all() -> &'static [Kind] {
                 "priorityclasses",
                 &scheduling::PRIORITY_CLASS,
             ),
+            kind::<api::storage::v1::CSIDriver>(
+                "storage.k8s.io",
+                "csidrivers",
+                &storage::CSI_DRIVER,
+            ),
+            kind::<api::storage::v1::CSINode>("storage.k8s.io", "csinodes", &storage::CSI_NODE),
+            kind::<api::storage::v1::CSIStorageCapacity>(
+                "storage.k8s.io",
+                "csistoragecapacities",
+                &storage::CSI_STORAGE_CAPACITY,
+            ),
             kind::<api::storage::v1::StorageClass>(
                 "storage.k8s.io",
                 "storageclasses",
                 &storage::STORAGE_CLASS,
+            ),
+            kind::<api::storage::v1::VolumeAttachment>(
+                "storage.k8s.io",
+                "volumeattachments",
+                &storage::VOLUME_ATTACHMENT,
             ),
         ];
         // The first kind of a storage prefix is its storage version ([`for_storage`]).

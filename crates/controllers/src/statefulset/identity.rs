@@ -5,7 +5,9 @@
 //! its claims (`<template>-<set>-<ordinal>`).
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
@@ -40,6 +42,52 @@ pub fn start_ordinal(set: &StatefulSet) -> i32 {
 /// The claim of a volume claim template for one pod.
 pub fn claim_name(template: &str, set: &str, ordinal: i32) -> String {
     format!("{template}-{set}-{ordinal}")
+}
+
+/// `persistentVolumeClaimRetentionPolicy`: whether claims go when the set is deleted
+/// (`whenDeleted`) and when their pod is scaled away (`whenScaled`); both Retain by
+/// default.
+pub fn claims_deleted_when(set: &StatefulSet) -> (bool, bool) {
+    let policy = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
+    let delete = |p: Option<&String>| p.is_some_and(|p| p == "Delete");
+    (
+        delete(policy.and_then(|p| p.when_deleted.as_ref())),
+        delete(policy.and_then(|p| p.when_scaled.as_ref())),
+    )
+}
+
+/// The claims of the pod of `ordinal`, one per volume claim template, labelled with
+/// the set's selector labels (upstream's `getPersistentVolumeClaims`) and owned by the
+/// set when they go with it.
+pub fn new_claims(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim> {
+    let set_name = set.name_any();
+    let spec = set.spec.as_ref();
+    let selector_labels = spec
+        .and_then(|s| s.selector.match_labels.clone())
+        .unwrap_or_default();
+    let (when_deleted, _) = claims_deleted_when(set);
+    spec.and_then(|s| s.volume_claim_templates.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut claim| {
+            let template = claim.metadata.name.clone().unwrap_or_default();
+            claim.metadata.name = Some(claim_name(&template, &set_name, ordinal));
+            claim.metadata.namespace = set.namespace();
+            claim
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .extend(selector_labels.clone());
+            if when_deleted {
+                claim.metadata.owner_references = Some(vec![controller_ref(set)]);
+            }
+            claim.status = None;
+            claim
+        })
+        .collect()
 }
 
 /// The pod of `ordinal` made from `template` (the template of the revision it gets),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
 use krust_client::cache::Cache;
 use krust_client::events::{EventRecorder, EventType};
@@ -42,6 +42,7 @@ pub struct StatefulSetController {
     sets: Cache<StatefulSet>,
     pods: Cache<CachedPod>,
     revisions: Cache<ControllerRevision>,
+    claims: Cache<PersistentVolumeClaim>,
     queue: Arc<WorkQueue>,
     events: EventRecorder,
 }
@@ -57,6 +58,7 @@ impl StatefulSetController {
             sets: set_informer.cache(),
             pods: pod_informer.cache(),
             revisions: rev_informer.cache(),
+            claims: informers.get::<PersistentVolumeClaim>().cache(),
             queue: WorkQueue::new("statefulset"),
             events,
         });
@@ -198,6 +200,7 @@ impl StatefulSetController {
                         };
                         let pod = identity::new_pod(set, template, &revision.name_any(), ordinal);
                         let pod_name = identity::pod_name(set_name, ordinal);
+                        self.create_claims(set, ordinal).await?;
                         match api.create(&PostParams::default(), &pod).await {
                             Ok(_) => {
                                 self.event(set, "SuccessfulCreate", format!("create Pod {pod_name} in StatefulSet {set_name} successful"));
@@ -215,6 +218,9 @@ impl StatefulSetController {
                         match api.delete(&pod_name, &DeleteParams::default()).await {
                             Ok(_) => {
                                 self.event(set, "SuccessfulDelete", format!("delete Pod {pod_name} in StatefulSet {set_name} successful"));
+                                if condemned(set, ordinal) {
+                                    self.delete_scaled_claims(set, ordinal).await?;
+                                }
                                 Ok(())
                             }
                             Err(e) if is_status(&e, 404) => Ok(()),
@@ -231,6 +237,66 @@ impl StatefulSetController {
         results.into_iter().collect()
     }
 
+    /// Creates the pod's claims that do not exist yet. A claim still being deleted (its
+    /// pod of a previous life just went) holds the pod back until it is gone.
+    async fn create_claims(&self, set: &StatefulSet, ordinal: i32) -> Result<(), Error> {
+        let ns = set.namespace().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let (set_name, pod_name) = (set.name_any(), identity::pod_name(&set.name_any(), ordinal));
+        for claim in identity::new_claims(set, ordinal) {
+            let name = claim.name_any();
+            match self.claims.get(Some(&ns), &name) {
+                Some(existing) if existing.metadata.deletion_timestamp.is_some() => {
+                    return Err(Error::InvalidSpec {
+                        object: format!("statefulset {ns}/{set_name}"),
+                        reason: format!("pvc {name} is being deleted"),
+                    });
+                }
+                Some(_) => continue,
+                None => {}
+            }
+            match api.create(&PostParams::default(), &claim).await {
+                Ok(_) => self.event(
+                    set,
+                    "SuccessfulCreate",
+                    format!("create Claim {name} Pod {pod_name} in StatefulSet {set_name} success"),
+                ),
+                Err(e) if is_status(&e, 409) => {}
+                Err(e) => {
+                    self.warn(set, "FailedCreate", format!("create Claim {name} for Pod {pod_name} in StatefulSet {set_name} failed error: {e}"));
+                    return Err(Error::api("creating claim", name, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `whenScaled: Delete`: the claims of a pod scaled away go with it.
+    async fn delete_scaled_claims(&self, set: &StatefulSet, ordinal: i32) -> Result<(), Error> {
+        if !identity::claims_deleted_when(set).1 {
+            return Ok(());
+        }
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &set.namespace().unwrap_or_default());
+        for claim in identity::new_claims(set, ordinal) {
+            let name = claim.name_any();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => self.event(
+                    set,
+                    "SuccessfulDelete",
+                    format!(
+                        "delete Claim {name} Pod {} in StatefulSet {} success",
+                        identity::pod_name(&set.name_any(), ordinal),
+                        set.name_any()
+                    ),
+                ),
+                Err(e) if is_status(&e, 404) => {}
+                Err(e) => return Err(Error::api("deleting claim", name, e)),
+            }
+        }
+        Ok(())
+    }
+
     fn event(&self, set: &StatefulSet, reason: &str, message: String) {
         self.events.record(set, EventType::Normal, reason, message);
     }
@@ -238,6 +304,13 @@ impl StatefulSetController {
     fn warn(&self, set: &StatefulSet, reason: &str, message: String) {
         self.events.record(set, EventType::Warning, reason, message);
     }
+}
+
+/// Whether `ordinal` is outside the set's ordinals (its pod is scaled away, not replaced).
+fn condemned(set: &StatefulSet, ordinal: i32) -> bool {
+    let start = identity::start_ordinal(set);
+    let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    ordinal < start || ordinal >= start + replicas
 }
 
 /// The update strategy with its partition and maxUnavailable resolved.

@@ -13,6 +13,9 @@ use krust_store::etcd::testing::EtcdCluster;
 use serde_json::Value;
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
+/// The longest any one kubectl command of a test may take (the longest `--timeout` the
+/// tests pass is 120 s).
+const KUBECTL_LIMIT: Duration = Duration::from_secs(180);
 /// Eviction thresholds for test nodes: upstream's memory threshold and no disk signals.
 /// These machines' disks are 95% full and CI's build fills them further, so any share of
 /// the disk would put test nodes under DiskPressure (the disk-pressure test sets its own).
@@ -248,7 +251,30 @@ impl Server {
                 .write_all(input.as_bytes())
                 .expect("writing stdin");
         }
-        child.wait_with_output().expect("kubectl output")
+        // Some kubectl commands wait without end by default (`delete` waits up to a week
+        // for the object to go): a hang must fail this test, not stall the whole run.
+        let pid = child.id().to_string();
+        let (finished, watchdog) = std::sync::mpsc::channel::<()>();
+        let guard = std::thread::spawn(move || {
+            let hung = matches!(
+                watchdog.recv_timeout(KUBECTL_LIMIT),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            );
+            if hung {
+                let _ = Command::new("kill").args(["-9", &pid]).status();
+            }
+            hung
+        });
+        let out = child.wait_with_output().expect("kubectl output");
+        let _ = finished.send(());
+        let hung = guard.join().expect("kubectl watchdog");
+        assert!(
+            !hung,
+            "kubectl {args:?} did not finish within {KUBECTL_LIMIT:?}: {}\n--- server log tail ---\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            last_lines(&self.log(), 40)
+        );
+        out
     }
 
     /// kubectl that must succeed; returns stdout.

@@ -31,7 +31,7 @@ pub use node_info::{
     AffinityTerm, BIND_ALL_HOST_IP, HostPort, HostPortUsage, NodeInfo, NonZeroRequested, PodInfo,
     Protocol, WeightedAffinityTerm, pod_namespace, pod_priority, pod_start_time,
 };
-pub use snapshot::Snapshot;
+pub use snapshot::{Snapshot, Storage};
 pub use status::{Code, Status};
 
 use crate::config::{ConfigError, PluginRef, PluginSet, Profile};
@@ -329,6 +329,7 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "VolumeBinding",
                 "PodTopologySpread",
                 "InterPodAffinity"
             ]

@@ -14,7 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{NodeInfo, PodInfo};
 use crate::selector::{Selector, label_pair_hash};
@@ -30,6 +31,16 @@ pub struct Snapshot {
     /// Label pair hash → nodes with at least one pod carrying that pair.
     nodes_by_pod_label: HashMap<u64, BTreeSet<usize>>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    storage: Storage,
+}
+
+/// The claims, volumes and storage classes the volume plugins read.
+#[derive(Clone, Debug, Default)]
+pub struct Storage {
+    /// By `(namespace, name)`.
+    pub claims: HashMap<(String, String), Arc<PersistentVolumeClaim>>,
+    pub volumes: HashMap<String, Arc<PersistentVolume>>,
+    pub classes: HashMap<String, Arc<StorageClass>>,
 }
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -133,6 +144,14 @@ impl Snapshot {
 
     pub fn remove_namespace(&mut self, namespace: &str) {
         self.namespace_labels.remove(namespace);
+    }
+
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    pub fn storage_mut(&mut self) -> &mut Storage {
+        &mut self.storage
     }
 
     fn index(&mut self, i: usize) {

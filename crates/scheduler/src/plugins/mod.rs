@@ -14,6 +14,7 @@ pub mod node_resources;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod taint_toleration;
+pub mod volume_binding;
 
 use std::sync::Arc;
 
@@ -26,7 +27,8 @@ use crate::framework::{
 
 /// Upstream v1.33's default `multiPoint` set, in upstream order, with score
 /// weights. PrioritySort, SchedulingGates and DefaultBinder are the caller's;
-/// the volume plugins are not implemented.
+/// of the volume plugins, VolumeBinding's filters are implemented (not its scoring,
+/// nor VolumeRestrictions, VolumeZone and the per-driver volume limits).
 pub const DEFAULT_PLUGINS: &[(&str, Option<i32>)] = &[
     (node_unschedulable::NAME, None),
     (node_name::NAME, None),
@@ -34,6 +36,7 @@ pub const DEFAULT_PLUGINS: &[(&str, Option<i32>)] = &[
     (node_affinity::NAME, Some(2)),
     (node_ports::NAME, None),
     (node_resources::fit::NAME, Some(1)),
+    (volume_binding::NAME, None),
     (pod_topology_spread::NAME, Some(2)),
     (inter_pod_affinity::NAME, Some(2)),
     (default_preemption::NAME, None),
@@ -110,6 +113,15 @@ pub(crate) fn new_plugin(
                 filter: Some(p.clone()),
                 pre_score: Some(p.clone()),
                 score: Some(p),
+                ..Default::default()
+            }
+        }
+        volume_binding::NAME => {
+            parse_args::<NoArgs>(args)?;
+            let p = Arc::new(volume_binding::VolumeBinding);
+            PluginExtensions {
+                pre_filter: Some(p.clone()),
+                filter: Some(p),
                 ..Default::default()
             }
         }

@@ -1,0 +1,343 @@
+//! VolumeBinding: a pod's PersistentVolumeClaims decide where it may run, as upstream's
+//! plugin of that name.
+//!
+//! - A claim that does not exist, is being deleted, or is unbound in an Immediate class
+//!   (the PersistentVolume controller has not bound it yet) keeps the pod off every
+//!   node until that changes.
+//! - A bound claim's volume may require nodes (`spec.nodeAffinity`: local volumes):
+//!   only those fit.
+//! - An unbound claim of a WaitForFirstConsumer class is bound with the node: a node
+//!   fits if a free volume that satisfies the claim may be used there, or if the class
+//!   has a provisioner to create one. After the cycle, the scheduler writes the choice
+//!   ([`volume_choices`]): the chosen volume's `claimRef`, or the claim's
+//!   `volume.kubernetes.io/selected-node` for its provisioner.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use krust_client::volume::{Placement, best_match, claim_class, fits_node};
+
+use crate::framework::{
+    CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult,
+    Snapshot, Status, Storage,
+};
+
+pub const NAME: &str = "VolumeBinding";
+pub const ERR_REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+pub const ERR_REASON_BIND_CONFLICT: &str =
+    "node(s) didn't find available persistent volumes to bind";
+/// The provisioner of classes whose volumes are made by hand (local volumes).
+const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
+
+pub struct VolumeBinding;
+
+impl Plugin for VolumeBinding {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+}
+
+/// What PreFilter found: the volumes of the bound claims, and the claims to be bound
+/// with the node (each with its class).
+#[derive(Clone, Default)]
+struct PodVolumes {
+    bound: Vec<Arc<PersistentVolume>>,
+    delayed: Vec<(Arc<PersistentVolumeClaim>, Arc<StorageClass>)>,
+    /// Every free volume, for the delayed claims to choose from.
+    free: Vec<Arc<PersistentVolume>>,
+}
+
+/// The names of the claims a pod's volumes use.
+pub fn claim_names(pod: &Pod) -> impl Iterator<Item = &str> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.as_str())
+}
+
+/// The class of an unbound claim if it binds with the node (WaitForFirstConsumer).
+fn delayed_class(storage: &Storage, claim: &PersistentVolumeClaim) -> Option<Arc<StorageClass>> {
+    let class = storage.classes.get(claim_class(claim))?;
+    (class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")).then(|| class.clone())
+}
+
+fn is_bound(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .filter(|v| !v.is_empty())
+}
+
+impl PreFilterPlugin for VolumeBinding {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (Option<PreFilterResult>, Status) {
+        let storage = snapshot.storage();
+        let namespace = pod.pod.metadata.namespace.clone().unwrap_or_default();
+        let mut found = PodVolumes::default();
+        let mut names = claim_names(&pod.pod).peekable();
+        if names.peek().is_none() {
+            return (None, Status::skip());
+        }
+        for name in names {
+            let Some(claim) = storage.claims.get(&(namespace.clone(), name.to_string())) else {
+                return (
+                    None,
+                    Status::unresolvable(format!("persistentvolumeclaim \"{name}\" not found")),
+                );
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                return (
+                    None,
+                    Status::unresolvable(format!(
+                        "persistentvolumeclaim \"{name}\" is being deleted"
+                    )),
+                );
+            }
+            match is_bound(claim) {
+                Some(volume) => match storage.volumes.get(volume) {
+                    Some(pv) => found.bound.push(pv.clone()),
+                    None => {
+                        return (
+                            None,
+                            Status::unresolvable(format!(
+                                "pvc(s) bound to non-existent pv(s): {volume}"
+                            )),
+                        );
+                    }
+                },
+                None => match delayed_class(storage, claim) {
+                    Some(class) => found.delayed.push((claim.clone(), class)),
+                    None => return (None, Status::unresolvable(ERR_REASON_UNBOUND_IMMEDIATE)),
+                },
+            }
+        }
+        if !found.delayed.is_empty() {
+            found.free = storage
+                .volumes
+                .values()
+                .filter(|v| v.spec.as_ref().is_none_or(|s| s.claim_ref.is_none()))
+                .cloned()
+                .collect();
+        }
+        state.write(found);
+        (None, Status::success())
+    }
+}
+
+impl FilterPlugin for VolumeBinding {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(found) = state.read::<PodVolumes>() else {
+            return Status::success();
+        };
+        if !found.bound.iter().all(|pv| fits_node(pv, node.node())) {
+            return Status::unresolvable(ERR_REASON_NODE_CONFLICT);
+        }
+        let placeable = found.delayed.iter().all(|(claim, class)| {
+            class.provisioner != NO_PROVISIONER
+                || best_match(
+                    claim,
+                    found.free.iter().map(|v| &**v),
+                    Placement::On(node.node()),
+                )
+                .is_some()
+        });
+        if placeable {
+            Status::success()
+        } else {
+            Status::unschedulable(ERR_REASON_BIND_CONFLICT)
+        }
+    }
+}
+
+/// How the scheduler binds a pod's WaitForFirstConsumer claims on its node.
+#[derive(Debug, PartialEq)]
+pub enum VolumeChoice {
+    /// Bind this free volume to the claim (set its `claimRef`).
+    Volume {
+        volume: Arc<PersistentVolume>,
+        claim: Arc<PersistentVolumeClaim>,
+    },
+    /// Ask the class's provisioner for a volume on the node.
+    Provision(Arc<PersistentVolumeClaim>),
+}
+
+/// The choices for a pod scheduled on `node`: for each unbound claim of a
+/// WaitForFirstConsumer class, the smallest free volume usable there, else
+/// provisioning. Two claims of one pod never get the same volume.
+pub fn volume_choices(storage: &Storage, pod: &Pod, node: &NodeInfo) -> Vec<VolumeChoice> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut free: Vec<&PersistentVolume> = storage
+        .volumes
+        .values()
+        .filter(|v| v.spec.as_ref().is_none_or(|s| s.claim_ref.is_none()))
+        .map(|v| &**v)
+        .collect();
+    let mut choices = Vec::new();
+    for name in claim_names(pod) {
+        let Some(claim) = storage.claims.get(&(namespace.clone(), name.to_string())) else {
+            continue;
+        };
+        if is_bound(claim).is_some() || delayed_class(storage, claim).is_none() {
+            continue;
+        }
+        match best_match(claim, free.iter().copied(), Placement::On(node.node())) {
+            Some(pv) => {
+                let name = pv.metadata.name.clone();
+                free.retain(|v| v.metadata.name != name);
+                choices.push(VolumeChoice::Volume {
+                    volume: storage.volumes[name.as_deref().unwrap_or_default()].clone(),
+                    claim: claim.clone(),
+                });
+            }
+            None => choices.push(VolumeChoice::Provision(claim.clone())),
+        }
+    }
+    choices
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Code;
+    use crate::testing::{filter_statuses, node, node_with, pod, snapshot};
+    use serde_json::json;
+
+    fn claim(name: &str, class: &str, volume: Option<&str>) -> Arc<PersistentVolumeClaim> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                    "resources": {"requests": {"storage": "1Gi"}}, "volumeName": volume}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn local_volume(name: &str, node: &str, class: &str) -> Arc<PersistentVolume> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                    "capacity": {"storage": "1Gi"}, "local": {"path": "/data"},
+                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn class(name: &str, provisioner: &str) -> Arc<StorageClass> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name}, "provisioner": provisioner,
+                "volumeBindingMode": "WaitForFirstConsumer"
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn with_claim(name: &str) -> crate::testing::PodBuilder {
+        pod("p").volume(json!({"name": "data", "persistentVolumeClaim": {"claimName": name}}))
+    }
+
+    fn cluster(storage: Storage) -> Snapshot {
+        let mut snap = snapshot(vec![
+            node_with(node("a").label("kubernetes.io/hostname", "a"), vec![]),
+            node_with(node("b").label("kubernetes.io/hostname", "b"), vec![]),
+        ]);
+        *snap.storage_mut() = storage;
+        snap
+    }
+
+    #[test]
+    fn bound_local_volumes_pin_pods_and_unbound_immediate_claims_wait() {
+        let mut storage = Storage::default();
+        storage.claims.insert(
+            ("default".into(), "bound".into()),
+            claim("bound", "", Some("pv-b")),
+        );
+        storage.claims.insert(
+            ("default".into(), "pending".into()),
+            claim("pending", "", None),
+        );
+        storage
+            .volumes
+            .insert("pv-b".into(), local_volume("pv-b", "b", ""));
+        let snap = cluster(storage);
+        let statuses = filter_statuses(
+            Some(&VolumeBinding),
+            &VolumeBinding,
+            with_claim("bound"),
+            &snap,
+        );
+        assert_eq!(statuses[0].code(), Code::UnschedulableAndUnresolvable);
+        assert_eq!(statuses[0].reasons(), [ERR_REASON_NODE_CONFLICT]);
+        assert!(statuses[1].is_success());
+        let statuses = filter_statuses(
+            Some(&VolumeBinding),
+            &VolumeBinding,
+            with_claim("pending"),
+            &snap,
+        );
+        assert!(
+            statuses
+                .iter()
+                .all(|s| s.reasons() == [ERR_REASON_UNBOUND_IMMEDIATE])
+        );
+        let statuses = filter_statuses(
+            Some(&VolumeBinding),
+            &VolumeBinding,
+            with_claim("missing"),
+            &snap,
+        );
+        assert!(
+            statuses
+                .iter()
+                .all(|s| s.reasons() == ["persistentvolumeclaim \"missing\" not found"])
+        );
+    }
+
+    #[test]
+    fn delayed_claims_go_where_a_free_volume_or_a_provisioner_is() {
+        let mut storage = Storage::default();
+        storage
+            .classes
+            .insert("local".into(), class("local", NO_PROVISIONER));
+        storage
+            .classes
+            .insert("dynamic".into(), class("dynamic", "example.com/csi"));
+        storage
+            .claims
+            .insert(("default".into(), "l".into()), claim("l", "local", None));
+        storage
+            .claims
+            .insert(("default".into(), "d".into()), claim("d", "dynamic", None));
+        storage
+            .volumes
+            .insert("pv-a".into(), local_volume("pv-a", "a", "local"));
+        let snap = cluster(storage);
+        let statuses =
+            filter_statuses(Some(&VolumeBinding), &VolumeBinding, with_claim("l"), &snap);
+        assert!(statuses[0].is_success());
+        assert_eq!(statuses[1].reasons(), [ERR_REASON_BIND_CONFLICT]);
+        let statuses =
+            filter_statuses(Some(&VolumeBinding), &VolumeBinding, with_claim("d"), &snap);
+        assert!(statuses.iter().all(Status::is_success));
+
+        let nodes: Vec<_> = snap.nodes().to_vec();
+        let chosen = volume_choices(snap.storage(), &with_claim("l").build(), &nodes[0]);
+        assert!(matches!(&chosen[..], [VolumeChoice::Volume { volume, .. }]
+            if volume.metadata.name.as_deref() == Some("pv-a")));
+        let chosen = volume_choices(snap.storage(), &with_claim("d").build(), &nodes[1]);
+        assert!(matches!(&chosen[..], [VolumeChoice::Provision(c)]
+            if c.metadata.name.as_deref() == Some("d")));
+    }
+}
