@@ -4,7 +4,7 @@
 //! free volume of the claim's class, volume mode, access modes, selector, size and (once
 //! the node is known) node affinity.
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::selector::{NodeSelectorMatcher, Selector};
@@ -93,6 +93,19 @@ pub fn capacity(volume: &PersistentVolume) -> i64 {
             .and_then(|s| s.capacity.as_ref())
             .and_then(|c| c.get("storage")),
     )
+}
+
+/// The `claimRef` that binds a volume to `claim` (with its UID).
+pub fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: claim.metadata.namespace.clone(),
+        name: claim.metadata.name.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        ..Default::default()
+    }
 }
 
 /// Whether the volume's `claimRef` names this claim (by namespace and name, and by UID

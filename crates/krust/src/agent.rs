@@ -41,6 +41,10 @@ pub struct AgentArgs {
     /// How often eviction signals are measured.
     #[arg(long, default_value = "10s", value_parser = crate::cli::parse_duration)]
     housekeeping_interval: std::time::Duration,
+    /// Where the built-in CSI driver (`local.csi.krust.io`) keeps its volumes (k3s's
+    /// flag; default `<data-dir>/storage`).
+    #[arg(long)]
+    default_local_storage_path: Option<PathBuf>,
     #[command(flatten)]
     proxy: crate::proxy::ProxyArgs,
 }
@@ -78,6 +82,7 @@ pub async fn run(args: AgentCommand) -> Result<()> {
     let kubeconfigs = Kubeconfigs {
         kubelet: yaml.clone(),
         proxy: yaml,
+        storage: None,
     };
     run_with_kubeconfig(
         &kubeconfigs,
@@ -91,12 +96,15 @@ pub async fn run(args: AgentCommand) -> Result<()> {
     .await
 }
 
-/// Whom the agent's two parts authenticate as (kubeconfig YAML each): inside `krust
-/// server` the kubelet is `system:node:<name>` and the proxy `system:kube-proxy`; a
-/// standalone agent uses its one kubeconfig for both.
+/// Whom the agent's parts authenticate as (kubeconfig YAML each): inside `krust
+/// server` the kubelet is `system:node:<name>`, the proxy `system:kube-proxy` and the
+/// local volume provisioner `system:krust-local-storage`; a standalone agent uses its
+/// one kubeconfig for the kubelet and the proxy, and provisions no volumes (a node's
+/// credentials may not create PersistentVolumes).
 pub struct Kubeconfigs {
     pub kubelet: String,
     pub proxy: String,
+    pub storage: Option<String>,
 }
 
 /// Runs the node agent (kubelet and Service proxy) against the apiserver of
@@ -143,7 +151,7 @@ pub async fn run_with_kubeconfig(
         .map(|pki| pki.kubelet_serving_cert(&[node_name.clone(), node_ip.to_string()]))
         .transpose()?;
     let config = krust_kubelet::Config {
-        node_name,
+        node_name: node_name.clone(),
         node_ip,
         data_dir: agent_dir,
         cluster_dns: args.cluster_dns,
@@ -157,6 +165,11 @@ pub async fn run_with_kubeconfig(
             .map_err(|e| anyhow::anyhow!("--eviction-hard: {e}"))?,
         housekeeping_interval: args.housekeeping_interval,
         image_fs: layout.root(),
+        local_storage: Some(
+            args.default_local_storage_path
+                .clone()
+                .unwrap_or_else(|| data_dir.join("storage")),
+        ),
     };
     let proxy = args.proxy.config(cluster_cidr);
     let proxy = async move {
@@ -165,9 +178,30 @@ pub async fn run_with_kubeconfig(
         }
         std::future::pending::<()>().await
     };
+    let provisioner = match (&kubeconfigs.storage, &config.local_storage) {
+        (Some(kubeconfig), Some(_)) => {
+            let (client, _) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
+            let socket = krust_csi::socket_path(&config.csi_plugins_dir(), krust_csi::local::NAME);
+            Some(krust_csi::provisioner::Provisioner::run(
+                client,
+                node_name.clone(),
+                socket,
+            ))
+        }
+        _ => None,
+    };
+    let provisioner = async move {
+        if let Some(provisioner) = provisioner
+            && let Err(err) = provisioner.await
+        {
+            tracing::error!(error = %err, "the local volume provisioner stopped");
+        }
+        std::future::pending::<()>().await
+    };
     tokio::select! {
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,
         _ = proxy => {}
+        _ = provisioner => {}
         _ = shutdown => {}
     }
     // Containers keep running under their shims; only containerd itself stops.

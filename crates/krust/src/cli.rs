@@ -192,6 +192,7 @@ async fn server(args: ServerArgs) -> Result<()> {
             kubelet: apiserver
                 .kubeconfig_for(&identity::node(&instance), &[identity::NODES_GROUP])?,
             proxy: apiserver.kubeconfig_for(identity::PROXY, &[])?,
+            storage: Some(apiserver.kubeconfig_for(identity::LOCAL_STORAGE, &[])?),
         };
         let agent = args.agent.clone();
         let data_dir = args.api.data_dir.clone();

@@ -20,8 +20,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("controllers", &["api", "client"]),
     ("scheduler", &["api", "client"]),
     ("cri", &[]),
+    ("csi", &["client"]),
     ("net", &["api"]),
-    ("kubelet", &["api", "client", "cri", "net", "httpstream"]),
+    (
+        "kubelet",
+        &["api", "client", "cri", "csi", "net", "httpstream"],
+    ),
     ("proxy", &["api", "client"]),
     ("dns", &["api", "client"]),
     ("ingress", &["api", "client"]),

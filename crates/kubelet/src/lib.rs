@@ -55,6 +55,15 @@ pub struct Config {
     pub housekeeping_interval: Duration,
     /// Where images and container layers live (containerd's root): `imagefs`.
     pub image_fs: PathBuf,
+    /// The root of the built-in CSI driver's volumes (`None`: the driver is not run).
+    pub local_storage: Option<PathBuf>,
+}
+
+impl Config {
+    /// Where CSI drivers listen: `<plugins>/<driver name>/csi.sock`.
+    pub fn csi_plugins_dir(&self) -> PathBuf {
+        self.data_dir.join("plugins")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +94,18 @@ impl Error {
 }
 
 /// Registers the node, sets up its pod network and runs its pods until dropped.
+/// Serves the built-in CSI driver on this node, if configured (never returns then).
+async fn local_driver(config: Arc<Config>) {
+    let Some(root) = config.local_storage.clone() else {
+        return;
+    };
+    let driver = krust_csi::local::LocalDriver::new(config.node_name.clone(), root);
+    let socket = krust_csi::socket_path(&config.csi_plugins_dir(), krust_csi::local::NAME);
+    if let Err(err) = driver.serve(&socket).await {
+        tracing::error!(error = %err, "the built-in CSI driver stopped");
+    }
+}
+
 pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(), Error> {
     let config = Arc::new(config);
     let version = runtime.version().await?;
@@ -124,7 +145,15 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
         pressure_changes,
     );
     let serving = server.serve(runtime.clone());
+    let local_driver = local_driver(config.clone());
     let pods = pods::run(client, runtime, config, events, evictions);
-    futures::join!(heartbeats, pods, sender, serving, eviction.run());
+    futures::join!(
+        heartbeats,
+        pods,
+        sender,
+        serving,
+        eviction.run(),
+        local_driver
+    );
     Ok(())
 }

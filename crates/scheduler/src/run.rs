@@ -417,14 +417,7 @@ impl Scheduler {
                 VolumeChoice::Volume { volume, claim } => {
                     let mut updated = (*volume).clone();
                     updated.spec.get_or_insert_with(Default::default).claim_ref =
-                        Some(ObjectReference {
-                            api_version: Some("v1".into()),
-                            kind: Some("PersistentVolumeClaim".into()),
-                            namespace: claim.metadata.namespace.clone(),
-                            name: claim.metadata.name.clone(),
-                            uid: claim.metadata.uid.clone(),
-                            ..ObjectReference::default()
-                        });
+                        Some(krust_client::volume::claim_ref(&claim));
                     updated
                         .metadata
                         .annotations

@@ -8,6 +8,8 @@ pub const SCHEDULER: &str = "system:kube-scheduler";
 pub const PROXY: &str = "system:kube-proxy";
 pub const DNS: &str = "system:krust-dns";
 pub const INGRESS: &str = "system:krust-ingress";
+/// The provisioner of the built-in CSI driver (upstream's external-provisioner role).
+pub const LOCAL_STORAGE: &str = "system:krust-local-storage";
 /// The group of every kubelet.
 pub const NODES_GROUP: &str = "system:nodes";
 

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use krust_client::cache::Cache;
 use krust_client::events::{EventRecorder, EventType};
@@ -377,15 +377,7 @@ impl PersistentVolumeController {
         if !complete {
             let by_controller = current.is_none();
             let spec = volume.spec.get_or_insert_with(Default::default);
-            spec.claim_ref = Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("PersistentVolumeClaim".into()),
-                namespace: claim.metadata.namespace.clone(),
-                name: claim.metadata.name.clone(),
-                uid: claim.metadata.uid.clone(),
-                resource_version: claim.metadata.resource_version.clone(),
-                ..Default::default()
-            });
+            spec.claim_ref = Some(krust_client::volume::claim_ref(claim));
             if by_controller {
                 set_annotation(&mut volume.metadata, BOUND_BY_CONTROLLER, "yes");
             }

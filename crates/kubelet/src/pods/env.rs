@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+};
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 
@@ -29,9 +31,41 @@ pub struct Sources<'a> {
     pub client: &'a Client,
     pub namespace: String,
     pub tokens: &'a super::tokens::Tokens,
+    /// Where CSI drivers listen.
+    pub csi_plugins: std::path::PathBuf,
 }
 
 impl Sources<'_> {
+    /// The PersistentVolume a claim of the pod's namespace is bound to.
+    pub async fn claimed_volume(&self, claim: &str) -> Result<PersistentVolume, ConfigError> {
+        let failed = |e: kube::Error| {
+            ConfigError(format!(
+                "error processing PVC {}/{claim}: {e}",
+                self.namespace
+            ))
+        };
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(claim)
+            .await
+            .map_err(failed)?
+            .ok_or_else(|| ConfigError(format!("persistentvolumeclaim \"{claim}\" not found")))?;
+        let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let volume = pvc
+            .spec
+            .and_then(|s| s.volume_name)
+            .filter(|v| !v.is_empty());
+        let Some(volume) = volume.filter(|_| bound) else {
+            return Err(ConfigError(format!(
+                "error processing PVC {}/{claim}: PVC is not bound",
+                self.namespace
+            )));
+        };
+        Api::<PersistentVolume>::all(self.client.clone())
+            .get(&volume)
+            .await
+            .map_err(failed)
+    }
+
     async fn config_map(&self, name: &str) -> Result<Option<Data>, ConfigError> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let cm = api

@@ -1,6 +1,7 @@
 //! A pod's volumes as directories on the node, bind-mounted into its containers:
 //! emptyDir (disk, or tmpfs for `medium: Memory`), hostPath (with its type checks and
-//! `...OrCreate`), configMap, secret, downwardAPI and projected (configMap, secret,
+//! `...OrCreate`), persistentVolumeClaim (the path of the hostPath or local volume the
+//! claim is bound to, or where its CSI driver published it), configMap, secret, downwardAPI and projected (configMap, secret,
 //! downwardAPI and serviceAccountToken sources), honouring `items`, `defaultMode` and
 //! per-item `mode`.
 //!
@@ -360,28 +361,16 @@ async fn set_up(
         dir
     } else if let Some(host) = &v.host_path {
         let path = PathBuf::from(&host.path);
-        match host.type_.as_deref().unwrap_or("") {
-            "DirectoryOrCreate" => {
-                std::fs::create_dir_all(&path).map_err(|e| io("creating hostPath", e))?
-            }
-            "FileOrCreate" if !path.exists() => {
-                std::fs::write(&path, b"").map_err(|e| io("creating hostPath", e))?;
-            }
-            "Directory" if !path.is_dir() => {
-                return Err(ConfigError(format!(
-                    "hostPath type check failed: {} is not a directory",
-                    host.path
-                )));
-            }
-            "File" if !path.is_file() => {
-                return Err(ConfigError(format!(
-                    "hostPath type check failed: {} is not a file",
-                    host.path
-                )));
-            }
-            _ => {}
-        }
+        check_host_path(&path, host.type_.as_deref().unwrap_or(""))?;
         path
+    } else if let Some(claim) = &v.persistent_volume_claim {
+        claimed_path(
+            sources,
+            pod_dir,
+            &claim.claim_name,
+            claim.read_only == Some(true),
+        )
+        .await?
     } else if is_content(v) {
         let dir = pod_dir.join("volumes/content").join(&v.name);
         let files = content(sources, pod, v, pod_ip, host_ip).await?;
@@ -392,6 +381,195 @@ async fn set_up(
         return Ok(None);
     };
     Ok(Some(path))
+}
+
+/// Makes a hostPath exist as its type asks (`DirectoryOrCreate`, `FileOrCreate`) or
+/// checks that it is what its type says.
+fn check_host_path(path: &Path, type_: &str) -> Result<(), ConfigError> {
+    let io = |e: std::io::Error| ConfigError(format!("creating hostPath: {e}"));
+    let shown = path.display();
+    match type_ {
+        "DirectoryOrCreate" => std::fs::create_dir_all(path).map_err(io)?,
+        "FileOrCreate" if !path.exists() => std::fs::write(path, b"").map_err(io)?,
+        "Directory" if !path.is_dir() => {
+            return Err(ConfigError(format!(
+                "hostPath type check failed: {shown} is not a directory"
+            )));
+        }
+        "File" if !path.is_file() => {
+            return Err(ConfigError(format!(
+                "hostPath type check failed: {shown} is not a file"
+            )));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The node path of the volume a claim is bound to: a `hostPath` or `local`
+/// PersistentVolume's path, or where its CSI driver published it.
+async fn claimed_path(
+    sources: &Sources<'_>,
+    pod_dir: &Path,
+    claim: &str,
+    read_only: bool,
+) -> Result<PathBuf, ConfigError> {
+    let pv = sources.claimed_volume(claim).await?;
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv.spec.unwrap_or_default();
+    if let Some(csi) = &spec.csi {
+        let read_only = read_only || csi.read_only == Some(true);
+        let modes = spec.access_modes.as_deref().unwrap_or_default();
+        publish_csi(&sources.csi_plugins, pod_dir, &name, csi, modes, read_only).await
+    } else if let Some(host) = &spec.host_path {
+        let path = PathBuf::from(&host.path);
+        check_host_path(&path, host.type_.as_deref().unwrap_or(""))?;
+        Ok(path)
+    } else if let Some(local) = &spec.local {
+        let path = PathBuf::from(&local.path);
+        if !path.exists() {
+            return Err(ConfigError(format!(
+                "path \"{}\" does not exist",
+                local.path
+            )));
+        }
+        Ok(path)
+    } else {
+        Err(ConfigError(format!(
+            "volume \"{}\" has a source this kubelet does not mount (hostPath and local are supported)",
+            name
+        )))
+    }
+}
+
+/// Where a pod's CSI volumes are published, one directory per PersistentVolume (as
+/// upstream's kubelet lays them out), with the `vol_data.json` that says which driver
+/// and volume to unpublish at teardown.
+const CSI_DIR: &str = "volumes/kubernetes.io~csi";
+const CSI_VOL_DATA: &str = "vol_data.json";
+
+/// The CSI access mode of a PersistentVolume's access modes.
+fn csi_access_mode(modes: &[String]) -> i32 {
+    use krust_csi::v1::volume_capability::access_mode::Mode;
+    let has = |m: &str| modes.iter().any(|x| x == m);
+    let mode = if has("ReadWriteMany") {
+        Mode::MultiNodeMultiWriter
+    } else if has("ReadOnlyMany") && !has("ReadWriteOnce") {
+        Mode::MultiNodeReaderOnly
+    } else if has("ReadWriteOncePod") {
+        Mode::SingleNodeSingleWriter
+    } else {
+        Mode::SingleNodeWriter
+    };
+    mode as i32
+}
+
+/// NodePublishVolume of a CSI PersistentVolume into the pod's directory.
+async fn publish_csi(
+    plugins: &Path,
+    pod_dir: &Path,
+    pv: &str,
+    csi: &k8s_openapi::api::core::v1::CSIPersistentVolumeSource,
+    modes: &[String],
+    read_only: bool,
+) -> Result<PathBuf, ConfigError> {
+    use krust_csi::v1::{NodePublishVolumeRequest, VolumeCapability, volume_capability};
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        ConfigError(format!(
+            "{what} of volume \"{pv}\" with CSI driver {}: {e}",
+            csi.driver
+        ))
+    };
+    let dir = pod_dir.join(CSI_DIR).join(pv);
+    std::fs::create_dir_all(&dir).map_err(|e| failed("preparing", &e))?;
+    let vol_data = serde_json::json!({"driverName": csi.driver, "volumeHandle": csi.volume_handle});
+    std::fs::write(dir.join(CSI_VOL_DATA), vol_data.to_string())
+        .map_err(|e| failed("preparing", &e))?;
+    let target = dir.join("mount");
+    let socket = krust_csi::socket_path(plugins, &csi.driver);
+    let mut driver = krust_csi::Driver::connect(&socket).await.map_err(|e| {
+        ConfigError(format!(
+            "kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name {} not found in the list of registered CSI drivers ({e})",
+            csi.driver
+        ))
+    })?;
+    let request = NodePublishVolumeRequest {
+        volume_id: csi.volume_handle.clone(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(VolumeCapability {
+            access_type: Some(volume_capability::AccessType::Mount(
+                volume_capability::MountVolume {
+                    fs_type: csi.fs_type.clone().unwrap_or_default(),
+                    ..Default::default()
+                },
+            )),
+            access_mode: Some(volume_capability::AccessMode {
+                mode: csi_access_mode(modes),
+            }),
+        }),
+        readonly: read_only,
+        volume_context: csi
+            .volume_attributes
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    driver
+        .node
+        .node_publish_volume(request)
+        .await
+        .map_err(|status| failed("NodePublishVolume", &status.message()))?;
+    Ok(target)
+}
+
+/// NodeUnpublishVolume of every CSI volume published in the pod's directory; a driver
+/// that cannot be reached leaves the mount to [`unmount_all`].
+pub async fn unpublish_csi(plugins: &Path, pod_dir: &Path) {
+    use krust_csi::v1::NodeUnpublishVolumeRequest;
+    let Ok(entries) = std::fs::read_dir(pod_dir.join(CSI_DIR)) else {
+        return;
+    };
+    for dir in entries.flatten().map(|e| e.path()) {
+        let Some(data) = std::fs::read(dir.join(CSI_VOL_DATA))
+            .ok()
+            .and_then(|d| serde_json::from_slice::<serde_json::Value>(&d).ok())
+        else {
+            continue;
+        };
+        let (Some(driver), Some(handle)) =
+            (data["driverName"].as_str(), data["volumeHandle"].as_str())
+        else {
+            continue;
+        };
+        let request = NodeUnpublishVolumeRequest {
+            volume_id: handle.to_string(),
+            target_path: dir.join("mount").display().to_string(),
+        };
+        let socket = krust_csi::socket_path(plugins, driver);
+        let result = match krust_csi::Driver::connect(&socket).await {
+            Ok(mut d) => d
+                .node
+                .node_unpublish_volume(request)
+                .await
+                .map(|_| ())
+                .map_err(|s| s.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(err) = result {
+            tracing::warn!(volume = handle, %driver, error = %err, "NodeUnpublishVolume failed");
+        }
+    }
+}
+
+/// Volumes mounted read-only in every container: content the kubelet writes, and
+/// claims the pod asks for read-only.
+fn read_only_volume(v: &Volume) -> bool {
+    is_content(v)
+        || v.persistent_volume_claim
+            .as_ref()
+            .is_some_and(|c| c.read_only == Some(true))
 }
 
 /// Whether the pod has volumes whose content can change (and so are refreshed).
@@ -467,11 +645,13 @@ pub fn mounts(
                 }
                 None => base.clone(),
             };
-            let content = volumes.get(m.name.as_str()).is_some_and(|v| is_content(v));
+            let read_only = volumes
+                .get(m.name.as_str())
+                .is_some_and(|v| read_only_volume(v));
             Some(Mount {
                 container_path: m.mount_path.clone(),
                 host_path: host.display().to_string(),
-                readonly: m.read_only.unwrap_or(false) || content,
+                readonly: m.read_only.unwrap_or(false) || read_only,
                 ..Mount::default()
             })
         })

@@ -247,6 +247,7 @@ impl Worker {
             client: &self.client,
             namespace: pod.namespace().unwrap_or_default(),
             tokens: &self.tokens,
+            csi_plugins: self.config.csi_plugins_dir(),
         };
         let pod_ip = self.observed.pod_ip.clone().unwrap_or_default();
         let dir = spec::pod_dir(&self.config, pod);
@@ -723,6 +724,7 @@ impl Worker {
             client: &self.client,
             namespace: pod.namespace().unwrap_or_default(),
             tokens: &self.tokens,
+            csi_plugins: self.config.csi_plugins_dir(),
         };
         let env = env::environment(&sources, pod, container, &ip, &self.observed.host_ip)
             .await

@@ -124,6 +124,7 @@ impl Worker {
         self.changed_at = Instant::now();
         if let Some(pod) = pod {
             let dir = spec::pod_dir(&self.config, pod);
+            volumes::unpublish_csi(&self.config.csi_plugins_dir(), &dir).await;
             volumes::unmount_all(&dir);
             let _ = std::fs::remove_dir_all(dir);
         }

@@ -1,0 +1,432 @@
+//! PersistentVolumes and claims through the real kubectl. On a real node (containerd +
+//! runc): a claim binds to the volume that fits it, a pod writes through the claim into
+//! the volume's directory and a second pod reads it back, a claim in use is kept
+//! (Terminating) until its pod is gone, and its volume is then Released; a bound
+//! volume is kept until its claim goes; a volume of the built-in CSI driver is
+//! published into its pod and unpublished after it, and one is provisioned for a claim
+//! of the built-in `local-path` class on the node its pod goes to (and deleted with the
+//! claim); validation,
+//! printer columns and the default storage class. On simulated nodes: a StatefulSet's
+//! claim templates become one claim per pod, and claims of a WaitForFirstConsumer
+//! class are bound with the node the scheduler picks — each pod lands on the node of
+//! its local volume.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Component, Server, wait_for};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn phase(s: &Server, kind: &str, name: &str) -> String {
+    s.get_json(&[kind, name])["status"]["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn volume(name: &str, size: &str, class: &str, source: Value) -> String {
+    let mut spec = json!({"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+        "storageClassName": class});
+    for (k, v) in source.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name}, "spec": spec})
+        .to_string()
+}
+
+fn claim(name: &str, size: &str, class: Option<&str>) -> String {
+    let mut spec = json!({"accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size}}});
+    if let Some(class) = class {
+        spec["storageClassName"] = json!(class);
+    }
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": spec})
+    .to_string()
+}
+
+fn pod_with_claim(name: &str, claim: &str, command: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", command],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}})
+    .to_string()
+}
+
+#[test]
+fn claims_bind_to_volumes_pods_keep_data_and_claims_in_use_are_protected() {
+    let s = Server::with_agent(&["--cluster-cidr=10.88.0.0/16"]);
+    let host_dir = s.data_dir().join("pv-data");
+
+    // Validation: upstream's causes, and nothing stored.
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "bad"},
+            "spec": {"accessModes": ["ReadWriteOnce", "Sometimes"], "hostPath": {"path": "/x"},
+                "nfs": {"server": "nfs", "path": "/"}}})
+        .to_string(),
+    );
+    for expected in [
+        "spec.capacity: Required value",
+        "spec.accessModes: Unsupported value: \"Sometimes\"",
+        "spec.nfs: Forbidden: may not specify more than 1 volume type",
+    ] {
+        assert!(err.contains(expected), "{expected} in {err}");
+    }
+    let err = s.fails_stdin(&["create", "-f", "-"], &claim("bad", "0", None));
+    assert!(
+        err.contains(
+            "spec.resources.requests[storage]: Invalid value: \"0\": must be greater than zero"
+        ),
+        "{err}"
+    );
+    assert!(
+        s.ok(&["get", "pv,pvc", "-A", "-o", "name"])
+            .trim()
+            .is_empty()
+    );
+
+    // The smallest volume that fits wins; both halves of the binding are written.
+    let host =
+        json!({"hostPath": {"path": host_dir.display().to_string(), "type": "DirectoryOrCreate"}});
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &volume(
+            "big",
+            "10Gi",
+            "manual",
+            json!({"hostPath": {"path": "/nonexistent"}}),
+        ),
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &volume("small", "1Gi", "manual", host),
+    );
+    wait_for("volumes Available", DEADLINE, || {
+        (phase(&s, "pv", "small") == "Available" && phase(&s, "pv", "big") == "Available")
+            .then_some(())
+    });
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &claim("data", "500Mi", Some("manual")),
+    );
+    wait_for("claim Bound", DEADLINE, || {
+        (phase(&s, "pvc", "data") == "Bound" && phase(&s, "pv", "small") == "Bound").then_some(())
+    });
+    let pvc = s.get_json(&["pvc", "data"]);
+    assert_eq!(pvc["spec"]["volumeName"], "small");
+    assert_eq!(pvc["status"]["capacity"]["storage"], "1Gi");
+    assert_eq!(
+        pvc["metadata"]["finalizers"],
+        json!(["kubernetes.io/pvc-protection"])
+    );
+    let pv = s.get_json(&["pv", "small"]);
+    assert_eq!(pv["spec"]["claimRef"]["uid"], pvc["metadata"]["uid"]);
+    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+    let table = s.ok(&["get", "pv", "small"]);
+    assert!(table.starts_with("NAME"), "{table}");
+    for cell in [
+        "1Gi",
+        "RWO",
+        "Retain",
+        "Bound",
+        "default/data",
+        "manual",
+        "<unset>",
+    ] {
+        assert!(table.contains(cell), "{cell} in {table}");
+    }
+    let table = s.ok(&["get", "pvc", "data"]);
+    for cell in ["Bound", "small", "1Gi", "RWO", "manual"] {
+        assert!(table.contains(cell), "{cell} in {table}");
+    }
+
+    // Data written through the claim lands in the volume and outlives the pod.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_with_claim("writer", "data", "echo kept > /data/file"),
+    );
+    wait_for("writer done", DEADLINE, || {
+        (phase(&s, "pod", "writer") == "Succeeded").then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(host_dir.join("file")).unwrap(),
+        "kept\n"
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_with_claim("reader", "data", "cat /data/file; sleep 3600"),
+    );
+    wait_for("reader logs the data", DEADLINE, || {
+        (s.kubectl(&["logs", "reader"]).stdout == b"kept\n").then_some(())
+    });
+
+    // A claim in use stays until its pod is gone; then its volume is Released.
+    s.ok(&["delete", "pvc", "data", "--wait=false"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let table = s.ok(&["get", "pvc", "data"]);
+    assert!(table.contains("Terminating"), "{table}");
+    s.ok(&["delete", "pod", "reader", "writer", "--grace-period=1"]);
+    wait_for("claim gone", DEADLINE, || {
+        s.kubectl(&["get", "pvc", "data"])
+            .status
+            .code()
+            .filter(|c| *c != 0)
+    });
+    wait_for("volume Released", DEADLINE, || {
+        (phase(&s, "pv", "small") == "Released").then_some(())
+    });
+    assert!(host_dir.join("file").exists(), "Retain keeps the data");
+
+    // A bound volume is kept (pv-protection) until its claim lets go.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &claim("large", "5Gi", Some("manual")),
+    );
+    wait_for("large claim Bound to big", DEADLINE, || {
+        (phase(&s, "pv", "big") == "Bound").then_some(())
+    });
+    s.ok(&["delete", "pv", "big", "--wait=false"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(s.ok(&["get", "pv", "big"]).contains("Terminating"));
+    s.ok(&["delete", "pvc", "large"]);
+    wait_for("volume gone once released", DEADLINE, || {
+        s.kubectl(&["get", "pv", "big"])
+            .status
+            .code()
+            .filter(|c| *c != 0)
+    });
+
+    // A CSI volume of the built-in driver: published into the pod by the driver (a bind
+    // mount of its directory under the node's storage root), unpublished when the pod
+    // goes.
+    let csi = json!({"csi": {"driver": "local.csi.krust.io", "volumeHandle": "handmade"}});
+    s.ok_stdin(&["apply", "-f", "-"], &volume("by-csi", "1Gi", "csi", csi));
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &claim("csi-data", "1Gi", Some("csi")),
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_with_claim(
+            "csi-writer",
+            "csi-data",
+            "echo through-csi > /data/file; sleep 3600",
+        ),
+    );
+    let stored = s.data_dir().join("storage/handmade/file");
+    wait_for("the file in the driver's directory", DEADLINE, || {
+        std::fs::read_to_string(&stored)
+            .ok()
+            .filter(|c| c == "through-csi\n")
+    });
+    let published = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("kubernetes.io~csi/by-csi/mount"))
+    };
+    assert!(published(), "the volume is bind-mounted for the pod");
+    s.ok(&["delete", "pod", "csi-writer", "--grace-period=1"]);
+    wait_for("unpublished", DEADLINE, || (!published()).then_some(()));
+    assert!(stored.exists(), "the data stays with the volume");
+
+    // Dynamic provisioning: a claim of the built-in `local-path` class (created at start,
+    // the default, WaitForFirstConsumer) gets a volume made on the node its pod was
+    // scheduled to; deleting the claim deletes the volume and its data.
+    let class = s.get_json(&["storageclass", "local-path"]);
+    assert_eq!(class["provisioner"], "local.csi.krust.io");
+    assert_eq!(class["volumeBindingMode"], "WaitForFirstConsumer");
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &claim("dynamic", "64Mi", Some("local-path")),
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_with_claim("dyn-writer", "dynamic", "echo provisioned > /data/file"),
+    );
+    wait_for("dyn-writer done", DEADLINE, || {
+        (phase(&s, "pod", "dyn-writer") == "Succeeded").then_some(())
+    });
+    let pvc = s.get_json(&["pvc", "dynamic"]);
+    let uid = pvc["metadata"]["uid"].as_str().unwrap();
+    let volume_name = format!("pvc-{uid}");
+    assert_eq!(pvc["spec"]["volumeName"], volume_name.as_str(), "{pvc}");
+    let pv = s.get_json(&["pv", &volume_name]);
+    assert_eq!(pv["spec"]["csi"]["driver"], "local.csi.krust.io");
+    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    let node = s.get_json(&["pod", "dyn-writer"])["spec"]["nodeName"].clone();
+    assert_eq!(
+        pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+            [0],
+        node
+    );
+    let data = s.data_dir().join("storage").join(&volume_name).join("file");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "provisioned\n");
+    let events = s.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=dynamic",
+    ]);
+    assert!(events.contains("ProvisioningSucceeded"), "{events}");
+    s.ok(&["delete", "pod", "dyn-writer"]);
+    s.ok(&["delete", "pvc", "dynamic"]);
+    wait_for("the provisioned volume deleted", DEADLINE, || {
+        s.kubectl(&["get", "pv", &volume_name])
+            .status
+            .code()
+            .filter(|c| *c != 0)
+    });
+    assert!(!data.exists(), "its directory removed");
+
+    // The default class goes to claims that name none.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "standard",
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "example.com/none", "volumeBindingMode": "Immediate"})
+        .to_string(),
+    );
+    s.ok_stdin(&["apply", "-f", "-"], &claim("defaulted", "1Gi", None));
+    assert_eq!(
+        s.get_json(&["pvc", "defaulted"])["spec"]["storageClassName"],
+        "standard"
+    );
+    // Nothing provisions for example.com/none: the claim waits, and says why.
+    wait_for("the provisioner named on the claim", DEADLINE, || {
+        let pvc = s.get_json(&["pvc", "defaulted"]);
+        (pvc["metadata"]["annotations"]["volume.kubernetes.io/storage-provisioner"]
+            == "example.com/none")
+            .then_some(())
+    });
+    let events = s.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=defaulted",
+    ]);
+    assert!(
+        events.contains("ExternalProvisioning") && events.contains("example.com/none"),
+        "{events}"
+    );
+    assert_eq!(phase(&s, "pvc", "defaulted"), "Pending");
+}
+
+#[test]
+fn statefulset_claims_and_local_volumes_bound_with_the_scheduled_node() {
+    let s = Server::start();
+    let _sim = Component::start(&s, "sim", "sim", &["--nodes=2"]);
+    wait_for("two nodes", DEADLINE, || {
+        let out = s.ok(&["get", "nodes", "--no-headers"]);
+        (out.matches(" Ready ").count() == 2).then_some(())
+    });
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer"})
+        .to_string(),
+    );
+    // One local volume per node; each names its node in its affinity.
+    for node in ["sim-node-0", "sim-node-1"] {
+        let affinity = json!({"local": {"path": "/mnt/disk"}, "nodeAffinity": {"required": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
+                "operator": "In", "values": [node]}]}]}}});
+        s.ok_stdin(
+            &["apply", "-f", "-"],
+            &volume(&format!("disk-{node}"), "5Gi", "local", affinity),
+        );
+    }
+    // A claim of the class binds only once a pod uses it.
+    s.ok_stdin(&["apply", "-f", "-"], &claim("early", "1Gi", Some("local")));
+    wait_for("WaitForFirstConsumer event", DEADLINE, || {
+        let events = s.ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=early",
+        ]);
+        events.contains("WaitForFirstConsumer").then_some(())
+    });
+    assert_eq!(phase(&s, "pvc", "early"), "Pending");
+    s.ok(&["delete", "pvc", "early"]);
+
+    let set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"replicas": 2, "serviceName": "db", "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "db"}},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}},
+                "containers": [{"name": "c", "image": "busybox",
+                    "volumeMounts": [{"name": "www", "mountPath": "/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "www", "labels": {"tier": "disk"}},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+                    "resources": {"requests": {"storage": "1Gi"}}}}]}});
+    s.ok_stdin(&["apply", "-f", "-"], &set.to_string());
+    s.ok(&["rollout", "status", "statefulset/db", "--timeout=60s"]);
+    for ordinal in 0..2 {
+        let claim_name = format!("www-db-{ordinal}");
+        let pvc = wait_for("claim bound", DEADLINE, || {
+            let pvc = s.get_json(&["pvc", &claim_name]);
+            (pvc["status"]["phase"] == "Bound").then_some(pvc)
+        });
+        assert_eq!(
+            pvc["metadata"]["labels"],
+            json!({"app": "db", "tier": "disk"})
+        );
+        assert_eq!(pvc["metadata"]["ownerReferences"][0]["kind"], "StatefulSet");
+        let pod = s.get_json(&["pod", &format!("db-{ordinal}")]);
+        let node = pod["spec"]["nodeName"].as_str().unwrap();
+        // The pod runs where its volume is.
+        assert_eq!(pvc["spec"]["volumeName"], format!("disk-{node}"), "{pvc}");
+        assert_eq!(
+            pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            claim_name.as_str()
+        );
+    }
+    let events = s.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=db",
+    ]);
+    assert!(
+        events.contains("create Claim www-db-0 Pod db-0 in StatefulSet db success"),
+        "{events}"
+    );
+    // A third replica finds no free volume on any node.
+    s.ok(&["scale", "statefulset/db", "--replicas=3"]);
+    wait_for("db-2 unschedulable", DEADLINE, || {
+        let events = s.ok(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=db-2",
+        ]);
+        events.contains("FailedScheduling").then_some(())
+    });
+    assert_eq!(phase(&s, "pvc", "www-db-2"), "Pending");
+
+    // whenDeleted: Delete — the claims go with the set.
+    s.ok(&[
+        "delete",
+        "statefulset",
+        "db",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    wait_for("claims deleted with the set", DEADLINE, || {
+        s.ok(&["get", "pvc", "-o", "name"])
+            .trim()
+            .is_empty()
+            .then_some(())
+    });
+}
