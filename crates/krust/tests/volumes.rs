@@ -236,6 +236,23 @@ fn claims_bind_to_volumes_pods_keep_data_and_claims_in_use_are_protected() {
     wait_for("unpublished", DEADLINE, || (!published()).then_some(()));
     assert!(stored.exists(), "the data stays with the volume");
 
+    // The built-in driver is registered: the CSIDriver object and the node's CSINode.
+    let driver = s.get_json(&["csidriver", "local.csi.krust.io"]);
+    assert_eq!(driver["spec"]["attachRequired"], false);
+    let node_name = s.ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let csi_node = wait_for("the node's CSINode", DEADLINE, || {
+        let out = s.kubectl(&["get", "csinode", &node_name, "-o", "json"]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
+    });
+    assert_eq!(
+        csi_node["spec"]["drivers"],
+        json!([{"name": "local.csi.krust.io", "nodeID": node_name,
+            "topologyKeys": ["kubernetes.io/hostname"]}])
+    );
+    assert!(s.ok(&["get", "csinode"]).contains(&node_name));
+
     // Dynamic provisioning: a claim of the built-in `local-path` class (created at start,
     // the default, WaitForFirstConsumer) gets a volume made on the node its pod was
     // scheduled to; deleting the claim deletes the volume and its data.
@@ -429,4 +446,51 @@ fn statefulset_claims_and_local_volumes_bound_with_the_scheduled_node() {
             .is_empty()
             .then_some(())
     });
+}
+
+#[test]
+fn provisioned_data_survives_restarts_of_its_pod_and_of_krust() {
+    let mut s = Server::with_agent(&["--cluster-cidr=10.89.0.0/16"]);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &claim("kept", "64Mi", Some("local-path")),
+    );
+    let app = pod_with_claim("app", "kept", "echo started >> /data/log; exec sleep 3600");
+    let lines = |s: &Server| {
+        let out = s.kubectl(&["exec", "app", "--", "cat", "/data/log"]);
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    s.ok_stdin(&["apply", "-f", "-"], &app);
+    wait_for("the first run logged", DEADLINE, || {
+        (lines(&s) == 1).then_some(())
+    });
+
+    // A new pod on the same claim sees what the last one wrote.
+    s.ok(&["delete", "pod", "app", "--grace-period=1"]);
+    s.ok_stdin(&["apply", "-f", "-"], &app);
+    wait_for("the second run logged", DEADLINE, || {
+        (lines(&s) == 2).then_some(())
+    });
+
+    // krust killed and started again: the pod runs on, its volume still mounted and
+    // writable, the data where the driver keeps it.
+    s.restart();
+    wait_for("the pod reachable again", DEADLINE, || {
+        (lines(&s) == 2).then_some(())
+    });
+    s.ok(&[
+        "exec",
+        "app",
+        "--",
+        "sh",
+        "-c",
+        "echo after-restart >> /data/log",
+    ]);
+    let volume = s.get_json(&["pvc", "kept"])["spec"]["volumeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log =
+        std::fs::read_to_string(s.data_dir().join("storage").join(volume).join("log")).unwrap();
+    assert_eq!(log, "started\nstarted\nafter-restart\n");
 }

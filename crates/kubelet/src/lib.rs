@@ -5,10 +5,12 @@
 //! - [`node`]: registration, the node Lease, status heartbeats;
 //! - [`pods`]: the pod watch, one worker per pod ([`pods::worker`]), the translation of
 //!   pod specs into CRI configs ([`pods::spec`]) and of runtime state into pod status
-//!   ([`pods::status`]).
+//!   ([`pods::status`]);
+//! - `csi`: the built-in CSI driver, served and registered in the node's CSINode.
 //!
-//! It talks only to the apiserver and the container runtime.
+//! It talks only to the apiserver, the container runtime and CSI drivers.
 
+mod csi;
 pub mod eviction;
 pub mod logfile;
 pub mod machine;
@@ -94,18 +96,6 @@ impl Error {
 }
 
 /// Registers the node, sets up its pod network and runs its pods until dropped.
-/// Serves the built-in CSI driver on this node, if configured (never returns then).
-async fn local_driver(config: Arc<Config>) {
-    let Some(root) = config.local_storage.clone() else {
-        return;
-    };
-    let driver = krust_csi::local::LocalDriver::new(config.node_name.clone(), root);
-    let socket = krust_csi::socket_path(&config.csi_plugins_dir(), krust_csi::local::NAME);
-    if let Err(err) = driver.serve(&socket).await {
-        tracing::error!(error = %err, "the built-in CSI driver stopped");
-    }
-}
-
 pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(), Error> {
     let config = Arc::new(config);
     let version = runtime.version().await?;
@@ -114,6 +104,7 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     let server = server::Server::bind(&config).await?;
     let status = node::status(&config, &machine, &runtime_version, server.port());
     let node = node::register(&client, &config, &status).await?;
+    let node_uid = node.metadata.uid.clone();
     let cidr = node::pod_cidr(&client, &config, POD_CIDR_WAIT).await?;
     krust_net::write_conflist(
         &config.cni_conf_dir,
@@ -145,15 +136,8 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
         pressure_changes,
     );
     let serving = server.serve(runtime.clone());
-    let local_driver = local_driver(config.clone());
+    let csi = csi::run(client.clone(), config.clone(), node_uid);
     let pods = pods::run(client, runtime, config, events, evictions);
-    futures::join!(
-        heartbeats,
-        pods,
-        sender,
-        serving,
-        eviction.run(),
-        local_driver
-    );
+    futures::join!(heartbeats, pods, sender, serving, eviction.run(), csi);
     Ok(())
 }
