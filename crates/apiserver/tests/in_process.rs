@@ -182,3 +182,36 @@ async fn upgrades_are_refused_without_a_connection() {
     assert!(code == 400 || code == 404, "{code} {body}");
     assert_eq!(body["kind"], "Status");
 }
+
+/// A delete that races writes to the same object (a controller writing status while a
+/// user deletes) is retried on the fresh object, as upstream's store does: it succeeds,
+/// never answers 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_racing_writes_are_retried_not_refused() {
+    let h = std::sync::Arc::new(Harness::new().await);
+    for round in 0..30 {
+        let name = format!("raced-{round}");
+        let (code, created) = h.call("POST", CMS, Some(cm(&name, "0"))).await;
+        assert_eq!(code, 201, "{created}");
+        let path = format!("{CMS}/{name}");
+        // Writes as fast as they go until the object is gone.
+        let writer = tokio::spawn({
+            let (h, path) = (h.clone(), path.clone());
+            async move {
+                for i in 0.. {
+                    let patch = json!({"data": {"k": i.to_string()}});
+                    let (code, _) = h
+                        .call_as("PATCH", &path, "application/merge-patch+json", Some(patch))
+                        .await;
+                    if code == 404 {
+                        break;
+                    }
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let (code, body) = h.call("DELETE", &path, None).await;
+        assert_eq!(code, 200, "round {round}: {body}");
+        writer.await.unwrap();
+    }
+}

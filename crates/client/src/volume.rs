@@ -4,7 +4,9 @@
 //! free volume of the claim's class, volume mode, access modes, selector, size and (once
 //! the node is known) node affinity.
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Volume,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::selector::{NodeSelectorMatcher, Selector};
@@ -93,6 +95,33 @@ pub fn capacity(volume: &PersistentVolume) -> i64 {
             .and_then(|s| s.capacity.as_ref())
             .and_then(|c| c.get("storage")),
     )
+}
+
+/// The claim a pod volume uses: the one it names, or for a generic ephemeral volume the
+/// one the ephemeral volume controller makes for it, `<pod>-<volume>`.
+pub fn volume_claim(pod_name: &str, volume: &Volume) -> Option<String> {
+    if let Some(claim) = &volume.persistent_volume_claim {
+        return Some(claim.claim_name.clone());
+    }
+    volume
+        .ephemeral
+        .as_ref()
+        .map(|_| ephemeral_claim_name(pod_name, &volume.name))
+}
+
+/// The claim of a pod's generic ephemeral volume.
+pub fn ephemeral_claim_name(pod_name: &str, volume: &str) -> String {
+    format!("{pod_name}-{volume}")
+}
+
+/// The names of the claims a pod's volumes use.
+pub fn pod_claims(pod: &Pod) -> Vec<String> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| volume_claim(name, v))
+        .collect()
 }
 
 /// The `claimRef` that binds a volume to `claim` (with its UID).

@@ -165,9 +165,30 @@ pub struct CachedSpec {
     /// metadata.name In [node]`, as a DaemonSet's pods have).
     #[serde(rename = "affinity", default, deserialize_with = "pinned_node")]
     pub pinned_node: Option<Box<str>>,
-    /// The PersistentVolumeClaims the pod's volumes name.
-    #[serde(rename = "volumes", default, deserialize_with = "claim_names")]
-    pub claims: Box<[Box<str>]>,
+    /// The PersistentVolumeClaims the pod's volumes use.
+    #[serde(rename = "volumes", default, deserialize_with = "volume_claims")]
+    pub claims: Box<[VolumeClaim]>,
+}
+
+/// The claim of one pod volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeClaim {
+    /// `persistentVolumeClaim.claimName`.
+    Named(Box<str>),
+    /// A generic ephemeral volume of this name: its claim is `<pod>-<volume>`.
+    Ephemeral(Box<str>),
+}
+
+impl CachedPod {
+    /// The names of the claims the pod's volumes use.
+    pub fn claim_names(&self) -> impl Iterator<Item = String> + '_ {
+        self.spec.claims.iter().map(|c| match c {
+            VolumeClaim::Named(name) => name.to_string(),
+            VolumeClaim::Ephemeral(volume) => {
+                krust_client::volume::ephemeral_claim_name(&self.metadata.name, volume)
+            }
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -301,11 +322,13 @@ fn readiness<'de, D: Deserializer<'de>>(d: D) -> Result<Readiness, D::Error> {
         }))
 }
 
-fn claim_names<'de, D: Deserializer<'de>>(d: D) -> Result<Box<[Box<str>]>, D::Error> {
+fn volume_claims<'de, D: Deserializer<'de>>(d: D) -> Result<Box<[VolumeClaim]>, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Volume {
+        name: Box<str>,
         persistent_volume_claim: Option<Claim>,
+        ephemeral: Option<serde::de::IgnoredAny>,
     }
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -315,7 +338,11 @@ fn claim_names<'de, D: Deserializer<'de>>(d: D) -> Result<Box<[Box<str>]>, D::Er
     let volumes = Option::<Vec<Volume>>::deserialize(d)?.unwrap_or_default();
     Ok(volumes
         .into_iter()
-        .filter_map(|v| v.persistent_volume_claim.map(|c| c.claim_name))
+        .filter_map(|v| match (v.persistent_volume_claim, v.ephemeral) {
+            (Some(c), _) => Some(VolumeClaim::Named(c.claim_name)),
+            (None, Some(_)) => Some(VolumeClaim::Ephemeral(v.name)),
+            (None, None) => None,
+        })
         .collect())
 }
 

@@ -5,7 +5,7 @@
 //! volume is kept until its claim goes; a volume of the built-in CSI driver is
 //! published into its pod and unpublished after it, and one is provisioned for a claim
 //! of the built-in `local-path` class on the node its pod goes to (and deleted with the
-//! claim); validation,
+//! claim); generic ephemeral volumes made and removed with their pod; validation,
 //! printer columns and the default storage class. On simulated nodes: a StatefulSet's
 //! claim templates become one claim per pod, and claims of a WaitForFirstConsumer
 //! class are bound with the node the scheduler picks — each pod lands on the node of
@@ -493,4 +493,44 @@ fn provisioned_data_survives_restarts_of_its_pod_and_of_krust() {
     let log =
         std::fs::read_to_string(s.data_dir().join("storage").join(volume).join("log")).unwrap();
     assert_eq!(log, "started\nstarted\nafter-restart\n");
+}
+
+#[test]
+fn generic_ephemeral_volumes_live_and_die_with_their_pod() {
+    let s = Server::with_agent(&["--cluster-cidr=10.90.0.0/16"]);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "scratch"},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", "echo scratch > /data/file"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "ephemeral": {"volumeClaimTemplate": {
+                "metadata": {"labels": {"kind": "scratch"}},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-path",
+                    "resources": {"requests": {"storage": "16Mi"}}}}}}]}});
+    s.ok_stdin(&["apply", "-f", "-"], &pod.to_string());
+    wait_for("scratch done", DEADLINE, || {
+        (phase(&s, "pod", "scratch") == "Succeeded").then_some(())
+    });
+    // The claim `<pod>-<volume>`, from the template, controlled by the pod.
+    let pvc = s.get_json(&["pvc", "scratch-data"]);
+    assert_eq!(pvc["metadata"]["labels"]["kind"], "scratch");
+    let owner = &pvc["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Pod");
+    assert_eq!(owner["controller"], true);
+    assert_eq!(
+        owner["uid"],
+        s.get_json(&["pod", "scratch"])["metadata"]["uid"]
+    );
+    let volume = pvc["spec"]["volumeName"].as_str().unwrap().to_string();
+    let data = s.data_dir().join("storage").join(&volume).join("file");
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "scratch\n");
+
+    // The pod goes: its claim, the volume and the data go with it.
+    s.ok(&["delete", "pod", "scratch"]);
+    wait_for("the volume gone with the pod", DEADLINE, || {
+        let gone = |kind: &str, name: &str| !s.kubectl(&["get", kind, name]).status.success();
+        (gone("pvc", "scratch-data") && gone("pv", &volume)).then_some(())
+    });
+    assert!(!data.exists());
 }

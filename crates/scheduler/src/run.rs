@@ -40,6 +40,19 @@ use crate::framework::{Framework, PodInfo, PostFilterResult, ScheduleError, Stat
 use crate::plugins::volume_binding::{VolumeChoice, volume_choices};
 use crate::queue::{QueuedPod, SchedulingQueue, pod_key};
 
+/// How long a pod waits for the claims it binds on its node (upstream's
+/// `bindTimeoutSeconds`), and how often it looks.
+const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(600);
+const VOLUME_BIND_POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+enum VolumeBindError {
+    #[error(transparent)]
+    Write(#[from] kube::Error),
+    #[error("timed out waiting for the condition")]
+    Timeout,
+}
+
 /// Bindings in flight at once.
 const MAX_BINDINGS_IN_FLIGHT: usize = 64;
 /// How often bound but unconfirmed assumptions are checked for expiry.
@@ -401,17 +414,26 @@ impl Scheduler {
         }
     }
 
-    /// Upstream's VolumeBinding PreBind, without its wait: a chosen free volume gets the
-    /// claim in its `claimRef` (the PersistentVolume controller completes the binding),
-    /// a claim to provision gets the node in `volume.kubernetes.io/selected-node` (its
-    /// provisioner creates the volume there). The kubelet waits for the claims to be
-    /// bound before it starts the pod.
+    /// Upstream's VolumeBinding PreBind: a chosen free volume gets the claim in its
+    /// `claimRef` (the PersistentVolume controller completes the binding), a claim to
+    /// provision gets the node in `volume.kubernetes.io/selected-node` (its provisioner
+    /// creates the volume there); then the pod waits, up to [`VOLUME_BIND_TIMEOUT`], for
+    /// every such claim to be bound, so that its kubelet finds them ready.
     async fn bind_volumes(
         &self,
         choices: Vec<VolumeChoice>,
         node: &str,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<(), VolumeBindError> {
         use krust_client::volume::{BOUND_BY_CONTROLLER, SELECTED_NODE};
+        let claims: Vec<(String, String)> = choices
+            .iter()
+            .map(|c| {
+                let claim = match c {
+                    VolumeChoice::Volume { claim, .. } | VolumeChoice::Provision(claim) => claim,
+                };
+                (claim.namespace().unwrap_or_default(), claim.name_any())
+            })
+            .collect();
         for choice in choices {
             match choice {
                 VolumeChoice::Volume { volume, claim } => {
@@ -443,7 +465,25 @@ impl Scheduler {
                 }
             }
         }
-        Ok(())
+        let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
+        loop {
+            let bound = {
+                let cache = self.cache.locked();
+                let storage = cache.snapshot().storage();
+                claims.iter().all(|key| {
+                    storage.claims.get(key).is_some_and(|c| {
+                        c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                    })
+                })
+            };
+            if bound {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(VolumeBindError::Timeout);
+            }
+            tokio::time::sleep(VOLUME_BIND_POLL).await;
+        }
     }
 
     /// No node fits: say why (event and PodScheduled condition), start preemption if

@@ -59,6 +59,17 @@ enum Ref {
     Claim,
 }
 
+/// The claims of a pod's generic ephemeral volumes (`<pod>-<volume>`).
+fn ephemeral_claims(pod: &Value) -> impl Iterator<Item = String> + '_ {
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("ephemeral").is_some())
+        .filter_map(move |v| Some(format!("{pod_name}-{}", v["name"].as_str()?)))
+}
+
 /// Collects the names `pod` refers to as `kind` (volumes, projections, env, envFrom,
 /// image pull secrets, in every container list).
 fn references(v: &Value, kind: Ref, out: &mut Vec<String>) {
@@ -133,6 +144,7 @@ impl NodeAuthorizer {
                 let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
                 let mut claims = Vec::new();
                 references(&pod["spec"], Ref::Claim, &mut claims);
+                claims.extend(ephemeral_claims(&pod));
                 claims.iter().any(|claim| {
                     self.cache
                         .core_object("persistentvolumeclaims", Some(namespace), claim)
@@ -145,6 +157,9 @@ impl NodeAuthorizer {
         self.some_pod(node, namespace, |pod| {
             let mut names = Vec::new();
             references(&pod["spec"], kind, &mut names);
+            if kind == Ref::Claim {
+                names.extend(ephemeral_claims(pod));
+            }
             names.iter().any(|n| n == name)
         })
     }

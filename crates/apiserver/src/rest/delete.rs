@@ -90,30 +90,19 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
     let mut call = call.clone();
     let opts = options(&mut call)?;
     let name = call.name().to_string();
-    let (old, rev) = call.current(&name).await?;
-    if let Some(uid) = &opts.precondition_uid
-        && old["metadata"]["uid"].as_str() != Some(uid)
-    {
-        return Err(ApiError::conflict(
-            call.target(&name),
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                old["metadata"]["uid"].as_str().unwrap_or_default()
-            ),
-        ));
-    }
-    if let Some(rv) = &opts.precondition_rv
-        && *rv != rev.to_string()
-    {
-        return Err(ApiError::conflict(
-            call.target(&name),
-            &format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {rev}"
-            ),
-        ));
-    }
-    call.api.admission.admit_delete(&call, &old)?;
-    let outcome = delete_object(&call, &name, old, rev, &opts).await?;
+    // As upstream's store: a write racing this delete (a controller updating status)
+    // makes the compare-and-swap fail; read again and retry rather than answer 409 —
+    // only a precondition the client set may refuse the delete.
+    let mut attempts = 0;
+    let outcome = loop {
+        let (old, rev) = call.current(&name).await?;
+        check_preconditions(&call, &name, &opts, &old, rev)?;
+        call.api.admission.admit_delete(&call, &old)?;
+        match delete_object(&call, &name, old, rev, &opts).await {
+            Err(e) if e.code == 409 && attempts < DELETE_ATTEMPTS => attempts += 1,
+            result => break result?,
+        }
+    };
     Ok(match outcome {
         Deleted::Pending(obj) => call.reply(StatusCode::OK, &call.kind.strategy.to_served(obj)),
         Deleted::Gone(obj) if call.kind.strategy.returns_deleted_object() => {
@@ -127,6 +116,41 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
             }),
         ),
     })
+}
+
+/// How often a delete that lost a race with a concurrent write is tried again.
+const DELETE_ATTEMPTS: u32 = 16;
+
+/// The client's preconditions (UID, resourceVersion) against the current object.
+fn check_preconditions(
+    call: &Call<'_>,
+    name: &str,
+    opts: &DeleteOptions,
+    old: &Value,
+    rev: Revision,
+) -> Result<(), ApiError> {
+    if let Some(uid) = &opts.precondition_uid
+        && old["metadata"]["uid"].as_str() != Some(uid)
+    {
+        return Err(ApiError::conflict(
+            call.target(name),
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                old["metadata"]["uid"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.precondition_rv
+        && *rv != rev.to_string()
+    {
+        return Err(ApiError::conflict(
+            call.target(name),
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {rev}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a delete did.

@@ -1,6 +1,7 @@
 //! Persistent storage: the PersistentVolume controller ([`binder`]: claims bound to
 //! volumes, phases, reclaim) and the protection controllers ([`protection`]: a claim
-//! in use by a pod, or a volume bound to a claim, is not removed while it is).
+//! in use by a pod, or a volume bound to a claim, is not removed while it is), and the
+//! claims of pods' generic ephemeral volumes ([`ephemeral`]).
 //!
 //! Binding is two-sided, as upstream: the volume's `spec.claimRef` names the claim (with
 //! its UID) and the claim's `spec.volumeName` names the volume; annotations record who
@@ -8,6 +9,7 @@
 //! made is kept.
 
 pub mod binder;
+pub mod ephemeral;
 pub mod protection;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

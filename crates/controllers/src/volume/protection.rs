@@ -61,7 +61,7 @@ struct PodEvents(Arc<PvcProtectionController>);
 
 impl PodEvents {
     fn queue_claims(&self, pod: &CachedPod) {
-        for claim in &pod.spec.claims {
+        for claim in pod.claim_names() {
             self.0
                 .queue
                 .add(format!("{}/{claim}", pod.metadata.namespace));
@@ -123,7 +123,7 @@ impl PvcProtectionController {
     /// created a moment ago, so a claim the cache finds unused is checked with a live
     /// list before it goes (as upstream does).
     async fn in_use(&self, ns: &str, name: &str) -> Result<bool, Error> {
-        let uses = |pod: &CachedPod| !finished(pod) && pod.spec.claims.iter().any(|c| &**c == name);
+        let uses = |pod: &CachedPod| !finished(pod) && pod.claim_names().any(|c| c == name);
         if !self
             .pods
             .state_filter(|p| &*p.metadata.namespace == ns && uses(p))
@@ -142,12 +142,9 @@ impl PvcProtectionController {
                 .and_then(|s| s.phase.as_deref())
                 .is_some_and(|p| p == "Succeeded" || p == "Failed");
             !done
-                && pod
-                    .spec
+                && krust_client::volume::pod_claims(pod)
                     .iter()
-                    .flat_map(|s| s.volumes.iter().flatten())
-                    .filter_map(|v| v.persistent_volume_claim.as_ref())
-                    .any(|c| c.claim_name == name)
+                    .any(|c| c == name)
         }))
     }
 }

@@ -36,8 +36,13 @@ pub struct Sources<'a> {
 }
 
 impl Sources<'_> {
-    /// The PersistentVolume a claim of the pod's namespace is bound to.
-    pub async fn claimed_volume(&self, claim: &str) -> Result<PersistentVolume, ConfigError> {
+    /// The PersistentVolume a claim of the pod's namespace is bound to; `owner`: the
+    /// claim must be controlled by that pod (an ephemeral volume's claim).
+    pub async fn claimed_volume(
+        &self,
+        claim: &str,
+        owner: Option<&str>,
+    ) -> Result<PersistentVolume, ConfigError> {
         let failed = |e: kube::Error| {
             ConfigError(format!(
                 "error processing PVC {}/{claim}: {e}",
@@ -49,6 +54,20 @@ impl Sources<'_> {
             .await
             .map_err(failed)?
             .ok_or_else(|| ConfigError(format!("persistentvolumeclaim \"{claim}\" not found")))?;
+        if let Some(owner) = owner {
+            let owned = pvc
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.uid == owner && r.controller == Some(true));
+            if !owned {
+                return Err(ConfigError(format!(
+                    "PVC {}/{claim} was not created for pod (pod is not owner)",
+                    self.namespace
+                )));
+            }
+        }
         let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
         let volume = pvc
             .spec

@@ -1,7 +1,8 @@
 //! A pod's volumes as directories on the node, bind-mounted into its containers:
 //! emptyDir (disk, or tmpfs for `medium: Memory`), hostPath (with its type checks and
 //! `...OrCreate`), persistentVolumeClaim (the path of the hostPath or local volume the
-//! claim is bound to, or where its CSI driver published it), configMap, secret, downwardAPI and projected (configMap, secret,
+//! claim is bound to, or where its CSI driver published it; generic ephemeral volumes
+//! through the claim made for the pod), configMap, secret, downwardAPI and projected (configMap, secret,
 //! downwardAPI and serviceAccountToken sources), honouring `items`, `defaultMode` and
 //! per-item `mode`.
 //!
@@ -363,14 +364,15 @@ async fn set_up(
         let path = PathBuf::from(&host.path);
         check_host_path(&path, host.type_.as_deref().unwrap_or(""))?;
         path
-    } else if let Some(claim) = &v.persistent_volume_claim {
-        claimed_path(
-            sources,
-            pod_dir,
-            &claim.claim_name,
-            claim.read_only == Some(true),
-        )
-        .await?
+    } else if let Some(claim) = krust_client::volume::volume_claim(&pod.name_any(), v) {
+        // An ephemeral volume's claim must be the one made for this pod.
+        let owner = v.ephemeral.is_some().then(|| pod.uid().unwrap_or_default());
+        let read_only = v
+            .persistent_volume_claim
+            .as_ref()
+            .is_some_and(|c| c.read_only == Some(true));
+        let pv = sources.claimed_volume(&claim, owner.as_deref()).await?;
+        claimed_path(sources, pod_dir, pv, read_only).await?
     } else if is_content(v) {
         let dir = pod_dir.join("volumes/content").join(&v.name);
         let files = content(sources, pod, v, pod_ip, host_ip).await?;
@@ -411,10 +413,9 @@ fn check_host_path(path: &Path, type_: &str) -> Result<(), ConfigError> {
 async fn claimed_path(
     sources: &Sources<'_>,
     pod_dir: &Path,
-    claim: &str,
+    pv: k8s_openapi::api::core::v1::PersistentVolume,
     read_only: bool,
 ) -> Result<PathBuf, ConfigError> {
-    let pv = sources.claimed_volume(claim).await?;
     let name = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.unwrap_or_default();
     if let Some(csi) = &spec.csi {

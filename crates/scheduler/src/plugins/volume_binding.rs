@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use krust_client::volume::{Placement, best_match, claim_class, fits_node};
+use krust_client::volume::{Placement, best_match, claim_class, fits_node, pod_claims};
 
 use crate::framework::{
     CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult,
@@ -49,13 +49,29 @@ struct PodVolumes {
     free: Vec<Arc<PersistentVolume>>,
 }
 
-/// The names of the claims a pod's volumes use.
-pub fn claim_names(pod: &Pod) -> impl Iterator<Item = &str> {
-    pod.spec
+/// Why a claim the pod needs is missing: an ephemeral volume's claim is still to be
+/// made by the ephemeral volume controller.
+fn missing(pod: &Pod, name: &str) -> String {
+    let ephemeral = pod
+        .spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .map(|c| c.claim_name.as_str())
+        .any(|v| {
+            v.ephemeral.is_some()
+                && krust_client::volume::volume_claim(
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    v,
+                )
+                .as_deref()
+                    == Some(name)
+        });
+    if ephemeral {
+        format!(
+            "waiting for ephemeral volume controller to create the persistentvolumeclaim \"{name}\""
+        )
+    } else {
+        format!("persistentvolumeclaim \"{name}\" not found")
+    }
 }
 
 /// The class of an unbound claim if it binds with the node (WaitForFirstConsumer).
@@ -82,16 +98,13 @@ impl PreFilterPlugin for VolumeBinding {
         let storage = snapshot.storage();
         let namespace = pod.pod.metadata.namespace.clone().unwrap_or_default();
         let mut found = PodVolumes::default();
-        let mut names = claim_names(&pod.pod).peekable();
-        if names.peek().is_none() {
+        let names = pod_claims(&pod.pod);
+        if names.is_empty() {
             return (None, Status::skip());
         }
-        for name in names {
-            let Some(claim) = storage.claims.get(&(namespace.clone(), name.to_string())) else {
-                return (
-                    None,
-                    Status::unresolvable(format!("persistentvolumeclaim \"{name}\" not found")),
-                );
+        for name in &names {
+            let Some(claim) = storage.claims.get(&(namespace.clone(), name.clone())) else {
+                return (None, Status::unresolvable(missing(&pod.pod, name)));
             };
             if claim.metadata.deletion_timestamp.is_some() {
                 return (
@@ -181,8 +194,8 @@ pub fn volume_choices(storage: &Storage, pod: &Pod, node: &NodeInfo) -> Vec<Volu
         .map(|v| &**v)
         .collect();
     let mut choices = Vec::new();
-    for name in claim_names(pod) {
-        let Some(claim) = storage.claims.get(&(namespace.clone(), name.to_string())) else {
+    for name in pod_claims(pod) {
+        let Some(claim) = storage.claims.get(&(namespace.clone(), name)) else {
             continue;
         };
         if is_bound(claim).is_some() || delayed_class(storage, claim).is_none() {
