@@ -215,3 +215,32 @@ async fn deletes_racing_writes_are_retried_not_refused() {
         writer.await.unwrap();
     }
 }
+
+/// Deleting a Service answers with the Service, as upstream's service storage does
+/// (the official clients decode the answer as one); other kinds answer a Status.
+#[tokio::test]
+async fn deleting_a_service_answers_with_the_service() {
+    let h = Harness::new().await;
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"ports": [{"port": 80}]}});
+    let (code, created) = h
+        .call("POST", "/api/v1/namespaces/default/services", Some(svc))
+        .await;
+    assert_eq!(code, 201, "{created}");
+    let (code, deleted) = h
+        .call("DELETE", "/api/v1/namespaces/default/services/web", None)
+        .await;
+    assert_eq!(
+        (code, deleted["kind"].as_str()),
+        (200, Some("Service")),
+        "{deleted}"
+    );
+    assert_eq!(deleted["metadata"]["uid"], created["metadata"]["uid"]);
+    h.call("POST", CMS, Some(cm("c", "1"))).await;
+    let (code, status) = h.call("DELETE", &format!("{CMS}/c"), None).await;
+    assert_eq!(
+        (code, status["kind"].as_str()),
+        (200, Some("Status")),
+        "{status}"
+    );
+}

@@ -48,7 +48,7 @@ pub trait Strategy: Sync {
     }
 
     /// Whether a completed DELETE answers with the deleted object rather than a Success
-    /// Status (upstream's `ReturnDeletedObject`, set for pods).
+    /// Status (upstream's `ReturnDeletedObject`, set for pods and services).
     fn returns_deleted_object(&self) -> bool {
         false
     }

@@ -20,6 +20,11 @@ impl Strategy for Service {
     fn name_rule(&self) -> NameRule {
         NameRule::Label
     }
+    /// Upstream's service storage answers a DELETE with the Service (the official
+    /// clients decode the answer of `delete_namespaced_service` as one).
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
     fn default(&self, obj: &mut Value) {
         let spec = &mut obj["spec"];
         set_default(spec, "/type", json!("ClusterIP"));
