@@ -392,15 +392,27 @@ impl Strategy for PersistentVolumeClaim {
             }
             spec
         };
-        if comparable(new, old) != comparable(old, new) {
+        let bound = old["status"]["phase"] == "Bound";
+        let resized = new["spec"]["resources"]["requests"] != old["spec"]["resources"]["requests"];
+        if comparable(new, old) != comparable(old, new) || (resized && !bound) {
             errs.push(Cause::forbidden(
                 "spec",
                 "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
             ));
         }
-        let bound = old["status"]["phase"] == "Bound";
-        let resized = new["spec"]["resources"]["requests"] != old["spec"]["resources"]["requests"];
-        if resized && !bound {
+        // A bound claim may grow, never below what its volume already holds.
+        let bytes = |v: &Value| {
+            v.as_str()
+                .and_then(|q| krust_api::quantity::scaled_value(q, 0).ok())
+        };
+        if resized
+            && bound
+            && let (Some(asked), Some(held)) = (
+                bytes(&new["spec"]["resources"]["requests"]["storage"]),
+                bytes(&old["status"]["capacity"]["storage"]),
+            )
+            && asked < held
+        {
             errs.push(Cause::forbidden(
                 "spec.resources.requests.storage",
                 "field can not be less than status.capacity",
