@@ -8,16 +8,23 @@ const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lowe
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 pub fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && label_chars(s)
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, of any length.
+fn label_chars(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
+/// Upstream's subdomain: at most 253 characters of dot-separated parts, each with a
+/// label's characters — but, unlike a label, of any length (upstream's regex bounds
+/// only the whole; `csi-<64 hex digits>` is a valid name).
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    s.len() <= 253 && s.split('.').all(label_chars)
 }
 
 /// Which rule an object name must follow.
@@ -213,6 +220,19 @@ pub fn set_default(obj: &mut Value, pointer: &str, value: Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn subdomain_parts_are_bounded_only_by_the_whole_name() {
+        assert!(super::is_dns1123_subdomain(&format!(
+            "csi-{}",
+            "a".repeat(64)
+        )));
+        assert!(super::is_dns1123_subdomain(&"a".repeat(253)));
+        assert!(!super::is_dns1123_subdomain(&"a".repeat(254)));
+        assert!(!super::is_dns1123_subdomain("a..b"));
+        assert!(!super::is_dns1123_subdomain(""));
+        assert!(!super::is_dns1123_label(&"a".repeat(64)));
+    }
+
     use super::*;
     use serde_json::json;
 
