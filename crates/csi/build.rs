@@ -1,5 +1,8 @@
 fn main() {
     tonic_prost_build::configure()
-        .compile_protos(&["proto/csi.proto"], &["proto/"])
-        .expect("compiling proto/csi.proto (is protoc installed?)");
+        .compile_protos(
+            &["proto/csi.proto", "proto/pluginregistration.proto"],
+            &["proto/"],
+        )
+        .expect("compiling the protos (is protoc installed?)");
 }

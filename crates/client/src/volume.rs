@@ -74,6 +74,16 @@ pub fn storage_bytes(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Q
         .unwrap_or(0)
 }
 
+/// The name of the VolumeAttachment of a CSI volume to a node, as upstream's
+/// attach/detach controller and kubelet name it: `csi-<sha256(handle + driver + node)>`.
+pub fn attachment_name(handle: &str, driver: &str, node: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!(
+        "csi-{:x}",
+        Sha256::digest(format!("{handle}{driver}{node}").as_bytes())
+    )
+}
+
 /// What a claim asks for.
 pub fn requested(claim: &PersistentVolumeClaim) -> i64 {
     storage_bytes(
@@ -233,6 +243,15 @@ pub fn best_match<'a>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn attachment_names_are_upstreams() {
+        // sha256("vol-1" + "example.com/csi" + "node-a").
+        assert_eq!(
+            super::attachment_name("vol-1", "example.com/csi", "node-a"),
+            "csi-62db87d76009bb8e3f76d57c6932e6f0f3aa588830b6bd7cda9aa94838d0bb36"
+        );
+    }
+
     use super::*;
     use k8s_openapi::api::core::v1::ObjectReference;
     use k8s_openapi::serde_json::{self, json};

@@ -167,6 +167,10 @@ async fn run_controllers(client: Client, config: &Config) {
     let pvc_protection =
         volume::protection::PvcProtectionController::new(client.clone(), &informers);
     let pv_protection = volume::protection::PvProtectionController::new(client.clone(), &informers);
+    let (ad_events, ad_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "attachdetach-controller");
+    let attach_detach =
+        volume::attach::AttachDetachController::new(client.clone(), &informers, ad_events);
     let (ev_events, ev_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "ephemeral_volume");
     let ephemeral =
@@ -189,11 +193,12 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(hpa_sender);
     tasks.spawn(pv_sender);
     tasks.spawn(ev_sender);
+    tasks.spawn(ad_sender);
     tasks.spawn(job_pods.clone().run());
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -219,6 +224,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(pvc_protection, workers));
     tasks.spawn(queue::run(pv_protection, workers));
     tasks.spawn(queue::run(ephemeral, workers));
+    tasks.spawn(queue::run(attach_detach, workers));
     while let Some(done) = tasks.join_next().await {
         if let Err(err) = done {
             tracing::error!(error = %err, "controller task failed");

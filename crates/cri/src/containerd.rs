@@ -20,6 +20,11 @@ use crate::client::answers;
 pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
 /// How long containerd may take to answer after it is started.
 const STARTUP: Duration = Duration::from_secs(30);
+/// How long after containerd exits it is started again (doubling while that fails).
+const RESTART_DELAY: Duration = Duration::from_millis(500);
+const RESTART_DELAY_MAX: Duration = Duration::from_secs(30);
+/// How often an adopted containerd is checked.
+const ADOPTED_CHECK: Duration = Duration::from_secs(1);
 
 /// The files and directories of one containerd instance, all under `dir`.
 #[derive(Clone, Debug)]
@@ -135,43 +140,66 @@ impl Containerd {
                 child: None,
             });
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(layout.log_file())
-            .map_err(|e| Error::io("opening the containerd log", e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Error::io("opening the containerd log", e))?;
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            // Its own process group: a Ctrl-C meant for krust does not reach it first.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| Error::io("starting containerd (is it installed?)", e))?;
+        let child = spawn(&layout)?;
         let started = Instant::now();
-        while !answers(&socket).await {
-            if started.elapsed() > STARTUP {
-                let log = std::fs::read_to_string(layout.log_file()).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(10).collect();
-                return Err(Error::NotReady {
-                    socket: socket.display().to_string(),
-                    seconds: STARTUP.as_secs(),
-                    log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_ready(&layout).await?;
         tracing::info!(socket = %socket.display(), ms = started.elapsed().as_millis() as u64, "containerd started");
         Ok(Containerd {
             layout,
             child: Some(child),
         })
+    }
+
+    /// Keeps a containerd running on the layout's socket, as k3s supervises its own:
+    /// the one this process started is started again whenever it exits, and one it
+    /// adopted (left by an earlier krust) is replaced by a child once it stops
+    /// answering. Containers keep running under their shims, and the kubelet's
+    /// connection finds the new one. Never returns.
+    pub async fn keep_running(&mut self) {
+        let mut delay = RESTART_DELAY;
+        loop {
+            match self.child.as_mut() {
+                Some(child) => {
+                    let status = child.wait().await;
+                    tracing::warn!(?status, "containerd exited; starting it again");
+                }
+                None => {
+                    // Three missed checks in a row: a busy containerd is not replaced.
+                    let mut missed = 0;
+                    while missed < 3 {
+                        tokio::time::sleep(ADOPTED_CHECK).await;
+                        missed = if answers(&self.layout.socket()).await {
+                            0
+                        } else {
+                            missed + 1
+                        };
+                    }
+                    tracing::warn!("the adopted containerd stopped answering; starting one");
+                }
+            }
+            loop {
+                tokio::time::sleep(delay).await;
+                match spawn(&self.layout) {
+                    Ok(child) => {
+                        self.child = Some(child);
+                        match wait_ready(&self.layout).await {
+                            Ok(()) => {
+                                tracing::info!("containerd running again");
+                                delay = RESTART_DELAY;
+                            }
+                            Err(err) => {
+                                tracing::error!(error = %err, "containerd did not come back")
+                            }
+                        }
+                        break;
+                    }
+                    Err(err) => {
+                        tracing::error!(error = %err, "starting containerd again failed");
+                        delay = (delay * 2).min(RESTART_DELAY_MAX);
+                    }
+                }
+            }
+        }
     }
 
     /// Whether this process started it (rather than adopting one).
@@ -196,6 +224,49 @@ impl Containerd {
             let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
         }
     }
+}
+
+/// Starts containerd on the layout's configuration, logging to its log file.
+fn spawn(layout: &Layout) -> Result<Child, Error> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(layout.log_file())
+        .map_err(|e| Error::io("opening the containerd log", e))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| Error::io("opening the containerd log", e))?;
+    Command::new("containerd")
+        .arg("--config")
+        .arg(layout.config_file())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        // Its own process group: a Ctrl-C meant for krust does not reach it first.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::io("starting containerd (is it installed?)", e))
+}
+
+/// Waits until containerd answers on the layout's socket (the tail of its log if it
+/// does not within [`STARTUP`]).
+async fn wait_ready(layout: &Layout) -> Result<(), Error> {
+    let socket = layout.socket();
+    let started = Instant::now();
+    while !answers(&socket).await {
+        if started.elapsed() > STARTUP {
+            let log = std::fs::read_to_string(layout.log_file()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(10).collect();
+            return Err(Error::NotReady {
+                socket: socket.display().to_string(),
+                seconds: STARTUP.as_secs(),
+                log: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
 }
 
 /// containerd's directory under a krust data dir.

@@ -4,16 +4,17 @@
 //! (`topology.local.csi.krust.io/node`) says, so that its pods are scheduled there.
 //!
 //! - Controller: CreateVolume makes the directory (the volume ID is the requested
-//!   name), DeleteVolume removes it; both are idempotent, as CSI requires.
+//!   name), DeleteVolume removes it; both are idempotent, as CSI requires. GetCapacity
+//!   answers what the root's filesystem has free.
 //! - Node: NodePublishVolume bind-mounts the directory on the target path (read-only if
 //!   asked; a volume made by hand for a PersistentVolume is created on first use),
 //!   NodeUnpublishVolume unmounts it. No staging.
+//! - Ephemeral inline volumes (`csi:` in a pod): published into a directory of their
+//!   own under `<root>/.ephemeral`, removed when unpublished.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use futures::stream;
-use tokio::net::UnixListener;
 use tonic::{Request, Response, Status};
 
 use crate::v1::controller_server::{Controller, ControllerServer};
@@ -27,6 +28,11 @@ pub const NAME: &str = "local.csi.krust.io";
 /// The topology key naming the node a volume lives on (the node ID is the node name,
 /// which is what the kubelet puts in this label).
 pub const TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+/// The volume context key that marks an inline (ephemeral) volume, as upstream's kubelet
+/// sets it.
+pub const EPHEMERAL_CONTEXT: &str = "csi.storage.k8s.io/ephemeral";
+/// Where inline volumes live under the root (volume IDs may not start with a dot).
+const EPHEMERAL_DIR: &str = ".ephemeral";
 
 /// The driver of one node.
 #[derive(Clone, Debug)]
@@ -53,8 +59,7 @@ impl LocalDriver {
     /// The directory of a volume; IDs that could leave the root are refused.
     fn dir(&self, volume_id: &str) -> Result<PathBuf, Status> {
         let valid = !volume_id.is_empty()
-            && volume_id != "."
-            && volume_id != ".."
+            && !volume_id.starts_with('.')
             && !volume_id.contains('/')
             && !volume_id.contains('\0');
         if !valid {
@@ -65,6 +70,15 @@ impl LocalDriver {
         Ok(self.root.join(volume_id))
     }
 
+    /// The directory of an inline volume.
+    fn ephemeral_dir(&self, volume_id: &str) -> Result<PathBuf, Status> {
+        let dir = self.dir(volume_id)?;
+        Ok(self
+            .root
+            .join(EPHEMERAL_DIR)
+            .join(dir.file_name().unwrap_or_default()))
+    }
+
     /// Serves the Identity, Controller and Node services on the unix socket `socket`
     /// (replacing a stale one) until the future is dropped.
     pub async fn serve(self, socket: &Path) -> Result<(), Error> {
@@ -72,18 +86,10 @@ impl LocalDriver {
             socket: socket.display().to_string(),
             source,
         };
-        if let Some(dir) = socket.parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(failed)?;
-        }
         tokio::fs::create_dir_all(&self.root)
             .await
             .map_err(failed)?;
-        let _ = tokio::fs::remove_file(socket).await;
-        let listener = UnixListener::bind(socket).map_err(failed)?;
-        let incoming = stream::unfold(listener, |listener| async move {
-            let conn = listener.accept().await.map(|(stream, _)| stream);
-            Some((conn, listener))
-        });
+        let incoming = crate::listen(socket).await.map_err(failed)?;
         tracing::info!(driver = NAME, socket = %socket.display(), root = %self.root.display(), "CSI driver serving");
         tonic::transport::Server::builder()
             .add_service(IdentityServer::new(self.clone()))
@@ -197,13 +203,38 @@ impl Controller for LocalDriver {
     ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
         use controller_service_capability::rpc::Type;
         Ok(Response::new(ControllerGetCapabilitiesResponse {
-            capabilities: vec![ControllerServiceCapability {
-                r#type: Some(controller_service_capability::Type::Rpc(
-                    controller_service_capability::Rpc {
-                        r#type: Type::CreateDeleteVolume as i32,
-                    },
-                )),
-            }],
+            capabilities: [Type::CreateDeleteVolume, Type::GetCapacity]
+                .into_iter()
+                .map(|t| ControllerServiceCapability {
+                    r#type: Some(controller_service_capability::Type::Rpc(
+                        controller_service_capability::Rpc { r#type: t as i32 },
+                    )),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        let req = request.into_inner();
+        // Only this node's segment has capacity here.
+        let elsewhere = req
+            .accessible_topology
+            .is_some_and(|t| t.segments.get(TOPOLOGY_KEY) != Some(&self.node_id));
+        let available = if elsewhere {
+            0
+        } else {
+            tokio::fs::create_dir_all(&self.root)
+                .await
+                .map_err(|e| internal("creating the storage root", e))?;
+            mount::available_bytes(&self.root)
+                .map_err(|e| internal("measuring the storage root", e))?
+        };
+        Ok(Response::new(GetCapacityResponse {
+            available_capacity: i64::try_from(available).unwrap_or(i64::MAX),
+            ..Default::default()
         }))
     }
 }
@@ -218,7 +249,15 @@ impl Node for LocalDriver {
         if req.target_path.is_empty() {
             return Err(Status::invalid_argument("target path missing"));
         }
-        let source = self.dir(&req.volume_id)?;
+        let ephemeral = req
+            .volume_context
+            .get(EPHEMERAL_CONTEXT)
+            .is_some_and(|v| v == "true");
+        let source = if ephemeral {
+            self.ephemeral_dir(&req.volume_id)?
+        } else {
+            self.dir(&req.volume_id)?
+        };
         let target = PathBuf::from(&req.target_path);
         for dir in [&source, &target] {
             tokio::fs::create_dir_all(dir)
@@ -245,7 +284,27 @@ impl Node for LocalDriver {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(internal("removing the target path", e)),
         }
+        // An inline volume lives only as long as its pod's publication.
+        match tokio::fs::remove_dir_all(self.ephemeral_dir(&req.volume_id)?).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(internal("removing the inline volume", e)),
+        }
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_stage_volume(
+        &self,
+        _: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        Err(Status::unimplemented("this driver does not stage volumes"))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        _: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        Err(Status::unimplemented("this driver does not stage volumes"))
     }
 
     async fn node_get_capabilities(

@@ -1,4 +1,5 @@
-//! Bind mounts, as a CSI driver publishes a volume and as the kubelet sees them.
+//! Bind mounts, as a CSI driver publishes a volume and as the kubelet sees them, and
+//! the free space of a filesystem.
 
 use std::ffi::CString;
 use std::io;
@@ -62,6 +63,19 @@ pub fn bind(source: &Path, target: &Path, read_only: bool) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What the filesystem holding `path` has free for unprivileged users (statvfs).
+pub fn available_bytes(path: &Path) -> io::Result<u64> {
+    let p = c_path(path)?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a valid NUL-terminated path and a buffer statvfs fills on success.
+    if unsafe { libc::statvfs(p.as_ptr(), stat.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled the buffer.
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.f_bavail * stat.f_frsize)
 }
 
 /// Unmounts `target` if it is mounted.

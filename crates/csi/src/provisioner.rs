@@ -11,7 +11,8 @@
 //!   storage is removed (DeleteVolume), then the PersistentVolume.
 //!
 //! It also registers the driver (a CSIDriver object) and the `local-path` StorageClass,
-//! default and WaitForFirstConsumer, as k3s does.
+//! default and WaitForFirstConsumer, as k3s does, and publishes the node's free storage
+//! ([`crate::capacity`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,6 +36,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use crate::capacity::{ClassChanges, Publisher};
 use crate::v1::{
     CapacityRange, CreateVolumeRequest, DeleteVolumeRequest, Topology, TopologyRequirement,
     VolumeCapability, volume_capability,
@@ -143,6 +145,16 @@ impl Provisioner {
         });
         claims.add_handler(Arc::new(Events(provisioner.clone())));
         volumes.add_handler(Arc::new(Events(provisioner.clone())));
+        let class_changed = Arc::new(tokio::sync::Notify::new());
+        classes.add_handler(Arc::new(ClassChanges(class_changed.clone())));
+        let capacity = Publisher {
+            client: provisioner.client.clone(),
+            node: provisioner.node.clone(),
+            driver: provisioner.driver,
+            socket: provisioner.socket.clone(),
+            classes: classes.cache(),
+            changed: class_changed,
+        };
         let caches = (claims.cache(), volumes.cache(), classes.cache());
         let informers = async {
             futures::join!(claims.run(), volumes.run(), classes.run());
@@ -153,7 +165,10 @@ impl Provisioner {
                 caches.1.wait_until_ready(),
                 caches.2.wait_until_ready()
             );
-            krust_client::queue::run(provisioner.clone(), 2).await;
+            futures::join!(
+                krust_client::queue::run(provisioner.clone(), 2),
+                capacity.run()
+            );
         };
         futures::join!(informers, work, sender);
         Ok(())
@@ -431,16 +446,35 @@ async fn register(client: &Client) -> Result<(), Error> {
             source,
         }
     };
+    // Pod information on mount tells the driver which publications are inline volumes;
+    // fsGroupPolicy File: a directory's ownership can always be changed.
     let driver = json!({
         "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
         "metadata": {"name": local::NAME},
-        "spec": {"attachRequired": false, "podInfoOnMount": false,
-            "volumeLifecycleModes": ["Persistent"]},
+        "spec": {"attachRequired": false, "podInfoOnMount": true, "fsGroupPolicy": "File",
+            "storageCapacity": true,
+            "volumeLifecycleModes": ["Persistent", "Ephemeral"]},
     });
-    Api::<k8s_openapi::api::storage::v1::CSIDriver>::all(client.clone())
+    let drivers = Api::<k8s_openapi::api::storage::v1::CSIDriver>::all(client.clone());
+    match drivers
         .patch(local::NAME, &apply, &Patch::Apply(&driver))
         .await
-        .map_err(failed("registering CSI driver", local::NAME))?;
+    {
+        Ok(_) => {}
+        // An older krust's object differs in immutable fields: made again, as users
+        // replace a driver's CSIDriver when they upgrade it.
+        Err(e) if is_status(&e, 422) => {
+            drivers
+                .delete(local::NAME, &DeleteParams::default())
+                .await
+                .map_err(failed("replacing CSI driver", local::NAME))?;
+            drivers
+                .patch(local::NAME, &apply, &Patch::Apply(&driver))
+                .await
+                .map_err(failed("registering CSI driver", local::NAME))?;
+        }
+        Err(source) => return Err(failed("registering CSI driver", local::NAME)(source)),
+    }
     // The class's fields are immutable: it is created once, and a user's own class of
     // the same name is left alone.
     let class = StorageClass {

@@ -1,5 +1,5 @@
-//! `krust agent`: the node side — containerd (started as a child unless
-//! `--container-runtime-endpoint` names a CRI socket), the images krust builds itself
+//! `krust agent`: the node side — containerd (started as a child, and again whenever
+//! it exits, unless `--container-runtime-endpoint` names a CRI socket), the images krust builds itself
 //! (pause, busybox) plus every tarball in `<data-dir>/agent/images/`, and the kubelet.
 //! `krust server` runs the same in-process unless `--disable-agent`.
 
@@ -124,7 +124,7 @@ pub async fn run_with_kubeconfig(
 ) -> Result<()> {
     let agent_dir = data_dir.join("agent");
     let layout = Layout::new(default_dir(data_dir));
-    let (containerd, socket) = match &args.container_runtime_endpoint {
+    let (mut containerd, socket) = match &args.container_runtime_endpoint {
         Some(endpoint) => (None, endpoint.clone()),
         None => {
             let c = Containerd::start(layout.clone(), image::PAUSE_IMAGE)
@@ -198,10 +198,17 @@ pub async fn run_with_kubeconfig(
         }
         std::future::pending::<()>().await
     };
+    let supervised = async {
+        match containerd.as_mut() {
+            Some(c) => c.keep_running().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,
         _ = proxy => {}
         _ = provisioner => {}
+        _ = supervised => {}
         _ = shutdown => {}
     }
     // Containers keep running under their shims; only containerd itself stops.

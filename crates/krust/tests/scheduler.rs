@@ -57,20 +57,6 @@ fn running_on(s: &Server, pod: &str) -> String {
     node_of(s, pod).expect("a node")
 }
 
-fn events(s: &Server, pod: &str, reason: &str) -> Vec<String> {
-    let list = s.get_json(&[
-        "events",
-        "--field-selector",
-        &format!("involvedObject.name={pod},reason={reason}"),
-    ]);
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
 fn scheduled_condition(s: &Server, pod: &str) -> Value {
     let p = s.get_json(&["pod", pod]);
     p["status"]["conditions"]
@@ -102,7 +88,7 @@ fn a_deployment_is_scheduled_bound_and_runs_with_scheduled_events() {
         let node = p["spec"]["nodeName"].as_str().expect("bound").to_string();
         *per_node.entry(node.clone()).or_default() += 1;
         let scheduled = wait_for("the Scheduled event", DEADLINE, || {
-            let e = events(&s, name, "Scheduled");
+            let e = s.event_messages(name, "Scheduled");
             (!e.is_empty()).then_some(e)
         });
         assert_eq!(
@@ -121,7 +107,9 @@ fn an_unschedulable_pod_says_why_and_is_placed_when_a_fitting_node_joins() {
     let _small = sim(&s, "small", 2, &["--node-cpu=2"]);
     create(&s, pod("big", "3", json!({})));
     let message = wait_for("FailedScheduling", DEADLINE, || {
-        events(&s, "big", "FailedScheduling").into_iter().next()
+        s.event_messages("big", "FailedScheduling")
+            .into_iter()
+            .next()
     });
     assert!(
         message.starts_with(
@@ -194,7 +182,7 @@ fn taints_tolerations_node_selectors_and_anti_affinity_steer_pods() {
         ),
     );
     let message = wait_for("FailedScheduling", DEADLINE, || {
-        events(&s, "intolerant", "FailedScheduling")
+        s.event_messages("intolerant", "FailedScheduling")
             .into_iter()
             .next()
     });
@@ -221,7 +209,9 @@ fn taints_tolerations_node_selectors_and_anti_affinity_steer_pods() {
     }
     assert_eq!(nodes.len(), 3, "{nodes:?}");
     let message = wait_for("FailedScheduling", DEADLINE, || {
-        events(&s, "spread3", "FailedScheduling").into_iter().next()
+        s.event_messages("spread3", "FailedScheduling")
+            .into_iter()
+            .next()
     });
     assert!(
         message.contains("3 node(s) didn't match pod anti-affinity rules"),

@@ -9,9 +9,13 @@
 //! printer columns and the default storage class. On simulated nodes: a StatefulSet's
 //! claim templates become one claim per pod, and claims of a WaitForFirstConsumer
 //! class are bound with the node the scheduler picks — each pod lands on the node of
-//! its local volume.
+//! its local volume. A third-party driver registers through the kubelet's plugin
+//! registry and has its volumes staged once per node and published per pod; inline
+//! `csi:` volumes and fsGroup ownership.
 
 mod common;
+#[path = "volumes/staged_driver.rs"]
+mod staged_driver;
 
 use std::time::Duration;
 
@@ -361,6 +365,22 @@ fn statefulset_claims_and_local_volumes_bound_with_the_scheduled_node() {
             &volume(&format!("disk-{node}"), "5Gi", "local", affinity),
         );
     }
+    // A pod whose claim does not exist is unschedulable, and says so.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_with_claim("orphan", "nope", "true"),
+    );
+    let message = wait_for("FailedScheduling", DEADLINE, || {
+        s.event_messages("orphan", "FailedScheduling")
+            .into_iter()
+            .next()
+    });
+    assert!(
+        message.contains("persistentvolumeclaim \"nope\" not found"),
+        "{message}"
+    );
+    s.ok(&["delete", "pod", "orphan"]);
+
     // A claim of the class binds only once a pod uses it.
     s.ok_stdin(&["apply", "-f", "-"], &claim("early", "1Gi", Some("local")));
     wait_for("WaitForFirstConsumer event", DEADLINE, || {
@@ -490,9 +510,51 @@ fn provisioned_data_survives_restarts_of_its_pod_and_of_krust() {
         .as_str()
         .unwrap()
         .to_string();
+    // The node's containerd killed: the agent starts it again, the pod runs on under
+    // its shim, and its volume is still there.
+    let config = s.data_dir().join("agent/containerd/config.toml");
+    let containerd = containerd_pid(&config).expect("the node's containerd");
+    // SAFETY: kill(2) of a process this test found by its command line.
+    unsafe {
+        libc::kill(containerd, libc::SIGKILL);
+    }
+    wait_for("containerd started again", DEADLINE, || {
+        containerd_pid(&config).filter(|pid| *pid != containerd)
+    });
+    wait_for("exec works again", DEADLINE, || {
+        s.kubectl(&[
+            "exec",
+            "app",
+            "--",
+            "sh",
+            "-c",
+            "echo after-containerd >> /data/log",
+        ])
+        .status
+        .success()
+        .then_some(())
+    });
     let log =
         std::fs::read_to_string(s.data_dir().join("storage").join(volume).join("log")).unwrap();
-    assert_eq!(log, "started\nstarted\nafter-restart\n");
+    assert_eq!(log, "started\nstarted\nafter-restart\nafter-containerd\n");
+    let pod = s.get_json(&["pod", "app"]);
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{pod}"
+    );
+}
+
+/// The pid of the containerd running with `config`.
+fn containerd_pid(config: &std::path::Path) -> Option<i32> {
+    let wanted = config.display().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_containerd = args.first()?.ends_with(b"containerd");
+        let with_config = args.contains(&wanted.as_bytes());
+        (is_containerd && with_config).then_some(pid)
+    })
 }
 
 #[test]
@@ -533,4 +595,255 @@ fn generic_ephemeral_volumes_live_and_die_with_their_pod() {
         (gone("pvc", "scratch-data") && gone("pv", &volume)).then_some(())
     });
     assert!(!data.exists());
+}
+
+#[test]
+fn third_party_drivers_register_stage_once_per_node_and_inline_volumes_get_the_fs_group() {
+    let s = Server::with_agent(&["--cluster-cidr=10.91.0.0/16"]);
+    let node = wait_for("the node", DEADLINE, || {
+        let out = s.kubectl(&["get", "nodes", "-o", "jsonpath={.items[*].metadata.name}"]);
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (!name.is_empty()).then_some(name)
+    });
+    let driver_dir = tempfile::tempdir().unwrap();
+    let driver = staged_driver::StagedDriver {
+        root: driver_dir.path().join("disks"),
+        calls: Default::default(),
+    };
+    let calls = driver.calls.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let registry = s.data_dir().join("agent/plugins_registry");
+    let serving = runtime.spawn({
+        let socket = driver_dir.path().join("csi.sock");
+        async move { driver.serve(socket, &registry).await }
+    });
+
+    // Registered: listed in the node's CSINode beside the built-in driver, with its
+    // node ID and volume limit, and in the Node's annotation.
+    let drivers = wait_for("both drivers in the CSINode", DEADLINE, || {
+        let out = s.kubectl(&["get", "csinode", &node, "-o", "json"]);
+        let csi_node: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let drivers = csi_node["spec"]["drivers"].as_array()?.clone();
+        (drivers.len() == 2).then_some(drivers)
+    });
+    let entry = drivers
+        .iter()
+        .find(|d| d["name"] == staged_driver::NAME)
+        .expect("the third-party driver");
+    assert_eq!(entry["nodeID"], "staged-node-1");
+    assert_eq!(entry["allocatable"]["count"], staged_driver::MAX_VOLUMES);
+    assert!(
+        drivers.iter().any(|d| d["name"] == "local.csi.krust.io"),
+        "{drivers:?}"
+    );
+    let annotation =
+        s.get_json(&["node", &node])["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let ids: Value = serde_json::from_str(&annotation).unwrap();
+    assert_eq!(ids[staged_driver::NAME], "staged-node-1");
+    assert_eq!(ids["local.csi.krust.io"], node.as_str());
+
+    // Two pods on one volume: staged once, published twice; unstaged after the last.
+    let csi =
+        |handle: &str| json!({"csi": {"driver": staged_driver::NAME, "volumeHandle": handle}});
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &volume("staged", "1Gi", "ext", csi("vol-1")),
+    );
+    s.ok_stdin(&["apply", "-f", "-"], &claim("staged", "1Gi", Some("ext")));
+    for pod in ["first", "second"] {
+        s.ok_stdin(
+            &["apply", "-f", "-"],
+            &pod_with_claim(
+                pod,
+                "staged",
+                &format!("echo {pod} >> /data/log; sleep 3600"),
+            ),
+        );
+    }
+    // The driver has no CSIDriver object, so it needs attaching: the controller asks
+    // for an attachment, and the test, as the driver's external attacher, attaches it.
+    let attach = |volume: &str, status: Value| {
+        let attachment = wait_for("the VolumeAttachment", DEADLINE, || {
+            let list = s.get_json(&["volumeattachments"]);
+            list["items"]
+                .as_array()?
+                .iter()
+                .find(|a| a["spec"]["source"]["persistentVolumeName"] == volume)
+                .cloned()
+        });
+        assert_eq!(attachment["spec"]["attacher"], staged_driver::NAME);
+        assert_eq!(attachment["spec"]["nodeName"], node.as_str());
+        let name = attachment["metadata"]["name"].as_str().unwrap().to_string();
+        assert!(name.starts_with("csi-") && name.len() == 68, "{name}");
+        s.ok(&[
+            "patch",
+            "volumeattachment",
+            &name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &json!({"status": status}).to_string(),
+        ]);
+        name
+    };
+    let attached =
+        json!({"attached": true, "attachmentMetadata": {"device": staged_driver::DEVICE}});
+    let attachment = attach("staged", attached.clone());
+    let log = driver_dir.path().join("disks/vol-1/log");
+    wait_for(
+        "both pods wrote through the staged volume",
+        DEADLINE,
+        || {
+            let log = std::fs::read_to_string(&log).ok()?;
+            (log.lines().count() == 2).then_some(())
+        },
+    );
+    let seen = |call: &str| calls.lock().unwrap().iter().filter(|c| *c == call).count();
+    assert_eq!(seen("stage vol-1"), 1, "{:?}", calls.lock().unwrap());
+    assert_eq!(seen("publish vol-1"), 2, "{:?}", calls.lock().unwrap());
+    s.ok(&["delete", "pod", "first", "--grace-period=1"]);
+    assert_eq!(seen("unpublish vol-1"), 1, "{:?}", calls.lock().unwrap());
+    assert_eq!(seen("unstage vol-1"), 0, "the second pod still uses it");
+    s.ok(&["delete", "pod", "second", "--grace-period=1"]);
+    wait_for("unstaged after the last pod", DEADLINE, || {
+        (seen("unstage vol-1") == 1).then_some(())
+    });
+    let staging = s
+        .data_dir()
+        .join("agent/plugins/kubernetes.io/csi")
+        .join(staged_driver::NAME);
+    let left: Vec<_> = std::fs::read_dir(&staging).unwrap().flatten().collect();
+    assert!(left.is_empty(), "staging directories left: {left:?}");
+    // No pod on the node uses it any more: detached.
+    wait_for("the attachment deleted", DEADLINE, || {
+        (!s.kubectl(&["get", "volumeattachment", &attachment])
+            .status
+            .success())
+        .then_some(())
+    });
+
+    // A volume its attacher cannot attach, then one that cannot be staged: the pod
+    // stays ContainerCreating, and its events say why.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &volume("broken", "1Gi", "ext", csi("broken")),
+    );
+    s.ok_stdin(&["apply", "-f", "-"], &claim("broken", "1Gi", Some("ext")));
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_with_claim("stuck", "broken", "true"),
+    );
+    attach(
+        "broken",
+        json!({"attached": false, "attachError": {"message": "no such disk"}}),
+    );
+    let message = wait_for("FailedAttachVolume", DEADLINE, || {
+        s.event_messages("stuck", "FailedAttachVolume")
+            .into_iter()
+            .next()
+    });
+    assert_eq!(
+        message,
+        "AttachVolume.Attach failed for volume \"broken\" : no such disk"
+    );
+    attach("broken", attached);
+    let message = wait_for("FailedMount", DEADLINE, || {
+        s.event_messages("stuck", "FailedMount")
+            .into_iter()
+            .find(|m| m.contains("MountDevice"))
+    });
+    assert_eq!(
+        message,
+        "MountVolume.MountDevice failed for volume \"data\" : rpc error: code = Internal desc = disk on fire"
+    );
+    s.ok(&["delete", "pod", "stuck", "--grace-period=0", "--force"]);
+
+    // The driver goes away: deregistered from the CSINode and the annotation.
+    serving.abort();
+    runtime.shutdown_background();
+    std::fs::remove_file(driver_dir.path().join("csi.sock")).unwrap();
+    std::fs::remove_file(
+        s.data_dir()
+            .join("agent/plugins_registry")
+            .join(format!("{}-reg.sock", staged_driver::NAME)),
+    )
+    .unwrap();
+    wait_for("deregistered", DEADLINE, || {
+        let csi_node = s.get_json(&["csinode", &node]);
+        let listed = csi_node["spec"]["drivers"]
+            .as_array()?
+            .iter()
+            .any(|d| d["name"] == staged_driver::NAME);
+        (!listed).then_some(())
+    });
+    let annotation =
+        s.get_json(&["node", &node])["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"]
+            .clone();
+    assert!(
+        !annotation.as_str().unwrap().contains(staged_driver::NAME),
+        "{annotation}"
+    );
+
+    // An inline volume of the built-in driver, owned by the pod's fsGroup; its
+    // directory goes with the pod.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "inline"},
+        "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+            "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
+            "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", "echo hi > /data/file && stat -c '%g %A' /data /data/file; sleep 3600"],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "csi": {"driver": "local.csi.krust.io"}}]}});
+    s.ok_stdin(&["apply", "-f", "-"], &pod.to_string());
+    let logs = wait_for("the inline volume written as the fsGroup", DEADLINE, || {
+        let out = s.kubectl(&["logs", "inline"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (text.lines().count() == 2).then_some(text)
+    });
+    let lines: Vec<&str> = logs.lines().collect();
+    assert_eq!(lines[0], "2000 drwxrwsr-x", "{logs}");
+    assert!(lines[1].starts_with("2000 -rw-r"), "{logs}");
+    let ephemeral = s.data_dir().join("storage/.ephemeral");
+    assert_eq!(std::fs::read_dir(&ephemeral).unwrap().count(), 1);
+    s.ok(&["delete", "pod", "inline", "--grace-period=1"]);
+    wait_for("the inline volume removed", DEADLINE, || {
+        (std::fs::read_dir(&ephemeral).unwrap().count() == 0).then_some(())
+    });
+
+    // The built-in driver reports the node's free storage; a claim larger than that
+    // keeps its pod pending, and says why.
+    let capacity = wait_for("the node's CSIStorageCapacity", DEADLINE, || {
+        let list = s.get_json(&["csistoragecapacities", "-n", "kube-system"]);
+        list["items"]
+            .as_array()?
+            .iter()
+            .find(|c| c["storageClassName"] == "local-path")
+            .cloned()
+    });
+    assert_eq!(
+        capacity["nodeTopology"]["matchLabels"]["kubernetes.io/hostname"],
+        node.as_str()
+    );
+    assert_eq!(capacity["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let free: u64 = capacity["capacity"].as_str().unwrap().parse().unwrap();
+    assert!(free > 0, "{capacity}");
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &claim("huge", "100Pi", Some("local-path")),
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_with_claim("greedy", "huge", "true"),
+    );
+    let message = wait_for("FailedScheduling", DEADLINE, || {
+        s.event_messages("greedy", "FailedScheduling")
+            .into_iter()
+            .next()
+    });
+    assert!(
+        message.contains("node(s) did not have enough free storage"),
+        "{message}"
+    );
 }

@@ -6,11 +6,12 @@
 //! - [`pods`]: the pod watch, one worker per pod ([`pods::worker`]), the translation of
 //!   pod specs into CRI configs ([`pods::spec`]) and of runtime state into pod status
 //!   ([`pods::status`]);
-//! - `csi`: the built-in CSI driver, served and registered in the node's CSINode.
+//! - [`csi`]: CSI drivers registered through the plugin-registration socket (the
+//!   built-in one among them), and the staging and publishing of pods' CSI volumes.
 //!
 //! It talks only to the apiserver, the container runtime and CSI drivers.
 
-mod csi;
+pub mod csi;
 pub mod eviction;
 pub mod logfile;
 pub mod machine;
@@ -62,9 +63,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// Where CSI drivers listen: `<plugins>/<driver name>/csi.sock`.
+    /// Where CSI drivers listen (`<plugins>/<driver name>/csi.sock`) and volumes are
+    /// staged (`<plugins>/kubernetes.io/csi/...`).
     pub fn csi_plugins_dir(&self) -> PathBuf {
         self.data_dir.join("plugins")
+    }
+
+    /// Where plugins put their registration sockets (upstream's `plugins_registry`).
+    pub fn plugins_registry_dir(&self) -> PathBuf {
+        self.data_dir.join("plugins_registry")
     }
 }
 
@@ -136,8 +143,9 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
         pressure_changes,
     );
     let serving = server.serve(runtime.clone());
-    let csi = csi::run(client.clone(), config.clone(), node_uid);
-    let pods = pods::run(client, runtime, config, events, evictions);
+    let drivers = csi::Drivers::default();
+    let csi = csi::run(client.clone(), config.clone(), drivers.clone(), node_uid);
+    let pods = pods::run(client, runtime, config, events, evictions, drivers);
     futures::join!(heartbeats, pods, sender, serving, eviction.run(), csi);
     Ok(())
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
 };
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::serde_json::{Value, json};
@@ -43,7 +43,6 @@ use crate::queue::{QueuedPod, SchedulingQueue, pod_key};
 /// How long a pod waits for the claims it binds on its node (upstream's
 /// `bindTimeoutSeconds`), and how often it looks.
 const VOLUME_BIND_TIMEOUT: Duration = Duration::from_secs(600);
-const VOLUME_BIND_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 enum VolumeBindError {
@@ -71,6 +70,8 @@ struct Scheduler {
     cache: Mutex<Cache>,
     events: Recorder,
     bindings: Arc<Semaphore>,
+    /// Told of every change to the storage objects (a binding waits for its claims).
+    storage_changed: tokio::sync::watch::Sender<()>,
 }
 
 /// Runs the scheduler until the future is dropped. `instance` names this process in
@@ -89,6 +90,7 @@ pub async fn run(
         cache: Mutex::new(Cache::default()),
         events,
         bindings: Arc::new(Semaphore::new(MAX_BINDINGS_IN_FLIGHT)),
+        storage_changed: tokio::sync::watch::Sender::new(()),
     });
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(sender);
@@ -98,6 +100,8 @@ pub async fn run(
     let claims = informer::<PersistentVolumeClaim>(&scheduler);
     let volumes = informer::<PersistentVolume>(&scheduler);
     let classes = informer::<StorageClass>(&scheduler);
+    let drivers = informer::<CSIDriver>(&scheduler);
+    let capacities = informer::<CSIStorageCapacity>(&scheduler);
     let synced = (
         nodes.cache(),
         pods.cache(),
@@ -105,6 +109,7 @@ pub async fn run(
         claims.cache(),
         volumes.cache(),
         classes.cache(),
+        (drivers.cache(), capacities.cache()),
     );
     tasks.spawn(nodes.run());
     tasks.spawn(pods.run());
@@ -112,13 +117,17 @@ pub async fn run(
     tasks.spawn(claims.run());
     tasks.spawn(volumes.run());
     tasks.spawn(classes.run());
+    tasks.spawn(drivers.run());
+    tasks.spawn(capacities.run());
     futures::join!(
         synced.0.wait_until_ready(),
         synced.1.wait_until_ready(),
         synced.2.wait_until_ready(),
         synced.3.wait_until_ready(),
         synced.4.wait_until_ready(),
-        synced.5.wait_until_ready()
+        synced.5.wait_until_ready(),
+        synced.6.0.wait_until_ready(),
+        synced.6.1.wait_until_ready()
     );
     tracing::info!(
         nodes = scheduler.cache.locked().node_count(),
@@ -190,8 +199,8 @@ impl EventHandler<Namespace> for Scheduler {
     }
 }
 
-/// Claims, volumes and classes go to the snapshot's storage; a change may let a pod
-/// waiting for its claim go on.
+/// Claims, volumes, classes, CSI drivers and capacities go to the snapshot's storage; a
+/// change may let a pod waiting for its claim go on.
 impl EventHandler<PersistentVolumeClaim> for Scheduler {
     fn on_apply(&self, _old: Option<&PersistentVolumeClaim>, claim: &Arc<PersistentVolumeClaim>) {
         let key = (claim.namespace().unwrap_or_default(), claim.name_any());
@@ -221,9 +230,30 @@ impl EventHandler<StorageClass> for Scheduler {
     }
 }
 
+impl EventHandler<CSIDriver> for Scheduler {
+    fn on_apply(&self, _old: Option<&CSIDriver>, driver: &Arc<CSIDriver>) {
+        self.change_storage(|s| s.drivers.insert(driver.name_any(), driver.clone()));
+    }
+    fn on_delete(&self, driver: &Arc<CSIDriver>) {
+        self.change_storage(|s| s.drivers.remove(&driver.name_any()));
+    }
+}
+
+impl EventHandler<CSIStorageCapacity> for Scheduler {
+    fn on_apply(&self, _old: Option<&CSIStorageCapacity>, c: &Arc<CSIStorageCapacity>) {
+        let key = (c.namespace().unwrap_or_default(), c.name_any());
+        self.change_storage(|s| s.capacities.insert(key, c.clone()));
+    }
+    fn on_delete(&self, c: &Arc<CSIStorageCapacity>) {
+        let key = (c.namespace().unwrap_or_default(), c.name_any());
+        self.change_storage(|s| s.capacities.remove(&key));
+    }
+}
+
 impl Scheduler {
     fn change_storage<T>(&self, change: impl FnOnce(&mut Storage) -> T) {
         change(self.cache.locked().snapshot_mut().storage_mut());
+        self.storage_changed.send_replace(());
         self.queue.move_all_to_active_or_backoff();
     }
 
@@ -466,6 +496,8 @@ impl Scheduler {
             }
         }
         let deadline = tokio::time::Instant::now() + VOLUME_BIND_TIMEOUT;
+        // Subscribed before the first look, so that no change is missed between them.
+        let mut changes = self.storage_changed.subscribe();
         loop {
             let bound = {
                 let cache = self.cache.locked();
@@ -479,10 +511,10 @@ impl Scheduler {
             if bound {
                 return Ok(());
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(VolumeBindError::Timeout);
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return Err(VolumeBindError::Timeout),
             }
-            tokio::time::sleep(VOLUME_BIND_POLL).await;
         }
     }
 

@@ -1,13 +1,15 @@
 //! Persistent storage: the PersistentVolume controller ([`binder`]: claims bound to
 //! volumes, phases, reclaim) and the protection controllers ([`protection`]: a claim
 //! in use by a pod, or a volume bound to a claim, is not removed while it is), and the
-//! claims of pods' generic ephemeral volumes ([`ephemeral`]).
+//! claims of pods' generic ephemeral volumes ([`ephemeral`]), and CSI volumes attached
+//! to the nodes whose pods use them ([`attach`]).
 //!
 //! Binding is two-sided, as upstream: the volume's `spec.claimRef` names the claim (with
 //! its UID) and the claim's `spec.volumeName` names the volume; annotations record who
 //! made each half so that a binding the controller made can be undone and one a user
 //! made is kept.
 
+pub mod attach;
 pub mod binder;
 pub mod ephemeral;
 pub mod protection;

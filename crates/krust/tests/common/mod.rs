@@ -330,6 +330,21 @@ impl Server {
         serde_json::from_str(&self.ok(&a)).expect("kubectl JSON")
     }
 
+    /// The messages of the events of `reason` about the object `name`.
+    pub fn event_messages(&self, name: &str, reason: &str) -> Vec<String> {
+        let list = self.get_json(&[
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name},reason={reason}"),
+        ]);
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
     /// What a failed step needs to be understood from CI output alone: the pods, the
     /// nodes' conditions and the latest events, then the end of the server log.
     pub fn diagnostics(&self) -> String {

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
 };
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 
@@ -31,11 +32,52 @@ pub struct Sources<'a> {
     pub client: &'a Client,
     pub namespace: String,
     pub tokens: &'a super::tokens::Tokens,
-    /// Where CSI drivers listen.
+    /// This node's name.
+    pub node: &'a str,
+    /// The CSI drivers registered on this node.
+    pub csi: &'a crate::csi::Drivers,
+    /// The kubelet's plugins directory (where CSI volumes are staged).
     pub csi_plugins: std::path::PathBuf,
 }
 
 impl Sources<'_> {
+    /// What the attacher of a CSI volume says about its attachment to this node: its
+    /// publish context once attached, else why not.
+    pub async fn attachment(
+        &self,
+        handle: &str,
+        driver: &str,
+    ) -> Result<BTreeMap<String, String>, ConfigError> {
+        let name = krust_client::volume::attachment_name(handle, driver, self.node);
+        let attachment = Api::<VolumeAttachment>::all(self.client.clone())
+            .get_opt(&name)
+            .await
+            .map_err(|e| ConfigError(format!("getting VolumeAttachment {name}: {e}")))?;
+        let status = attachment.as_ref().and_then(|a| a.status.as_ref());
+        match status {
+            Some(s) if s.attached => Ok(s.attachment_metadata.clone().unwrap_or_default()),
+            _ => {
+                let why = status
+                    .and_then(|s| s.attach_error.as_ref())
+                    .and_then(|e| e.message.clone())
+                    .unwrap_or_else(|| {
+                        format!(
+                            "volume attachment {name} is not attached yet (waiting for the external attacher of CSI driver {driver})"
+                        )
+                    });
+                Err(ConfigError(why))
+            }
+        }
+    }
+
+    /// The CSIDriver object of a driver, if there is one.
+    pub async fn csi_driver(&self, name: &str) -> Result<Option<CSIDriver>, ConfigError> {
+        Api::<CSIDriver>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(|e| ConfigError(format!("getting CSIDriver {name}: {e}")))
+    }
+
     /// The PersistentVolume a claim of the pod's namespace is bound to; `owner`: the
     /// claim must be controlled by that pod (an ephemeral volume's claim).
     pub async fn claimed_volume(

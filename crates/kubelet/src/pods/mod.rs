@@ -3,6 +3,7 @@
 
 pub mod env;
 pub mod lifecycle;
+mod ownership;
 pub mod pleg;
 pub mod probe;
 pub mod security;
@@ -36,6 +37,7 @@ pub async fn run(
     config: Arc<Config>,
     recorder: EventRecorder,
     evictions: Evictions,
+    csi: crate::csi::Drivers,
 ) {
     let selector = format!("spec.nodeName={}", config.node_name);
     let pods = Informer::<Pod>::new(
@@ -52,6 +54,7 @@ pub async fn run(
             events: recorder,
             evictions,
             relist,
+            csi,
         },
         running: Mutex::default(),
     }));

@@ -21,10 +21,48 @@ use krust_cri::api::Mount;
 use kube::ResourceExt;
 
 use super::env::{ConfigError, Data, Kind, Sources, field, resource};
+use super::ownership;
+use crate::csi::publish;
+use krust_csi::v1::VolumeCapability;
 
 /// Upstream's default file mode of configMap, secret, downwardAPI and projected files.
 const DEFAULT_MODE: u32 = 0o644;
 const DATA: &str = "..data";
+
+/// Why a volume could not be set up, and in which of upstream's steps.
+#[derive(Debug)]
+struct MountFailure {
+    /// `MountVolume.SetUp`, or `MountVolume.MountDevice` for staging.
+    step: &'static str,
+    why: String,
+}
+
+impl MountFailure {
+    fn set_up(why: String) -> Self {
+        MountFailure {
+            step: "MountVolume.SetUp",
+            why,
+        }
+    }
+}
+
+impl From<ConfigError> for MountFailure {
+    fn from(ConfigError(why): ConfigError) -> Self {
+        MountFailure::set_up(why)
+    }
+}
+
+impl From<publish::Failure> for MountFailure {
+    fn from(failure: publish::Failure) -> Self {
+        match failure {
+            publish::Failure::MountDevice(why) => MountFailure {
+                step: "MountVolume.MountDevice",
+                why,
+            },
+            publish::Failure::SetUp(why) => MountFailure::set_up(why),
+        }
+    }
+}
 
 /// Kinds whose content the kubelet writes (read-only in containers).
 fn is_content(v: &Volume) -> bool {
@@ -315,24 +353,22 @@ fn count_files(dir: &Path) -> usize {
 }
 
 /// Makes every volume of the pod exist on the node (and content volumes current);
-/// returns each volume's host path.
+/// returns each volume's host path. `first`: the pod's first setup (when fsGroup
+/// ownership is applied; later passes only refresh content).
 pub async fn prepare(
     sources: &Sources<'_>,
     pod_dir: &Path,
     pod: &Pod,
-    pod_ip: &str,
-    host_ip: &str,
+    addresses: (&str, &str),
+    first: bool,
 ) -> Result<HashMap<String, PathBuf>, ConfigError> {
     let mut paths = HashMap::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         // Upstream's wording for a volume that cannot be set up.
-        let failed = |ConfigError(why)| {
-            ConfigError(format!(
-                "MountVolume.SetUp failed for volume \"{}\" : {why}",
-                v.name
-            ))
+        let failed = |MountFailure { step, why }| {
+            ConfigError(format!("{step} failed for volume \"{}\" : {why}", v.name))
         };
-        if let Some(path) = set_up(sources, pod_dir, pod, v, pod_ip, host_ip)
+        if let Some(path) = set_up(sources, pod_dir, pod, v, addresses, first)
             .await
             .map_err(failed)?
         {
@@ -348,22 +384,24 @@ async fn set_up(
     pod_dir: &Path,
     pod: &Pod,
     v: &Volume,
-    pod_ip: &str,
-    host_ip: &str,
-) -> Result<Option<PathBuf>, ConfigError> {
-    let io = |what: &str, e: std::io::Error| ConfigError(format!("{what}: {e}"));
-    let path = if let Some(empty) = &v.empty_dir {
+    (pod_ip, host_ip): (&str, &str),
+    first: bool,
+) -> Result<Option<PathBuf>, MountFailure> {
+    let io = |what: &str, e: std::io::Error| MountFailure::set_up(format!("{what}: {e}"));
+    // Each kind's path, and whether the pod's fsGroup owns it (as upstream: emptyDir,
+    // local volumes, CSI volumes as their driver's fsGroupPolicy says; not hostPath).
+    let (path, owned) = if let Some(empty) = &v.empty_dir {
         let dir = pod_dir.join("volumes/empty-dir").join(&v.name);
         std::fs::create_dir_all(&dir).map_err(|e| io("creating emptyDir", e))?;
         if empty.medium.as_deref() == Some("Memory") {
             mount_tmpfs(&dir, empty.size_limit.as_ref().map(|q| q.0.as_str()))
                 .map_err(|e| io("mounting the memory emptyDir", e))?;
         }
-        dir
+        (dir, true)
     } else if let Some(host) = &v.host_path {
         let path = PathBuf::from(&host.path);
         check_host_path(&path, host.type_.as_deref().unwrap_or(""))?;
-        path
+        (path, false)
     } else if let Some(claim) = krust_client::volume::volume_claim(&pod.name_any(), v) {
         // An ephemeral volume's claim must be the one made for this pod.
         let owner = v.ephemeral.is_some().then(|| pod.uid().unwrap_or_default());
@@ -373,15 +411,24 @@ async fn set_up(
             .is_some_and(|c| c.read_only == Some(true));
         let pv = sources.claimed_volume(&claim, owner.as_deref()).await?;
         claimed_path(sources, pod_dir, pv, read_only).await?
+    } else if let Some(csi) = &v.csi {
+        publish_inline(sources, pod_dir, pod, v, csi).await?
     } else if is_content(v) {
         let dir = pod_dir.join("volumes/content").join(&v.name);
         let files = content(sources, pod, v, pod_ip, host_ip).await?;
         write_atomic(&dir, &files).map_err(|e| io("writing volume", e))?;
-        dir
+        (dir, false)
     } else {
         tracing::debug!(pod = %pod.name_any(), volume = %v.name, "volume type not supported; skipped");
         return Ok(None);
     };
+    let security = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    if let Some(group) = security.and_then(|c| c.fs_group).filter(|_| owned && first) {
+        let on_root_mismatch =
+            security.and_then(|c| c.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
+        ownership::apply(&path, group, on_root_mismatch)
+            .map_err(|e| io(&format!("applying fsGroup {group}"), e))?;
+    }
     Ok(Some(path))
 }
 
@@ -409,45 +456,71 @@ fn check_host_path(path: &Path, type_: &str) -> Result<(), ConfigError> {
 }
 
 /// The node path of the volume a claim is bound to: a `hostPath` or `local`
-/// PersistentVolume's path, or where its CSI driver published it.
+/// PersistentVolume's path, or where its CSI driver published it; and whether the
+/// pod's fsGroup owns it.
 async fn claimed_path(
     sources: &Sources<'_>,
     pod_dir: &Path,
     pv: k8s_openapi::api::core::v1::PersistentVolume,
     read_only: bool,
-) -> Result<PathBuf, ConfigError> {
+) -> Result<(PathBuf, bool), MountFailure> {
     let name = pv.metadata.name.clone().unwrap_or_default();
     let spec = pv.spec.unwrap_or_default();
     if let Some(csi) = &spec.csi {
         let read_only = read_only || csi.read_only == Some(true);
         let modes = spec.access_modes.as_deref().unwrap_or_default();
-        publish_csi(&sources.csi_plugins, pod_dir, &name, csi, modes, read_only).await
+        let driver = sources.csi_driver(&csi.driver).await?;
+        // Without a CSIDriver, a driver is taken to need attaching (upstream's default).
+        let attach = driver
+            .as_ref()
+            .is_none_or(|d| d.spec.attach_required != Some(false));
+        let publish_context = if attach {
+            sources
+                .attachment(&csi.volume_handle, &csi.driver)
+                .await
+                .map_err(|ConfigError(why)| MountFailure {
+                    step: "MountVolume.WaitForAttach",
+                    why,
+                })?
+        } else {
+            BTreeMap::new()
+        };
+        let policy = driver.and_then(|d| d.spec.fs_group_policy);
+        // Upstream's default policy: only a volume with a filesystem type that one
+        // node writes.
+        let owned = !read_only
+            && match policy.as_deref() {
+                Some("File") => true,
+                Some("None") => false,
+                _ => {
+                    csi.fs_type.as_deref().is_some_and(|t| !t.is_empty())
+                        && modes.iter().any(|m| m == "ReadWriteOnce")
+                }
+            };
+        let access = (csi_access_mode(modes), read_only);
+        let path =
+            publish_persistent(sources, pod_dir, &name, csi, access, publish_context).await?;
+        Ok((path, owned))
     } else if let Some(host) = &spec.host_path {
         let path = PathBuf::from(&host.path);
         check_host_path(&path, host.type_.as_deref().unwrap_or(""))?;
-        Ok(path)
+        Ok((path, false))
     } else if let Some(local) = &spec.local {
         let path = PathBuf::from(&local.path);
         if !path.exists() {
-            return Err(ConfigError(format!(
+            return Err(MountFailure::set_up(format!(
                 "path \"{}\" does not exist",
                 local.path
             )));
         }
-        Ok(path)
+        Ok((path, !read_only))
     } else {
-        Err(ConfigError(format!(
+        Err(MountFailure::set_up(format!(
             "volume \"{}\" has a source this kubelet does not mount (hostPath and local are supported)",
             name
         )))
     }
 }
-
-/// Where a pod's CSI volumes are published, one directory per PersistentVolume (as
-/// upstream's kubelet lays them out), with the `vol_data.json` that says which driver
-/// and volume to unpublish at teardown.
-const CSI_DIR: &str = "volumes/kubernetes.io~csi";
-const CSI_VOL_DATA: &str = "vol_data.json";
 
 /// The CSI access mode of a PersistentVolume's access modes.
 fn csi_access_mode(modes: &[String]) -> i32 {
@@ -465,103 +538,108 @@ fn csi_access_mode(modes: &[String]) -> i32 {
     mode as i32
 }
 
-/// NodePublishVolume of a CSI PersistentVolume into the pod's directory.
-async fn publish_csi(
-    plugins: &Path,
+/// A mounted filesystem volume's CSI capability.
+fn mount_capability(fs_type: Option<&str>, access_mode: i32) -> VolumeCapability {
+    use krust_csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+    VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: fs_type.unwrap_or_default().to_string(),
+            ..Default::default()
+        })),
+        access_mode: Some(AccessMode { mode: access_mode }),
+    }
+}
+
+/// Publishes a CSI PersistentVolume for the pod (staged first if its driver stages).
+async fn publish_persistent(
+    sources: &Sources<'_>,
     pod_dir: &Path,
     pv: &str,
     csi: &k8s_openapi::api::core::v1::CSIPersistentVolumeSource,
-    modes: &[String],
-    read_only: bool,
-) -> Result<PathBuf, ConfigError> {
-    use krust_csi::v1::{NodePublishVolumeRequest, VolumeCapability, volume_capability};
-    let failed = |what: &str, e: &dyn std::fmt::Display| {
-        ConfigError(format!(
-            "{what} of volume \"{pv}\" with CSI driver {}: {e}",
-            csi.driver
-        ))
-    };
-    let dir = pod_dir.join(CSI_DIR).join(pv);
-    std::fs::create_dir_all(&dir).map_err(|e| failed("preparing", &e))?;
-    let vol_data = serde_json::json!({"driverName": csi.driver, "volumeHandle": csi.volume_handle});
-    std::fs::write(dir.join(CSI_VOL_DATA), vol_data.to_string())
-        .map_err(|e| failed("preparing", &e))?;
-    let target = dir.join("mount");
-    let socket = krust_csi::socket_path(plugins, &csi.driver);
-    let mut driver = krust_csi::Driver::connect(&socket).await.map_err(|e| {
-        ConfigError(format!(
-            "kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name {} not found in the list of registered CSI drivers ({e})",
-            csi.driver
-        ))
-    })?;
-    let request = NodePublishVolumeRequest {
-        volume_id: csi.volume_handle.clone(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(VolumeCapability {
-            access_type: Some(volume_capability::AccessType::Mount(
-                volume_capability::MountVolume {
-                    fs_type: csi.fs_type.clone().unwrap_or_default(),
-                    ..Default::default()
-                },
-            )),
-            access_mode: Some(volume_capability::AccessMode {
-                mode: csi_access_mode(modes),
-            }),
-        }),
-        readonly: read_only,
-        volume_context: csi
+    (access_mode, read_only): (i32, bool),
+    publish_context: BTreeMap<String, String>,
+) -> Result<PathBuf, MountFailure> {
+    let volume = publish::Volume {
+        driver: &csi.driver,
+        handle: csi.volume_handle.clone(),
+        name: pv,
+        capability: mount_capability(csi.fs_type.as_deref(), access_mode),
+        read_only,
+        publish_context: publish_context.into_iter().collect(),
+        context: csi
             .volume_attributes
             .clone()
             .unwrap_or_default()
             .into_iter()
             .collect(),
-        ..Default::default()
+        persistent: true,
     };
-    driver
-        .node
-        .node_publish_volume(request)
+    publish::publish(sources.csi, &sources.csi_plugins, pod_dir, volume)
         .await
-        .map_err(|status| failed("NodePublishVolume", &status.message()))?;
-    Ok(target)
+        .map_err(MountFailure::from)
 }
 
-/// NodeUnpublishVolume of every CSI volume published in the pod's directory; a driver
-/// that cannot be reached leaves the mount to [`unmount_all`].
-pub async fn unpublish_csi(plugins: &Path, pod_dir: &Path) {
-    use krust_csi::v1::NodeUnpublishVolumeRequest;
-    let Ok(entries) = std::fs::read_dir(pod_dir.join(CSI_DIR)) else {
-        return;
-    };
-    for dir in entries.flatten().map(|e| e.path()) {
-        let Some(data) = std::fs::read(dir.join(CSI_VOL_DATA))
-            .ok()
-            .and_then(|d| serde_json::from_slice::<serde_json::Value>(&d).ok())
-        else {
-            continue;
-        };
-        let (Some(driver), Some(handle)) =
-            (data["driverName"].as_str(), data["volumeHandle"].as_str())
-        else {
-            continue;
-        };
-        let request = NodeUnpublishVolumeRequest {
-            volume_id: handle.to_string(),
-            target_path: dir.join("mount").display().to_string(),
-        };
-        let socket = krust_csi::socket_path(plugins, driver);
-        let result = match krust_csi::Driver::connect(&socket).await {
-            Ok(mut d) => d
-                .node
-                .node_unpublish_volume(request)
-                .await
-                .map(|_| ())
-                .map_err(|s| s.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(err) = result {
-            tracing::warn!(volume = handle, %driver, error = %err, "NodeUnpublishVolume failed");
+/// Publishes an inline CSI volume (`csi:` in the pod), if its driver takes ephemeral
+/// volumes, with the pod's identity in the volume context if the driver asks for it.
+async fn publish_inline(
+    sources: &Sources<'_>,
+    pod_dir: &Path,
+    pod: &Pod,
+    v: &Volume,
+    csi: &k8s_openapi::api::core::v1::CSIVolumeSource,
+) -> Result<(PathBuf, bool), MountFailure> {
+    let driver = sources.csi_driver(&csi.driver).await?;
+    let spec = driver.map(|d| d.spec).unwrap_or_default();
+    let modes = spec
+        .volume_lifecycle_modes
+        .clone()
+        .unwrap_or_else(|| vec!["Persistent".to_string()]);
+    if !modes.iter().any(|m| m == "Ephemeral") {
+        return Err(MountFailure::set_up(format!(
+            "volume mode \"Ephemeral\" not supported by driver {} (only supports {modes:?})",
+            csi.driver
+        )));
+    }
+    let mut context: HashMap<String, String> = csi
+        .volume_attributes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if spec.pod_info_on_mount == Some(true) {
+        let pod_spec = pod.spec.as_ref();
+        for (key, value) in [
+            ("csi.storage.k8s.io/pod.name", pod.name_any()),
+            (
+                "csi.storage.k8s.io/pod.namespace",
+                pod.namespace().unwrap_or_default(),
+            ),
+            ("csi.storage.k8s.io/pod.uid", pod.uid().unwrap_or_default()),
+            (
+                "csi.storage.k8s.io/serviceAccount.name",
+                pod_spec
+                    .and_then(|s| s.service_account_name.clone())
+                    .unwrap_or_default(),
+            ),
+            ("csi.storage.k8s.io/ephemeral", "true".to_string()),
+        ] {
+            context.insert(key.to_string(), value);
         }
     }
+    use krust_csi::v1::volume_capability::access_mode::Mode;
+    let volume = publish::Volume {
+        driver: &csi.driver,
+        handle: publish::inline_handle(&pod.uid().unwrap_or_default(), &v.name),
+        name: &v.name,
+        capability: mount_capability(csi.fs_type.as_deref(), Mode::SingleNodeWriter as i32),
+        read_only: csi.read_only == Some(true),
+        publish_context: HashMap::new(),
+        context,
+        persistent: false,
+    };
+    let owned = csi.read_only != Some(true) && spec.fs_group_policy.as_deref() == Some("File");
+    let path = publish::publish(sources.csi, &sources.csi_plugins, pod_dir, volume).await?;
+    Ok((path, owned))
 }
 
 /// Volumes mounted read-only in every container: content the kubelet writes, and

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIStorageCapacity, StorageClass};
 
 use super::{NodeInfo, PodInfo};
 use crate::selector::{Selector, label_pair_hash};
@@ -34,13 +34,18 @@ pub struct Snapshot {
     storage: Storage,
 }
 
-/// The claims, volumes and storage classes the volume plugins read.
+/// The claims, volumes, storage classes, CSI drivers and capacities the volume plugins
+/// read.
 #[derive(Clone, Debug, Default)]
 pub struct Storage {
     /// By `(namespace, name)`.
     pub claims: HashMap<(String, String), Arc<PersistentVolumeClaim>>,
     pub volumes: HashMap<String, Arc<PersistentVolume>>,
     pub classes: HashMap<String, Arc<StorageClass>>,
+    /// CSIDrivers by name (whether a driver reports its capacity).
+    pub drivers: HashMap<String, Arc<CSIDriver>>,
+    /// CSIStorageCapacities by `(namespace, name)`.
+    pub capacities: HashMap<(String, String), Arc<CSIStorageCapacity>>,
 }
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();

@@ -8,15 +8,20 @@
 //!   only those fit.
 //! - An unbound claim of a WaitForFirstConsumer class is bound with the node: a node
 //!   fits if a free volume that satisfies the claim may be used there, or if the class
-//!   has a provisioner to create one. After the cycle, the scheduler writes the choice
+//!   has a provisioner to create one — and, if the class's CSI driver reports its
+//!   capacity (`storageCapacity`), a CSIStorageCapacity of the class for the node's
+//!   topology holds enough. After the cycle, the scheduler writes the choice
 //!   ([`volume_choices`]): the chosen volume's `claimRef`, or the claim's
 //!   `volume.kubernetes.io/selected-node` for its provisioner.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
-use krust_client::volume::{Placement, best_match, claim_class, fits_node, pod_claims};
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use krust_client::selector::Selector;
+use krust_client::volume::{
+    Placement, best_match, claim_class, fits_node, pod_claims, requested, storage_bytes,
+};
 
 use crate::framework::{
     CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult,
@@ -28,6 +33,7 @@ pub const ERR_REASON_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate Persis
 pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
 pub const ERR_REASON_BIND_CONFLICT: &str =
     "node(s) didn't find available persistent volumes to bind";
+pub const ERR_REASON_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
 /// The provisioner of classes whose volumes are made by hand (local volumes).
 const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
@@ -44,9 +50,56 @@ impl Plugin for VolumeBinding {
 #[derive(Clone, Default)]
 struct PodVolumes {
     bound: Vec<Arc<PersistentVolume>>,
-    delayed: Vec<(Arc<PersistentVolumeClaim>, Arc<StorageClass>)>,
+    delayed: Vec<Delayed>,
     /// Every free volume, for the delayed claims to choose from.
     free: Vec<Arc<PersistentVolume>>,
+}
+
+/// A claim to be bound with the node.
+#[derive(Clone)]
+struct Delayed {
+    claim: Arc<PersistentVolumeClaim>,
+    class: Arc<StorageClass>,
+    /// The class's capacities, if its driver reports them.
+    capacities: Option<Vec<Arc<CSIStorageCapacity>>>,
+}
+
+impl Delayed {
+    fn new(storage: &Storage, claim: Arc<PersistentVolumeClaim>, class: Arc<StorageClass>) -> Self {
+        let tracked = storage
+            .drivers
+            .get(&class.provisioner)
+            .is_some_and(|d| d.spec.storage_capacity == Some(true));
+        let capacities = tracked.then(|| {
+            let name = class.metadata.name.as_deref().unwrap_or_default();
+            storage
+                .capacities
+                .values()
+                .filter(|c| c.storage_class_name == name)
+                .cloned()
+                .collect()
+        });
+        Delayed {
+            claim,
+            class,
+            capacities,
+        }
+    }
+
+    /// Whether a provisioner may make the claim's volume on the node: capacity that
+    /// is not tracked is assumed.
+    fn provisionable_on(&self, node: &k8s_openapi::api::core::v1::Node) -> bool {
+        let Some(capacities) = &self.capacities else {
+            return true;
+        };
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let wanted = requested(&self.claim);
+        capacities.iter().any(|c| {
+            let size = storage_bytes(c.maximum_volume_size.as_ref().or(c.capacity.as_ref()));
+            size >= wanted
+                && Selector::parse(c.node_topology.as_ref()).is_ok_and(|s| s.matches(&labels))
+        })
+    }
 }
 
 /// Why a claim the pod needs is missing: an ephemeral volume's claim is still to be
@@ -127,7 +180,9 @@ impl PreFilterPlugin for VolumeBinding {
                     }
                 },
                 None => match delayed_class(storage, claim) {
-                    Some(class) => found.delayed.push((claim.clone(), class)),
+                    Some(class) => found
+                        .delayed
+                        .push(Delayed::new(storage, claim.clone(), class)),
                     None => return (None, Status::unresolvable(ERR_REASON_UNBOUND_IMMEDIATE)),
                 },
             }
@@ -153,17 +208,23 @@ impl FilterPlugin for VolumeBinding {
         if !found.bound.iter().all(|pv| fits_node(pv, node.node())) {
             return Status::unresolvable(ERR_REASON_NODE_CONFLICT);
         }
-        let placeable = found.delayed.iter().all(|(claim, class)| {
-            class.provisioner != NO_PROVISIONER
-                || best_match(
-                    claim,
-                    found.free.iter().map(|v| &**v),
-                    Placement::On(node.node()),
-                )
-                .is_some()
+        let mut short_of_space = false;
+        let placeable = found.delayed.iter().all(|d| {
+            let free = best_match(
+                &d.claim,
+                found.free.iter().map(|v| &**v),
+                Placement::On(node.node()),
+            )
+            .is_some();
+            let provisioned = d.class.provisioner != NO_PROVISIONER;
+            let fits = free || (provisioned && d.provisionable_on(node.node()));
+            short_of_space |= !fits && provisioned;
+            fits
         });
         if placeable {
             Status::success()
+        } else if short_of_space {
+            Status::unschedulable(ERR_REASON_NOT_ENOUGH_SPACE)
         } else {
             Status::unschedulable(ERR_REASON_BIND_CONFLICT)
         }
@@ -352,5 +413,54 @@ mod tests {
         let chosen = volume_choices(snap.storage(), &with_claim("d").build(), &nodes[1]);
         assert!(matches!(&chosen[..], [VolumeChoice::Provision(c)]
             if c.metadata.name.as_deref() == Some("d")));
+    }
+
+    #[test]
+    fn drivers_that_report_capacity_get_claims_only_where_enough_is_free() {
+        let mut storage = Storage::default();
+        storage
+            .classes
+            .insert("fast".into(), class("fast", "example.com/csi"));
+        storage
+            .claims
+            .insert(("default".into(), "d".into()), claim("d", "fast", None));
+        storage.drivers.insert(
+            "example.com/csi".into(),
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "example.com/csi"},
+                    "spec": {"storageCapacity": true}}))
+                .unwrap(),
+            ),
+        );
+        // Node a has 2Gi free, node b 512Mi (its largest volume), node c nothing known.
+        for (node, capacity, maximum) in [("a", "2Gi", None), ("b", "10Gi", Some("512Mi"))] {
+            let mut object = json!({"metadata": {"name": format!("csisc-{node}"), "namespace": "kube-system"},
+                "storageClassName": "fast", "capacity": capacity,
+                "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": node}}});
+            if let Some(maximum) = maximum {
+                object["maximumVolumeSize"] = json!(maximum);
+            }
+            storage.capacities.insert(
+                ("kube-system".into(), format!("csisc-{node}")),
+                Arc::new(serde_json::from_value(object).unwrap()),
+            );
+        }
+        let mut snap = snapshot(vec![
+            node_with(node("a").label("kubernetes.io/hostname", "a"), vec![]),
+            node_with(node("b").label("kubernetes.io/hostname", "b"), vec![]),
+            node_with(node("c").label("kubernetes.io/hostname", "c"), vec![]),
+        ]);
+        *snap.storage_mut() = storage;
+        let statuses =
+            filter_statuses(Some(&VolumeBinding), &VolumeBinding, with_claim("d"), &snap);
+        assert!(statuses[0].is_success());
+        assert_eq!(statuses[1].reasons(), [ERR_REASON_NOT_ENOUGH_SPACE]);
+        assert_eq!(statuses[2].reasons(), [ERR_REASON_NOT_ENOUGH_SPACE]);
+
+        // A driver that does not report capacity is assumed to have room.
+        snap.storage_mut().drivers.clear();
+        let statuses =
+            filter_statuses(Some(&VolumeBinding), &VolumeBinding, with_claim("d"), &snap);
+        assert!(statuses.iter().all(Status::is_success));
     }
 }

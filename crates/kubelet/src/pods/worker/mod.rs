@@ -32,6 +32,7 @@ use super::status::{Instance, Observed, pod_status, same};
 use super::tokens::Tokens;
 use super::{lifecycle, security, spec, volumes};
 use crate::Config;
+use crate::csi::Drivers;
 use crate::eviction::Evictions;
 use krust_client::events::{EventRecorder, EventType};
 
@@ -102,6 +103,8 @@ pub struct Worker {
     known: HashMap<String, Instance>,
     /// The last FailedMount reported, and when.
     failed_mount: Option<(String, Instant)>,
+    /// The CSI drivers registered on the node.
+    csi: Drivers,
 }
 
 /// What every pod worker of the node shares.
@@ -115,6 +118,8 @@ pub struct Shared {
     pub evictions: Evictions,
     /// The runtime's latest relist.
     pub relist: Relisted,
+    /// The CSI drivers registered on the node.
+    pub csi: Drivers,
 }
 
 /// The outcome of one pass.
@@ -133,6 +138,7 @@ impl Worker {
             events,
             evictions,
             relist,
+            csi,
         } = shared;
         let observed = Observed {
             host_ip: config.node_ip.to_string(),
@@ -160,6 +166,7 @@ impl Worker {
             changed_at: Instant::now(),
             known: HashMap::new(),
             failed_mount: None,
+            csi,
         }
     }
 
@@ -247,11 +254,15 @@ impl Worker {
             client: &self.client,
             namespace: pod.namespace().unwrap_or_default(),
             tokens: &self.tokens,
+            node: &self.config.node_name,
+            csi: &self.csi,
             csi_plugins: self.config.csi_plugins_dir(),
         };
         let pod_ip = self.observed.pod_ip.clone().unwrap_or_default();
         let dir = spec::pod_dir(&self.config, pod);
-        match volumes::prepare(&sources, &dir, pod, &pod_ip, &self.observed.host_ip).await {
+        let addresses = (pod_ip.as_str(), self.observed.host_ip.as_str());
+        let first = self.volumes.is_none();
+        match volumes::prepare(&sources, &dir, pod, addresses, first).await {
             Ok(paths) => {
                 self.volumes = Some((paths, Instant::now()));
                 true
@@ -724,6 +735,8 @@ impl Worker {
             client: &self.client,
             namespace: pod.namespace().unwrap_or_default(),
             tokens: &self.tokens,
+            node: &self.config.node_name,
+            csi: &self.csi,
             csi_plugins: self.config.csi_plugins_dir(),
         };
         let env = env::environment(&sources, pod, container, &ip, &self.observed.host_ip)

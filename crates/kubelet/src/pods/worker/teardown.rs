@@ -124,7 +124,8 @@ impl Worker {
         self.changed_at = Instant::now();
         if let Some(pod) = pod {
             let dir = spec::pod_dir(&self.config, pod);
-            volumes::unpublish_csi(&self.config.csi_plugins_dir(), &dir).await;
+            crate::csi::publish::unpublish_all(&self.csi, &self.config.data_dir.join("pods"), &dir)
+                .await;
             volumes::unmount_all(&dir);
             let _ = std::fs::remove_dir_all(dir);
         }
