@@ -178,10 +178,21 @@ impl Provisioner {
         Ok(Driver::connect(&self.socket).await?)
     }
 
-    /// Whether this provisioner is to make a volume for the claim.
+    /// Whether this provisioner is to make a volume for the claim: one placed on this
+    /// node whose provisioner is this driver — named on the claim by the
+    /// PersistentVolume controller, or, before the controller has written that, its
+    /// class's: the volume is made while the controller writes the name, one hop
+    /// sooner (the volume's name is the claim's UID, so it is never made twice).
     fn wants(&self, claim: &PersistentVolumeClaim) -> bool {
+        let provisioner = match annotation(&claim.metadata, STORAGE_PROVISIONER) {
+            Some(named) => named == self.driver,
+            None => self
+                .classes
+                .get(None, krust_client::volume::claim_class(claim))
+                .is_some_and(|c| c.provisioner == self.driver),
+        };
         claim.metadata.deletion_timestamp.is_none()
-            && annotation(&claim.metadata, STORAGE_PROVISIONER) == Some(self.driver)
+            && provisioner
             && annotation(&claim.metadata, SELECTED_NODE) == Some(self.node.as_str())
             && claim
                 .spec

@@ -1,17 +1,22 @@
-//! PersistentVolumes and claims through the real kubectl. On a real node (containerd +
-//! runc): a claim binds to the volume that fits it, a pod writes through the claim into
-//! the volume's directory and a second pod reads it back, a claim in use is kept
-//! (Terminating) until its pod is gone, and its volume is then Released; a bound
-//! volume is kept until its claim goes; a volume of the built-in CSI driver is
-//! published into its pod and unpublished after it, and one is provisioned for a claim
-//! of the built-in `local-path` class on the node its pod goes to (and deleted with the
-//! claim); generic ephemeral volumes made and removed with their pod; validation,
-//! printer columns and the default storage class. On simulated nodes: a StatefulSet's
-//! claim templates become one claim per pod, and claims of a WaitForFirstConsumer
-//! class are bound with the node the scheduler picks — each pod lands on the node of
-//! its local volume. A third-party driver registers through the kubelet's plugin
-//! registry and has its volumes staged once per node and published per pod; inline
-//! `csi:` volumes and fsGroup ownership.
+//! PersistentVolumes and claims through the real kubectl.
+//!
+//! On a real node (containerd + runc): a claim binds to the volume that fits it, a pod
+//! writes through the claim into the volume's directory and a second pod reads it back,
+//! a claim in use is kept (Terminating) until its pod is gone, and its volume is then
+//! Released; a bound volume is kept until its claim goes; a volume of the built-in CSI
+//! driver is published into its pod and unpublished after it, and one is provisioned
+//! for a claim of the built-in `local-path` class on the node its pod goes to (and
+//! deleted with the claim); a StatefulSet's pods keep their provisioned data when
+//! deleted; data survives restarts of its pod, of krust and of containerd; generic
+//! ephemeral volumes are made and removed with their pod; validation, printer columns
+//! and the default storage class. A third-party driver (in the test process) registers
+//! through the kubelet's plugin registry, is attached through VolumeAttachments, and
+//! has its volumes staged once per node and published per pod; inline `csi:` volumes,
+//! fsGroup ownership, and the node's capacity keeping an oversized claim's pod pending.
+//!
+//! On simulated nodes: a StatefulSet's claim templates become one claim per pod, and
+//! claims of a WaitForFirstConsumer class are bound with the node the scheduler picks —
+//! each pod lands on the node of its local volume.
 
 mod common;
 #[path = "volumes/staged_driver.rs"]
@@ -555,6 +560,56 @@ fn containerd_pid(config: &std::path::Path) -> Option<i32> {
         let with_config = args.contains(&wanted.as_bytes());
         (is_containerd && with_config).then_some(pid)
     })
+}
+
+#[test]
+fn a_statefulsets_pods_keep_their_own_provisioned_data_across_deletion() {
+    let s = Server::with_agent(&["--cluster-cidr=10.93.0.0/16"]);
+    // Each pod writes its name into its volume once; a pod finding a file keeps it.
+    let set = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"replicas": 3, "serviceName": "db", "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c",
+                    "[ -f /data/id ] || hostname > /data/id; echo started >> /data/log; exec sleep 3600"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "16Mi"}}}}]}});
+    s.ok_stdin(&["apply", "-f", "-"], &set.to_string());
+    s.ok(&["rollout", "status", "statefulset/db", "--timeout=90s"]);
+    let read = |pod: &str, file: &str| {
+        let out = s.kubectl(&["exec", pod, "--", "cat", &format!("/data/{file}")]);
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let mut volumes = Vec::new();
+    for ordinal in 0..3 {
+        let claim = s.get_json(&["pvc", &format!("data-db-{ordinal}")]);
+        assert_eq!(claim["status"]["phase"], "Bound", "{claim}");
+        assert_eq!(claim["spec"]["storageClassName"], "local-path");
+        volumes.push(claim["spec"]["volumeName"].as_str().unwrap().to_string());
+        assert_eq!(
+            read(&format!("db-{ordinal}"), "id"),
+            format!("db-{ordinal}\n")
+        );
+    }
+    volumes.sort();
+    volumes.dedup();
+    assert_eq!(volumes.len(), 3, "one volume per pod");
+
+    // db-1 deleted: its replacement gets the same claim, and the data in it.
+    let uid = s.get_json(&["pod", "db-1"])["metadata"]["uid"].clone();
+    s.ok(&["delete", "pod", "db-1", "--wait=false"]);
+    wait_for("db-1 replaced and running", DEADLINE, || {
+        let pod = s.get_json(&["pod", "db-1"]);
+        (pod["metadata"]["uid"] != uid && pod["status"]["phase"] == "Running").then_some(())
+    });
+    wait_for("db-1 read its old volume", DEADLINE, || {
+        (read("db-1", "log") == "started\nstarted\n").then_some(())
+    });
+    assert_eq!(read("db-1", "id"), "db-1\n");
+    assert_eq!(read("db-0", "log"), "started\n");
 }
 
 #[test]

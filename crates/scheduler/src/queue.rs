@@ -12,6 +12,11 @@
 //! A pod whose cycle failed after a cluster event happened *during* that cycle goes to
 //! backoff instead of unschedulable: the event may already have made it schedulable
 //! (upstream's "move request cycle").
+//!
+//! When active is empty, the pod whose backoff ends first is taken anyway — unless it
+//! backs off after an error, where the backoff limits retries (upstream 1.33's
+//! SchedulerPopFromBackoffQ, on by default): an idle scheduler does not sit out a
+//! second for a pod whose claim arrived just after it.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -90,7 +95,10 @@ impl PartialOrd for Ready {
 struct Inner {
     entries: HashMap<String, Entry>,
     active: BinaryHeap<Ready>,
+    /// Pods backing off after an unschedulable attempt (taken early when idle).
     backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
+    /// Pods backing off after an error (never taken early).
+    error_backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
     generation: u64,
     /// Cluster events seen so far.
     events: u64,
@@ -114,7 +122,7 @@ impl Inner {
         });
     }
 
-    fn back_off(&mut self, key: &str, until: Instant) {
+    fn back_off(&mut self, key: &str, until: Instant, after_error: bool) {
         self.generation += 1;
         let generation = self.generation;
         let Some(e) = self.entries.get_mut(key) else {
@@ -122,21 +130,32 @@ impl Inner {
         };
         e.place = Place::Backoff(until);
         e.generation = generation;
-        self.backoff
-            .push(Reverse((until, generation, key.to_string())));
+        let heap = if after_error {
+            &mut self.error_backoff
+        } else {
+            &mut self.backoff
+        };
+        heap.push(Reverse((until, generation, key.to_string())));
     }
 
     /// Back to backoff if it is still backing off, else to active.
-    fn requeue(&mut self, key: &str, now: Instant) {
+    fn requeue(&mut self, key: &str, now: Instant, after_error: bool) {
         let Some(e) = self.entries.get(key) else {
             return;
         };
         let until = e.since + backoff(e.attempts);
         if until > now {
-            self.back_off(key, until);
+            self.back_off(key, until, after_error);
         } else {
             self.activate(key, now);
         }
+    }
+
+    /// Whether a backoff-heap item is still the entry's current place.
+    fn current(&self, key: &str, generation: u64) -> bool {
+        self.entries
+            .get(key)
+            .is_some_and(|e| e.generation == generation && matches!(e.place, Place::Backoff(_)))
     }
 }
 
@@ -177,7 +196,7 @@ impl SchedulingQueue {
                     e.pod.spec != pod.spec || e.pod.metadata.labels != pod.metadata.labels;
                 e.pod = pod;
                 if changed && matches!(e.place, Place::Unschedulable(_)) {
-                    inner.requeue(&key, now);
+                    inner.requeue(&key, now, false);
                     self.ready.notify_one();
                 }
             }
@@ -253,8 +272,18 @@ impl SchedulingQueue {
                         cycle_events: events,
                     };
                 }
+                // Idle: the unschedulable pod whose backoff ends first goes now.
+                while let Some(Reverse((_, generation, key))) = inner.backoff.pop() {
+                    if inner.current(&key, generation) {
+                        inner.activate(&key, now);
+                        break;
+                    }
+                }
+                if !inner.active.is_empty() {
+                    continue;
+                }
                 inner
-                    .backoff
+                    .error_backoff
                     .peek()
                     .map(|Reverse((until, _, _))| until.saturating_duration_since(now))
                     .unwrap_or(Duration::from_secs(1))
@@ -265,16 +294,23 @@ impl SchedulingQueue {
 
     /// Moves ended backoffs to active, and pods unschedulable for too long to backoff.
     fn flush(&self, inner: &mut Inner, now: Instant) {
-        while let Some(Reverse((until, generation, key))) = inner.backoff.peek().cloned() {
-            if until > now {
-                break;
-            }
-            inner.backoff.pop();
-            let current = inner.entries.get(&key).is_some_and(|e| {
-                e.generation == generation && matches!(e.place, Place::Backoff(_))
-            });
-            if current {
-                inner.activate(&key, now);
+        for error in [false, true] {
+            loop {
+                let heap = if error {
+                    &mut inner.error_backoff
+                } else {
+                    &mut inner.backoff
+                };
+                match heap.peek() {
+                    Some(Reverse((until, _, _))) if *until <= now => {}
+                    _ => break,
+                }
+                let Some(Reverse((_, generation, key))) = heap.pop() else {
+                    break;
+                };
+                if inner.current(&key, generation) {
+                    inner.activate(&key, now);
+                }
             }
         }
         let stale: Vec<String> = inner
@@ -284,7 +320,7 @@ impl SchedulingQueue {
             .map(|(k, _)| k.clone())
             .collect();
         for key in stale {
-            inner.requeue(&key, now);
+            inner.requeue(&key, now, false);
         }
     }
 
@@ -302,7 +338,7 @@ impl SchedulingQueue {
         e.since = now;
         if events > popped.cycle_events {
             // Something changed while it was being scheduled: try again soon.
-            inner.requeue(&popped.key, now);
+            inner.requeue(&popped.key, now, false);
             self.ready.notify_one();
         } else {
             e.place = Place::Unschedulable(now);
@@ -317,7 +353,7 @@ impl SchedulingQueue {
             return;
         };
         e.since = now;
-        inner.requeue(&popped.key, now);
+        inner.requeue(&popped.key, now, true);
         self.ready.notify_one();
     }
 
@@ -341,7 +377,7 @@ impl SchedulingQueue {
             return;
         }
         for key in waiting {
-            inner.requeue(&key, now);
+            inner.requeue(&key, now, false);
         }
         self.ready.notify_one();
     }
@@ -393,22 +429,49 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_unschedulable_pod_waits_for_an_event_and_then_its_backoff() {
+    async fn an_unschedulable_pod_waits_for_an_event_then_goes_if_nothing_else_waits() {
         let q = SchedulingQueue::new();
         q.add(pod("p", 0));
         let popped = q.pop().await;
         q.unschedulable(&popped);
         assert_eq!(q.counts(), (0, 0, 1));
-        // Nothing happens without an event.
-        let waited = tokio::time::timeout(Duration::from_secs(30), q.pop()).await;
+        // Nothing happens without an event (for less than the backoff, here).
+        let waited = tokio::time::timeout(Duration::from_millis(500), q.pop()).await;
         assert!(
             waited.is_err(),
             "an unschedulable pod came back without an event"
         );
-        // An event moves it; it comes back once its 1 s backoff has passed.
+        // An event moves it to backoff; with nothing else to do, the scheduler takes
+        // it before its 1 s backoff has passed.
         q.move_all_to_active_or_backoff();
+        assert_eq!(q.counts(), (0, 1, 0));
+        let start = tokio::time::Instant::now();
         let again = q.pop().await;
         assert_eq!(again.attempts, 2);
+        assert!(start.elapsed() < INITIAL_BACKOFF);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_that_failed_with_an_error_waits_out_its_backoff() {
+        let q = SchedulingQueue::new();
+        q.add(pod("p", 0));
+        let popped = q.pop().await;
+        q.retry(&popped);
+        let start = tokio::time::Instant::now();
+        q.pop().await;
+        assert!(start.elapsed() >= INITIAL_BACKOFF);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backing_off_pod_waits_while_others_are_active() {
+        let q = SchedulingQueue::new();
+        q.add(pod("first", 0));
+        let popped = q.pop().await;
+        q.unschedulable(&popped);
+        q.move_all_to_active_or_backoff();
+        q.add(pod("second", 0));
+        assert_eq!(name(&q.pop().await), "second");
+        assert_eq!(name(&q.pop().await), "first");
     }
 
     #[tokio::test(start_paused = true)]

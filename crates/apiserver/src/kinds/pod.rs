@@ -169,12 +169,28 @@ pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Vec<Cause>) {
                 .enumerate()
             {
                 let name = m["name"].as_str().unwrap_or_default();
+                let field = format!("{path}.{list}[{i}].volumeMounts[{j}]");
                 if !volumes.contains(name) {
                     errs.push(Cause {
                         reason: "FieldValueNotFound",
                         message: format!("Not found: \"{name}\""),
-                        field: format!("{path}.{list}[{i}].volumeMounts[{j}].name"),
+                        field: format!("{field}.name"),
                     });
+                }
+                // Upstream's validateMountPropagation.
+                let propagation = &m["mountPropagation"];
+                match propagation.as_str() {
+                    None | Some("None" | "HostToContainer") => {}
+                    Some("Bidirectional") if c["securityContext"]["privileged"] == true => {}
+                    Some("Bidirectional") => errs.push(Cause::forbidden(
+                        format!("{field}.mountPropagation"),
+                        "Bidirectional mount propagation is available only to privileged containers",
+                    )),
+                    Some(_) => errs.push(Cause::not_supported(
+                        format!("{field}.mountPropagation"),
+                        propagation,
+                        &["Bidirectional", "HostToContainer", "None"],
+                    )),
                 }
             }
         }
@@ -575,6 +591,36 @@ mod tests {
                 "spec.containers[0].image",
                 "spec.containers[1].name",
                 "spec.restartPolicy"
+            ]
+        );
+    }
+
+    #[test]
+    fn bidirectional_propagation_is_for_privileged_containers_only() {
+        let pod = |privileged: bool, propagation: &str| {
+            json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}], "containers": [
+                {"name": "c", "image": "x", "securityContext": {"privileged": privileged},
+                 "volumeMounts": [{"name": "v", "mountPath": "/v", "mountPropagation": propagation}]}]}})
+        };
+        let causes = |pod: Value| {
+            let mut errs = vec![];
+            POD.validate(&pod, &mut errs);
+            errs.into_iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(causes(pod(true, "Bidirectional")).is_empty());
+        assert!(causes(pod(false, "HostToContainer")).is_empty());
+        assert_eq!(
+            causes(pod(false, "Bidirectional")),
+            [
+                "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers"
+            ]
+        );
+        assert_eq!(
+            causes(pod(true, "Sideways")),
+            [
+                "spec.containers[0].volumeMounts[0].mountPropagation: Unsupported value: \"Sideways\": supported values: \"Bidirectional\", \"HostToContainer\", \"None\""
             ]
         );
     }

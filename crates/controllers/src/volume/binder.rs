@@ -387,44 +387,49 @@ impl PersistentVolumeController {
                 .await
                 .map_err(|e| Error::api("binding volume", pv_name.clone(), e))?;
         }
-        self.volume_phase(&volume, "Bound", None).await?;
-
-        // The claim's half: volumeName and the completion annotations.
-        let mut updated = claim.clone();
-        let named = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
-        if named != Some(pv_name.as_str()) || annotation(&claim.metadata, BIND_COMPLETED).is_none()
-        {
-            if named.is_none_or(str::is_empty) {
-                set_annotation(&mut updated.metadata, BOUND_BY_CONTROLLER, "yes");
+        // The volume's phase and the claim's half are independent writes: made at
+        // once (the scheduler waits for the claim).
+        let claim_half = async {
+            // volumeName and the completion annotations.
+            let mut updated = claim.clone();
+            let named = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+            if named != Some(pv_name.as_str())
+                || annotation(&claim.metadata, BIND_COMPLETED).is_none()
+            {
+                if named.is_none_or(str::is_empty) {
+                    set_annotation(&mut updated.metadata, BOUND_BY_CONTROLLER, "yes");
+                }
+                set_annotation(&mut updated.metadata, BIND_COMPLETED, "yes");
+                updated
+                    .spec
+                    .get_or_insert_with(Default::default)
+                    .volume_name = Some(pv_name.clone());
+                updated = self
+                    .claim_api(claim)
+                    .replace(&claim.name_any(), &PostParams::default(), &updated)
+                    .await
+                    .map_err(|e| Error::api("binding claim", claim_name(claim), e))?;
             }
-            set_annotation(&mut updated.metadata, BIND_COMPLETED, "yes");
-            updated
-                .spec
-                .get_or_insert_with(Default::default)
-                .volume_name = Some(pv_name.clone());
-            updated = self
-                .claim_api(claim)
-                .replace(&claim.name_any(), &PostParams::default(), &updated)
-                .await
-                .map_err(|e| Error::api("binding claim", claim_name(claim), e))?;
-        }
-        let vspec = volume.spec.as_ref();
-        let status = updated.status.get_or_insert_with(Default::default);
-        let access_modes = vspec.and_then(|s| s.access_modes.clone());
-        let capacity = vspec.and_then(|s| s.capacity.clone());
-        if status.phase.as_deref() != Some("Bound")
-            || status.access_modes != access_modes
-            || status.capacity != capacity
-        {
-            status.phase = Some("Bound".into());
-            status.access_modes = access_modes;
-            status.capacity = capacity;
-            self.claim_api(claim)
-                .replace_status(&claim.name_any(), &PostParams::default(), &updated)
-                .await
-                .map_err(|e| Error::api("writing the status of claim", claim_name(claim), e))?;
-            tracing::info!(claim = %claim_name(claim), volume = %pv_name, "bound");
-        }
+            let vspec = volume.spec.as_ref();
+            let status = updated.status.get_or_insert_with(Default::default);
+            let access_modes = vspec.and_then(|s| s.access_modes.clone());
+            let capacity = vspec.and_then(|s| s.capacity.clone());
+            if status.phase.as_deref() != Some("Bound")
+                || status.access_modes != access_modes
+                || status.capacity != capacity
+            {
+                status.phase = Some("Bound".into());
+                status.access_modes = access_modes;
+                status.capacity = capacity;
+                self.claim_api(claim)
+                    .replace_status(&claim.name_any(), &PostParams::default(), &updated)
+                    .await
+                    .map_err(|e| Error::api("writing the status of claim", claim_name(claim), e))?;
+                tracing::info!(claim = %claim_name(claim), volume = %pv_name, "bound");
+            }
+            Ok::<_, Error>(())
+        };
+        futures::try_join!(self.volume_phase(&volume, "Bound", None), claim_half)?;
         Ok(())
     }
 

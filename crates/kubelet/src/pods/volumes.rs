@@ -17,7 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume, VolumeMount};
-use krust_cri::api::Mount;
+use krust_cri::api::{Mount, MountPropagation};
 use kube::ResourceExt;
 
 use super::env::{ConfigError, Data, Kind, Sources, field, resource};
@@ -696,6 +696,16 @@ pub fn unmount_all(pod_dir: &Path) {
     }
 }
 
+/// A volumeMount's `mountPropagation` in CRI's terms (a CSI driver's node plugin
+/// mounts `Bidirectional` so that the volumes it publishes reach the host).
+fn propagation(mode: Option<&str>) -> MountPropagation {
+    match mode {
+        Some("HostToContainer") => MountPropagation::PropagationHostToContainer,
+        Some("Bidirectional") => MountPropagation::PropagationBidirectional,
+        _ => MountPropagation::PropagationPrivate,
+    }
+}
+
 /// The CRI mounts of a container's volumeMounts.
 pub fn mounts(
     pod: &Pod,
@@ -731,6 +741,7 @@ pub fn mounts(
                 container_path: m.mount_path.clone(),
                 host_path: host.display().to_string(),
                 readonly: m.read_only.unwrap_or(false) || read_only,
+                propagation: propagation(m.mount_propagation.as_deref()) as i32,
                 ..Mount::default()
             })
         })
