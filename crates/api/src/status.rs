@@ -310,7 +310,8 @@ impl ApiError {
         Self::new(504, "Timeout", message)
     }
 
-    /// The error as a `metav1.Status` object.
+    /// The error as a `metav1.Status` object, its fields in upstream's order (clients
+    /// that compare error bodies as text see upstream's text).
     pub fn to_status(&self) -> Value {
         let mut status = json!({
             "kind": "Status",
@@ -318,7 +319,6 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "code": self.code,
         });
         if !self.reason.is_empty() {
             status["reason"] = json!(self.reason);
@@ -347,6 +347,7 @@ impl ApiError {
             }
             status["details"] = Value::Object(details);
         }
+        status["code"] = json!(self.code);
         status
     }
 }
@@ -368,6 +369,11 @@ mod tests {
         assert_eq!(s["code"], 404);
         assert_eq!(s["details"]["kind"], "deployments");
         assert_eq!(s["details"]["group"], "apps");
+        // Upstream's field order, which clients comparing bodies as text rely on.
+        assert_eq!(
+            s.to_string(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"deployments.apps \"web\" not found","reason":"NotFound","details":{"name":"web","group":"apps","kind":"deployments"},"code":404}"#
+        );
     }
 
     #[test]

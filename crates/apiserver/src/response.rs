@@ -73,12 +73,11 @@ pub fn full(code: StatusCode, body: impl Into<Bytes>, content_type: &'static str
     resp
 }
 
+/// `value` as JSON, ending in a newline as upstream's encoder writes it.
 pub fn json(code: StatusCode, value: &Value) -> Response {
-    full(
-        code,
-        serde_json::to_vec(value).unwrap_or_default(),
-        "application/json",
-    )
+    let mut body = serde_json::to_vec(value).unwrap_or_default();
+    body.push(b'\n');
+    full(code, body, "application/json")
 }
 
 pub fn error(err: &ApiError) -> Response {

@@ -24,7 +24,7 @@ pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 
 /// The storage class annotation that predates `storageClassName` (still honoured first).
-const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+pub const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 
 /// A claim's storage class, as upstream's `GetPersistentVolumeClaimClass` reads it.
 pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {
@@ -72,6 +72,31 @@ pub fn fits_node(volume: &PersistentVolume, node: &Node) -> bool {
 pub fn storage_bytes(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> i64 {
     q.and_then(|q| krust_api::quantity::scaled_value(&q.0, 0).ok())
         .unwrap_or(0)
+}
+
+/// The annotation that makes a StorageClass the default.
+pub const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+
+/// The default StorageClass: of those annotated as default, the newest (then by name),
+/// as upstream picks it.
+pub fn default_class<'a>(
+    classes: impl IntoIterator<Item = &'a k8s_openapi::api::storage::v1::StorageClass>,
+) -> Option<&'a k8s_openapi::api::storage::v1::StorageClass> {
+    classes
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DEFAULT_CLASS))
+                .is_some_and(|v| v == "true")
+        })
+        .max_by(|a, b| {
+            let created = |c: &k8s_openapi::api::storage::v1::StorageClass| {
+                c.metadata.creation_timestamp.as_ref().map(|t| t.0)
+            };
+            (created(a), &b.metadata.name).cmp(&(created(b), &a.metadata.name))
+        })
 }
 
 /// The name of the VolumeAttachment of a CSI volume to a node, as upstream's

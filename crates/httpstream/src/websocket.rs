@@ -2,12 +2,17 @@
 //! server that speaks SPDY (containerd 1.6 knows neither the v5 WebSocket protocol nor
 //! port-forward over WebSocket). kubectl 1.30+ tries WebSocket first:
 //! - remote commands (`v5.channel.k8s.io`, and `v4.channel.k8s.io` as the Python client
-//!   uses): each binary message is one channel byte and data — 0 stdin, 1 stdout,
+//!   uses): each message (binary, or text as the Python client writes stdin) is one
+//!   channel byte and data — 0 stdin, 1 stdout,
 //!   2 stderr, 3 the error stream (a metav1.Status when the command ends), 4 terminal
 //!   resize, and with v5 255 closes the channel named by the next byte. Each channel
 //!   becomes a SPDY stream at the runtime (`v4.channel.k8s.io` there);
 //! - port-forward (`SPDY/3.1+portforward.k8s.io`): the client tunnels SPDY frames in
-//!   binary messages; they are passed to and from the runtime's SPDY connection as is.
+//!   binary messages; they are passed to and from the runtime's SPDY connection as is;
+//! - port-forward over channels (`v4.channel.k8s.io`, as the Python client and
+//!   upstream's kubelet speak it): the `ports` of the query get channels `2i` (data)
+//!   and `2i + 1` (errors), each opened with the port as two little-endian bytes; each
+//!   pair becomes a data and an error SPDY stream at the runtime.
 //!
 //! Upstream's apiserver does the same translation (its StreamTranslator and
 //! TunnelingHandler) in front of kubelets that speak SPDY.
@@ -67,20 +72,28 @@ pub struct Streams {
 }
 
 /// What a WebSocket connection carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Session {
     /// exec or attach; `close_signal` with v5.
     RemoteCommand {
         streams: Streams,
         close_signal: bool,
     },
+    /// SPDY tunnelled in WebSocket messages.
     PortForward,
+    /// A data and an error channel per port.
+    PortForwardChannels { ports: Vec<u16> },
 }
 
 impl Session {
     /// The session a WebSocket upgrade asks for, if it offers a protocol served here:
-    /// for a remote command, v5 before v4.
-    pub fn negotiate(headers: &HeaderMap, remote_command: Option<Streams>) -> Option<Session> {
+    /// for a remote command, v5 before v4; for a port-forward (`remote_command` is
+    /// `None`) of `ports`, the SPDY tunnel before channels.
+    pub fn negotiate(
+        headers: &HeaderMap,
+        remote_command: Option<Streams>,
+        ports: &[u16],
+    ) -> Option<Session> {
         if !is_websocket(headers) {
             return None;
         }
@@ -101,24 +114,31 @@ impl Session {
                 close_signal: false,
             }),
             None if offered.contains(&PORT_FORWARD_TUNNEL) => Some(Session::PortForward),
+            None if offered.contains(&REMOTE_COMMAND_V4) && !ports.is_empty() => {
+                Some(Session::PortForwardChannels {
+                    ports: ports.to_vec(),
+                })
+            }
             _ => None,
         }
     }
 
-    fn websocket_protocol(self) -> &'static str {
+    fn websocket_protocol(&self) -> &'static str {
         match self {
             Session::RemoteCommand {
                 close_signal: true, ..
             } => REMOTE_COMMAND_V5,
-            Session::RemoteCommand { .. } => REMOTE_COMMAND_V4,
+            Session::RemoteCommand { .. } | Session::PortForwardChannels { .. } => {
+                REMOTE_COMMAND_V4
+            }
             Session::PortForward => PORT_FORWARD_TUNNEL,
         }
     }
 
-    fn spdy_protocol(self) -> &'static str {
+    fn spdy_protocol(&self) -> &'static str {
         match self {
             Session::RemoteCommand { .. } => SPDY_REMOTE_COMMAND,
-            Session::PortForward => SPDY_PORT_FORWARD,
+            Session::PortForward | Session::PortForwardChannels { .. } => SPDY_PORT_FORWARD,
         }
     }
 }
@@ -170,6 +190,7 @@ where
         return Err(Error::Refused(answer.status()));
     }
     let runtime = hyper::upgrade::on(&mut answer);
+    let protocol = session.websocket_protocol();
     tokio::spawn(async move {
         let (client, runtime) = match tokio::try_join!(client, runtime) {
             Ok(both) => both,
@@ -186,6 +207,7 @@ where
                 close_signal,
             } => remote_command(ws, runtime, streams, close_signal).await,
             Session::PortForward => tunnel(ws, runtime).await,
+            Session::PortForwardChannels { ports } => port_channels(ws, runtime, &ports).await,
         };
         if let Err(err) = ended {
             tracing::debug!(%err, "stream session ended with an error");
@@ -203,7 +225,7 @@ where
     );
     headers.insert(
         header::SEC_WEBSOCKET_PROTOCOL,
-        HeaderValue::from_static(session.websocket_protocol()),
+        HeaderValue::from_static(protocol),
     );
     Ok(resp)
 }
@@ -266,7 +288,7 @@ where
     let mut status = Vec::new();
     loop {
         tokio::select! {
-            message = ws.next() => match message {
+            message = ws.next() => match message.map(|m| m.map(text_as_binary)) {
                 Some(Ok(Message::Binary(data))) if !data.is_empty() => {
                     let (channel, payload) = (data[0], &data[1..]);
                     if channel == CLOSE && close_signal {
@@ -325,6 +347,98 @@ fn channel_message(channel: u8, data: &[u8]) -> Message {
     Message::Binary(message.into())
 }
 
+/// A text message as the binary one with its bytes: the Python client writes stdin as
+/// text (channel byte first), and upstream reads both alike.
+fn text_as_binary(message: Message) -> Message {
+    match message {
+        Message::Text(text) => Message::Binary(Bytes::from(text.as_str().as_bytes().to_vec())),
+        other => other,
+    }
+}
+
+/// Port-forward over channels: per port, a data and an error SPDY stream at the runtime
+/// (headers `streamtype`, `port`, `requestid`, as upstream's kubelet asks for them).
+async fn port_channels<C, R>(
+    mut ws: WebSocketStream<C>,
+    runtime: R,
+    ports: &[u16],
+) -> Result<(), BoxError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    R: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (read, write) = tokio::io::split(runtime);
+    let mut spdy = spdy::Writer::new(write);
+    // Channel → SPDY stream (client streams have odd ids), and back.
+    let mut stream_of = HashMap::new();
+    let mut channel_of = HashMap::new();
+    let mut id = 1;
+    for (i, port) in ports.iter().enumerate() {
+        let (port, request) = (port.to_string(), i.to_string());
+        for (offset, kind) in [(1, "error"), (0, "data")] {
+            let channel = u8::try_from(2 * i + offset)?;
+            let headers = [
+                ("streamtype", kind),
+                ("port", &port),
+                ("requestid", &request),
+            ];
+            spdy.syn_stream(id, &headers).await?;
+            stream_of.insert(channel, id);
+            channel_of.insert(id, channel);
+            id += 2;
+        }
+    }
+    // Each channel opens with its port.
+    for (i, port) in ports.iter().enumerate() {
+        for offset in [0, 1] {
+            let channel = u8::try_from(2 * i + offset)?;
+            ws.send(channel_message(channel, &port.to_le_bytes()))
+                .await?;
+        }
+    }
+    let mut frames = spawn_reader(read, |r| Box::pin(spdy::read_frame(r)));
+    let mut open_ports = ports.len();
+    loop {
+        tokio::select! {
+            message = ws.next() => match message.map(|m| m.map(text_as_binary)) {
+                Some(Ok(Message::Binary(data))) if !data.is_empty() => {
+                    // Only data channels (even) carry the client's bytes.
+                    if data[0] % 2 == 0
+                        && let Some(stream) = stream_of.get(&data[0])
+                    {
+                        spdy.data(*stream, &data[1..], false).await?;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None => break,
+                Some(Ok(_)) => {}
+                Some(Err(err)) => return Err(err.into()),
+            },
+            frame = frames.recv() => match frame {
+                Some(Frame::Data { stream, fin, data }) => {
+                    let Some(&channel) = channel_of.get(&stream) else { continue };
+                    if !data.is_empty() {
+                        ws.send(channel_message(channel, &data)).await?;
+                    }
+                    // Every port's connection closed by the pod: the session ends, as
+                    // upstream's kubelet ends it (the client sees its sockets close).
+                    if fin && channel % 2 == 0 {
+                        open_ports -= 1;
+                        if open_ports == 0 {
+                            break;
+                        }
+                    }
+                }
+                Some(Frame::Ping { id }) => spdy.ping(id).await?,
+                Some(Frame::GoAway) | None => break,
+                Some(_) => {}
+            },
+        }
+    }
+    let _ = ws.close(Some(normal_closure())).await;
+    let _ = spdy.shutdown().await;
+    Ok(())
+}
+
 /// Port-forward over WebSocket: SPDY frames tunnelled in binary messages.
 async fn tunnel<C, R>(mut ws: WebSocketStream<C>, runtime: R) -> Result<(), BoxError>
 where
@@ -375,7 +489,7 @@ mod tests {
     }
 
     #[test]
-    fn negotiates_v5_before_v4_and_the_port_forward_tunnel() {
+    fn negotiates_v5_before_v4_and_the_port_forward_tunnel_before_channels() {
         let streams = Streams {
             stdout: true,
             ..Streams::default()
@@ -383,6 +497,7 @@ mod tests {
         let v5 = Session::negotiate(
             &upgrade("v4.channel.k8s.io, v5.channel.k8s.io"),
             Some(streams),
+            &[],
         );
         assert_eq!(
             v5,
@@ -391,18 +506,35 @@ mod tests {
                 close_signal: true
             })
         );
-        let v4 = Session::negotiate(&upgrade("v4.channel.k8s.io"), Some(streams));
+        let v4 = Session::negotiate(&upgrade("v4.channel.k8s.io"), Some(streams), &[]);
         assert_eq!(v4.unwrap().websocket_protocol(), REMOTE_COMMAND_V4);
         assert_eq!(
-            Session::negotiate(&upgrade("channel.k8s.io"), Some(streams)),
+            Session::negotiate(&upgrade("channel.k8s.io"), Some(streams), &[]),
             None
         );
         assert_eq!(
-            Session::negotiate(&upgrade(PORT_FORWARD_TUNNEL), None),
+            Session::negotiate(&upgrade(PORT_FORWARD_TUNNEL), None, &[80]),
             Some(Session::PortForward)
+        );
+        // The Python client's port-forward: channels per port.
+        let channels = Session::negotiate(
+            &upgrade("v5.channel.k8s.io,v4.channel.k8s.io"),
+            None,
+            &[80, 8080],
+        );
+        assert_eq!(
+            channels,
+            Some(Session::PortForwardChannels {
+                ports: vec![80, 8080]
+            })
+        );
+        assert_eq!(channels.unwrap().websocket_protocol(), REMOTE_COMMAND_V4);
+        assert_eq!(
+            Session::negotiate(&upgrade("v4.channel.k8s.io"), None, &[]),
+            None
         );
         let mut spdy = upgrade("v5.channel.k8s.io");
         spdy.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-        assert_eq!(Session::negotiate(&spdy, Some(streams)), None);
+        assert_eq!(Session::negotiate(&spdy, Some(streams), &[]), None);
     }
 }

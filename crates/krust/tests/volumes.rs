@@ -370,6 +370,34 @@ fn statefulset_claims_and_local_volumes_bound_with_the_scheduled_node() {
             &volume(&format!("disk-{node}"), "5Gi", "local", affinity),
         );
     }
+    // A claim made while no class is the default gets the default once there is one
+    // (upstream's retroactive default StorageClass).
+    s.ok_stdin(&["apply", "-f", "-"], &claim("early-bird", "1Gi", None));
+    assert!(s.get_json(&["pvc", "early-bird"])["spec"]["storageClassName"].is_null());
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "late-default",
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "example.com/none"})
+        .to_string(),
+    );
+    wait_for("the default class set on the claim", DEADLINE, || {
+        (s.get_json(&["pvc", "early-bird"])["spec"]["storageClassName"] == "late-default")
+            .then_some(())
+    });
+    // A class, once set, is not changed.
+    let err = s.fails(&[
+        "patch",
+        "pvc",
+        "early-bird",
+        "-p",
+        r#"{"spec":{"storageClassName":"other"}}"#,
+    ]);
+    assert!(err.contains("spec is immutable after creation"), "{err}");
+    s.ok(&["delete", "pvc", "early-bird"]);
+    s.ok(&["delete", "storageclass", "late-default"]);
+
     // A pod whose claim does not exist is unschedulable, and says so.
     s.ok_stdin(
         &["apply", "-f", "-"],

@@ -68,6 +68,9 @@ struct Entry {
     place: Place,
     /// Bumped whenever the entry moves, so stale heap items are skipped.
     generation: u64,
+    /// Its last cycle preempted pods: it waits out its backoff (the cache may not yet
+    /// show its victims terminating, and it must not preempt again meanwhile).
+    preempted: bool,
 }
 
 /// An active-heap item: priority, then age.
@@ -145,7 +148,7 @@ impl Inner {
         };
         let until = e.since + backoff(e.attempts);
         if until > now {
-            self.back_off(key, until, after_error);
+            self.back_off(key, until, after_error || e.preempted);
         } else {
             self.activate(key, now);
         }
@@ -210,6 +213,7 @@ impl SchedulingQueue {
                         since: now,
                         place: Place::Active,
                         generation: 0,
+                        preempted: false,
                     },
                 );
                 inner.activate(&key, now);
@@ -264,6 +268,7 @@ impl SchedulingQueue {
                     }
                     e.place = Place::InFlight;
                     e.attempts += 1;
+                    e.preempted = false;
                     return QueuedPod {
                         pod: e.pod.clone(),
                         key: top.key,
@@ -324,8 +329,9 @@ impl SchedulingQueue {
         }
     }
 
-    /// No node fitted the pod in its cycle.
-    pub fn unschedulable(&self, popped: &QueuedPod) {
+    /// No node fitted the pod in its cycle; `preempted`: the cycle evicted pods to make
+    /// room.
+    pub fn unschedulable(&self, popped: &QueuedPod, preempted: bool) {
         let now = Instant::now();
         let mut inner = self.inner.locked();
         let events = inner.events;
@@ -336,6 +342,7 @@ impl SchedulingQueue {
             return;
         }
         e.since = now;
+        e.preempted = preempted;
         if events > popped.cycle_events {
             // Something changed while it was being scheduled: try again soon.
             inner.requeue(&popped.key, now, false);
@@ -433,7 +440,7 @@ mod tests {
         let q = SchedulingQueue::new();
         q.add(pod("p", 0));
         let popped = q.pop().await;
-        q.unschedulable(&popped);
+        q.unschedulable(&popped, false);
         assert_eq!(q.counts(), (0, 0, 1));
         // Nothing happens without an event (for less than the backoff, here).
         let waited = tokio::time::timeout(Duration::from_millis(500), q.pop()).await;
@@ -463,11 +470,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_pod_that_preempted_waits_out_its_backoff() {
+        let q = SchedulingQueue::new();
+        q.add(pod("p", 0));
+        let popped = q.pop().await;
+        q.unschedulable(&popped, true);
+        // Its victims going is the event that moves it; it still waits.
+        q.move_all_to_active_or_backoff();
+        let start = tokio::time::Instant::now();
+        q.pop().await;
+        assert!(start.elapsed() >= INITIAL_BACKOFF);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_backing_off_pod_waits_while_others_are_active() {
         let q = SchedulingQueue::new();
         q.add(pod("first", 0));
         let popped = q.pop().await;
-        q.unschedulable(&popped);
+        q.unschedulable(&popped, false);
         q.move_all_to_active_or_backoff();
         q.add(pod("second", 0));
         assert_eq!(name(&q.pop().await), "second");
@@ -480,7 +500,7 @@ mod tests {
         q.add(pod("p", 0));
         let popped = q.pop().await;
         q.move_all_to_active_or_backoff();
-        q.unschedulable(&popped);
+        q.unschedulable(&popped, false);
         let (active, backoff, unschedulable) = q.counts();
         assert_eq!(unschedulable, 0);
         assert_eq!(active + backoff, 1);

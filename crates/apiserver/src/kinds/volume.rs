@@ -374,11 +374,13 @@ impl Strategy for PersistentVolumeClaim {
     }
     fn validate_update(&self, new: &Value, old: &Value, errs: &mut Vec<Cause>) {
         // What may change: the requested size (expansion) and the attributes class once
-        // bound, and the volume name while it is still empty (binding).
+        // bound, the volume name while it is still empty (binding), and an absent class
+        // to one (upstream's retroactive default class).
         let comparable = |pvc: &Value, other: &Value| -> Value {
             let mut spec = pvc["spec"].clone();
             if let Some(m) = spec.as_object_mut() {
                 m.remove("volumeAttributesClassName");
+                m.remove("storageClassName");
                 if let Some(r) = m.get_mut("resources").and_then(Value::as_object_mut) {
                     r.remove("requests");
                 }
@@ -394,7 +396,9 @@ impl Strategy for PersistentVolumeClaim {
         };
         let bound = old["status"]["phase"] == "Bound";
         let resized = new["spec"]["resources"]["requests"] != old["spec"]["resources"]["requests"];
-        if comparable(new, old) != comparable(old, new) || (resized && !bound) {
+        let class_changed = new["spec"]["storageClassName"] != old["spec"]["storageClassName"]
+            && !old["spec"]["storageClassName"].is_null();
+        if comparable(new, old) != comparable(old, new) || (resized && !bound) || class_changed {
             errs.push(Cause::forbidden(
                 "spec",
                 "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",

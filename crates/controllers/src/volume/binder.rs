@@ -82,10 +82,11 @@ impl PersistentVolumeController {
         });
         volumes.add_handler(Arc::new(VolumeEvents(controller.clone())));
         claims.add_handler(Arc::new(ClaimEvents(controller.clone())));
+        classes.add_handler(Arc::new(ClassEvents(controller.clone())));
         controller
     }
 
-    /// Queues every unbound claim (a volume became free).
+    /// Queues every unbound claim (a volume became free, a class appeared).
     fn queue_pending_claims(&self) {
         for claim in self.claims.state() {
             if annotation(&claim.metadata, BIND_COMPLETED).is_none() {
@@ -119,6 +120,16 @@ impl EventHandler<PersistentVolume> for VolumeEvents {
             ));
         }
     }
+}
+
+/// A class added or changed (a new default, a provisioner) may serve pending claims.
+struct ClassEvents(Arc<PersistentVolumeController>);
+
+impl EventHandler<StorageClass> for ClassEvents {
+    fn on_apply(&self, _old: Option<&StorageClass>, _class: &Arc<StorageClass>) {
+        self.0.queue_pending_claims();
+    }
+    fn on_delete(&self, _class: &Arc<StorageClass>) {}
 }
 
 struct ClaimEvents(Arc<PersistentVolumeController>);
@@ -242,6 +253,36 @@ impl PersistentVolumeController {
         &self,
         claim: &PersistentVolumeClaim,
     ) -> Result<Option<Duration>, Error> {
+        // A claim made before any default class existed gets the default class now
+        // (upstream's retroactive default StorageClass); its update brings it back.
+        let classless = claim
+            .spec
+            .as_ref()
+            .is_none_or(|s| s.storage_class_name.is_none())
+            && annotation(&claim.metadata, krust_client::volume::BETA_CLASS).is_none();
+        if classless {
+            let classes = self.classes.state();
+            if let Some(class) = krust_client::volume::default_class(classes.iter().map(|c| &**c)) {
+                let mut updated = claim.clone();
+                updated
+                    .spec
+                    .get_or_insert_with(Default::default)
+                    .storage_class_name = class.metadata.name.clone();
+                return match self
+                    .claim_api(claim)
+                    .replace(&claim.name_any(), &PostParams::default(), &updated)
+                    .await
+                {
+                    Ok(_) => Ok(None),
+                    Err(e) if is_status(&e, 404) => Ok(None),
+                    Err(e) => Err(Error::api(
+                        "setting the default class of claim",
+                        claim_name(claim),
+                        e,
+                    )),
+                };
+            }
+        }
         let class_name = claim_class(claim);
         let class = (!class_name.is_empty())
             .then(|| self.classes.get(None, class_name))

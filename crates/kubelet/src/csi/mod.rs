@@ -30,20 +30,38 @@ pub struct Registered {
 
 /// The CSI drivers registered on this node; cheap to clone (shared).
 #[derive(Clone, Debug, Default)]
-pub struct Drivers(Arc<RwLock<HashMap<String, Registered>>>);
+pub struct Drivers {
+    registered: Arc<RwLock<HashMap<String, Registered>>>,
+    /// One lock per staged volume: its pods' workers stage, check and unstage it one
+    /// at a time (upstream's per-volume pending operations).
+    staging: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>>,
+}
 
 impl Drivers {
     fn insert(&self, name: &str, driver: Registered) {
-        self.0.write().unwrap().insert(name.to_string(), driver);
+        self.registered
+            .write()
+            .unwrap()
+            .insert(name.to_string(), driver);
     }
 
     fn remove(&self, name: &str) {
-        self.0.write().unwrap().remove(name);
+        self.registered.write().unwrap().remove(name);
+    }
+
+    /// The lock of the volume staged at `path`.
+    pub(crate) fn staging_lock(&self, path: &std::path::Path) -> Arc<tokio::sync::Mutex<()>> {
+        self.staging
+            .lock()
+            .unwrap()
+            .entry(path.to_path_buf())
+            .or_default()
+            .clone()
     }
 
     /// Each driver's node ID (the Node's `csi.volume.kubernetes.io/nodeid` annotation).
     fn node_ids(&self) -> HashMap<String, String> {
-        let drivers = self.0.read().unwrap();
+        let drivers = self.registered.read().unwrap();
         drivers
             .iter()
             .map(|(name, d)| (name.clone(), d.node_id.clone()))
@@ -52,7 +70,12 @@ impl Drivers {
 
     /// The clients of a registered driver; upstream's wording when it is not.
     pub async fn connect(&self, name: &str) -> Result<Driver, String> {
-        let endpoint = self.0.read().unwrap().get(name).map(|d| d.endpoint.clone());
+        let endpoint = self
+            .registered
+            .read()
+            .unwrap()
+            .get(name)
+            .map(|d| d.endpoint.clone());
         let Some(endpoint) = endpoint else {
             return Err(format!(
                 "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name {name} not found in the list of registered CSI drivers"

@@ -102,8 +102,12 @@ pub async fn publish(
             matches!(&c.r#type, Some(CapabilityType::Rpc(r)) if r.r#type == Type::StageUnstageVolume as i32)
         })
         };
+    // Held until the pod's publication is recorded, so that no other pod's teardown
+    // unstages the volume in between.
+    let mut _staged = None;
     let staging = if stages {
         let dir = staging_dir(plugins, volume.driver, &volume.handle);
+        _staged = Some(drivers.staging_lock(&dir).lock_owned().await);
         let global = dir.join("globalmount");
         std::fs::create_dir_all(&global).map_err(|e| Failure::MountDevice(e.to_string()))?;
         let data = json!({"driverName": volume.driver, "volumeHandle": volume.handle});
@@ -209,6 +213,13 @@ pub async fn unpublish_all(drivers: &Drivers, pods: &Path, pod_dir: &Path) {
         }
         let _ = std::fs::remove_dir_all(&dir);
         let Some(staging) = staging else { continue };
+        let lock = Path::new(&staging)
+            .parent()
+            .map(|dir| drivers.staging_lock(dir));
+        let _staging = match &lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
         let still_used = std::fs::read_dir(pods)
             .into_iter()
             .flatten()

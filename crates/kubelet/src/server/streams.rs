@@ -109,7 +109,28 @@ pub async fn remote_command(
             .map(|r| r.into_inner().url),
     };
     let url = answer.map_err(|e| runtime_error(&format!("{kind:?}"), e))?;
-    forward(&url, req, Some(streams)).await
+    forward(&url, req, Some(streams), &[]).await
+}
+
+/// The `ports` of a port-forward's query (repeated, or comma-separated as the Python
+/// client writes them).
+fn query_ports(query: Option<&str>) -> Result<Vec<u16>, ApiError> {
+    params::pairs(query)
+        .into_iter()
+        .filter(|(k, _)| k == "ports")
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .map(str::trim)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .map(|p| {
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| ApiError::bad_request(format!("invalid port {p:?}")))
+        })
+        .collect()
 }
 
 pub async fn port_forward(
@@ -143,6 +164,7 @@ pub async fn port_forward(
         .ok_or_else(|| ApiError::bad_request(format!("pod {ns}/{pod} has no running sandbox")))?;
     // Ports travel in the stream headers (SPDY) or the query (WebSocket); the runtime
     // needs none up front.
+    let ports = query_ports(req.uri().query())?;
     let url = runtime
         .runtime
         .clone()
@@ -154,15 +176,16 @@ pub async fn port_forward(
         .map_err(|e| runtime_error("PortForward", e))?
         .into_inner()
         .url;
-    forward(&url, req, None).await
+    forward(&url, req, None, &ports).await
 }
 
 /// Forwards the client's request to the runtime's streaming URL; `remote_command`
-/// names a remote command's streams (none for port-forward).
+/// names a remote command's streams (none for port-forward, which has `ports`).
 async fn forward(
     url: &str,
     req: Request<Incoming>,
     remote_command: Option<Streams>,
+    ports: &[u16],
 ) -> Result<Response<Body>, ApiError> {
     let uri: Uri = url
         .parse()
@@ -175,7 +198,7 @@ async fn forward(
     let tcp = tokio::net::TcpStream::connect(&authority)
         .await
         .map_err(|e| ApiError::internal(format!("connecting to {authority}: {e}")))?;
-    if let Some(session) = Session::negotiate(req.headers(), remote_command) {
+    if let Some(session) = Session::negotiate(req.headers(), remote_command, ports) {
         let resp = krust_httpstream::websocket::serve(req, session, tcp, &authority, &path)
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?;
@@ -190,6 +213,18 @@ async fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_forward_ports_come_repeated_or_comma_separated() {
+        assert_eq!(
+            query_ports(Some("ports=80&ports=8080")).unwrap(),
+            [80, 8080]
+        );
+        assert_eq!(query_ports(Some("ports=80,8080")).unwrap(), [80, 8080]);
+        assert!(query_ports(None).unwrap().is_empty());
+        assert!(query_ports(Some("ports=0")).is_err());
+        assert!(query_ports(Some("ports=http")).is_err());
+    }
 
     #[test]
     fn stream_options_as_upstream_names_them() {
