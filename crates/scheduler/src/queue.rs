@@ -14,9 +14,11 @@
 //! (upstream's "move request cycle").
 //!
 //! When active is empty, the pod whose backoff ends first is taken anyway — unless it
-//! backs off after an error, where the backoff limits retries (upstream 1.33's
-//! SchedulerPopFromBackoffQ, on by default): an idle scheduler does not sit out a
-//! second for a pod whose claim arrived just after it.
+//! backs off after an error or a preemption, where the backoff limits retries (upstream
+//! 1.33's SchedulerPopFromBackoffQ, on by default): an idle scheduler does not sit out
+//! a second for a pod whose claim arrived just after it. krust has no queueing hints
+//! (every node update is an event), so only a pod's first [`EARLY_ATTEMPTS`] attempts
+//! may leave backoff early.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -33,6 +35,8 @@ use crate::framework::pod_priority;
 
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Unschedulable attempts after which a pod no longer leaves backoff early.
+pub const EARLY_ATTEMPTS: u32 = 3;
 /// How long a pod may sit in unschedulable without any event before it is retried.
 pub const MAX_UNSCHEDULABLE: Duration = Duration::from_secs(300);
 
@@ -100,8 +104,9 @@ struct Inner {
     active: BinaryHeap<Ready>,
     /// Pods backing off after an unschedulable attempt (taken early when idle).
     backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
-    /// Pods backing off after an error (never taken early).
-    error_backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
+    /// Pods that wait out their backoff: after an error, after preempting, or after
+    /// [`EARLY_ATTEMPTS`] attempts.
+    strict_backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
     generation: u64,
     /// Cluster events seen so far.
     events: u64,
@@ -133,8 +138,10 @@ impl Inner {
         };
         e.place = Place::Backoff(until);
         e.generation = generation;
-        let heap = if after_error {
-            &mut self.error_backoff
+        // Without upstream's queueing hints every node update is an event, so a pod
+        // that keeps failing is taken early only a few times.
+        let heap = if after_error || e.attempts >= EARLY_ATTEMPTS {
+            &mut self.strict_backoff
         } else {
             &mut self.backoff
         };
@@ -288,7 +295,7 @@ impl SchedulingQueue {
                     continue;
                 }
                 inner
-                    .error_backoff
+                    .strict_backoff
                     .peek()
                     .map(|Reverse((until, _, _))| until.saturating_duration_since(now))
                     .unwrap_or(Duration::from_secs(1))
@@ -302,7 +309,7 @@ impl SchedulingQueue {
         for error in [false, true] {
             loop {
                 let heap = if error {
-                    &mut inner.error_backoff
+                    &mut inner.strict_backoff
                 } else {
                     &mut inner.backoff
                 };
@@ -464,6 +471,21 @@ mod tests {
         q.add(pod("p", 0));
         let popped = q.pop().await;
         q.retry(&popped);
+        let start = tokio::time::Instant::now();
+        q.pop().await;
+        assert!(start.elapsed() >= INITIAL_BACKOFF);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_that_keeps_failing_waits_out_its_backoff() {
+        let q = SchedulingQueue::new();
+        q.add(pod("p", 0));
+        for attempt in 1..=EARLY_ATTEMPTS {
+            let popped = q.pop().await;
+            assert_eq!(popped.attempts, attempt);
+            q.unschedulable(&popped, false);
+            q.move_all_to_active_or_backoff();
+        }
         let start = tokio::time::Instant::now();
         q.pop().await;
         assert!(start.elapsed() >= INITIAL_BACKOFF);
