@@ -29,12 +29,7 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 /// In-tree plugins the caller implements outside the framework.
 const CALLER_IMPLEMENTED: &[&str] = &["PrioritySort", "SchedulingGates", "DefaultBinder"];
 /// In-tree plugins krust does not implement.
-const NOT_IMPLEMENTED: &[&str] = &[
-    "DynamicResources",
-    "NodeVolumeLimits",
-    "VolumeRestrictions",
-    "VolumeZone",
-];
+const NOT_IMPLEMENTED: &[&str] = &["DynamicResources", "NodeVolumeLimits"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -475,7 +470,7 @@ profiles:
         );
 
         let unsupported = format!(
-            "{HEADER}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: VolumeZone\n"
+            "{HEADER}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: NodeVolumeLimits\n"
         );
         assert!(matches!(
             SchedulerConfiguration::from_yaml(&unsupported),

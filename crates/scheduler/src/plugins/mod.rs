@@ -15,6 +15,8 @@ pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod taint_toleration;
 pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use std::sync::Arc;
 
@@ -27,8 +29,9 @@ use crate::framework::{
 
 /// Upstream v1.33's default `multiPoint` set, in upstream order, with score
 /// weights. PrioritySort, SchedulingGates and DefaultBinder are the caller's;
-/// of the volume plugins, VolumeBinding's filters are implemented (not its scoring,
-/// nor VolumeRestrictions, VolumeZone and the per-driver volume limits).
+/// of the volume plugins, VolumeRestrictions (ReadWriteOncePod), VolumeBinding's
+/// filters and VolumeZone are implemented (not VolumeBinding's scoring, nor the
+/// per-driver volume limits).
 pub const DEFAULT_PLUGINS: &[(&str, Option<i32>)] = &[
     (node_unschedulable::NAME, None),
     (node_name::NAME, None),
@@ -36,7 +39,9 @@ pub const DEFAULT_PLUGINS: &[(&str, Option<i32>)] = &[
     (node_affinity::NAME, Some(2)),
     (node_ports::NAME, None),
     (node_resources::fit::NAME, Some(1)),
+    (volume_restrictions::NAME, None),
     (volume_binding::NAME, None),
+    (volume_zone::NAME, None),
     (pod_topology_spread::NAME, Some(2)),
     (inter_pod_affinity::NAME, Some(2)),
     (default_preemption::NAME, None),
@@ -119,6 +124,24 @@ pub(crate) fn new_plugin(
         volume_binding::NAME => {
             parse_args::<NoArgs>(args)?;
             let p = Arc::new(volume_binding::VolumeBinding);
+            PluginExtensions {
+                pre_filter: Some(p.clone()),
+                filter: Some(p),
+                ..Default::default()
+            }
+        }
+        volume_restrictions::NAME => {
+            parse_args::<NoArgs>(args)?;
+            let p = Arc::new(volume_restrictions::VolumeRestrictions);
+            PluginExtensions {
+                pre_filter: Some(p.clone()),
+                filter: Some(p),
+                ..Default::default()
+            }
+        }
+        volume_zone::NAME => {
+            parse_args::<NoArgs>(args)?;
+            let p = Arc::new(volume_zone::VolumeZone);
             PluginExtensions {
                 pre_filter: Some(p.clone()),
                 filter: Some(p),
