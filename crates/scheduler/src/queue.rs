@@ -12,13 +12,6 @@
 //! A pod whose cycle failed after a cluster event happened *during* that cycle goes to
 //! backoff instead of unschedulable: the event may already have made it schedulable
 //! (upstream's "move request cycle").
-//!
-//! When active is empty, the pod whose backoff ends first is taken anyway — unless it
-//! backs off after an error or a preemption, where the backoff limits retries (upstream
-//! 1.33's SchedulerPopFromBackoffQ, on by default): an idle scheduler does not sit out
-//! a second for a pod whose claim arrived just after it. krust has no queueing hints
-//! (every node update is an event), so only a pod's first [`EARLY_ATTEMPTS`] attempts
-//! may leave backoff early.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -35,8 +28,6 @@ use crate::framework::pod_priority;
 
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// Unschedulable attempts after which a pod no longer leaves backoff early.
-pub const EARLY_ATTEMPTS: u32 = 3;
 /// How long a pod may sit in unschedulable without any event before it is retried.
 pub const MAX_UNSCHEDULABLE: Duration = Duration::from_secs(300);
 
@@ -72,9 +63,6 @@ struct Entry {
     place: Place,
     /// Bumped whenever the entry moves, so stale heap items are skipped.
     generation: u64,
-    /// Its last cycle preempted pods: it waits out its backoff (the cache may not yet
-    /// show its victims terminating, and it must not preempt again meanwhile).
-    preempted: bool,
 }
 
 /// An active-heap item: priority, then age.
@@ -102,11 +90,7 @@ impl PartialOrd for Ready {
 struct Inner {
     entries: HashMap<String, Entry>,
     active: BinaryHeap<Ready>,
-    /// Pods backing off after an unschedulable attempt (taken early when idle).
     backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
-    /// Pods that wait out their backoff: after an error, after preempting, or after
-    /// [`EARLY_ATTEMPTS`] attempts.
-    strict_backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
     generation: u64,
     /// Cluster events seen so far.
     events: u64,
@@ -130,7 +114,7 @@ impl Inner {
         });
     }
 
-    fn back_off(&mut self, key: &str, until: Instant, after_error: bool) {
+    fn back_off(&mut self, key: &str, until: Instant) {
         self.generation += 1;
         let generation = self.generation;
         let Some(e) = self.entries.get_mut(key) else {
@@ -138,34 +122,21 @@ impl Inner {
         };
         e.place = Place::Backoff(until);
         e.generation = generation;
-        // Without upstream's queueing hints every node update is an event, so a pod
-        // that keeps failing is taken early only a few times.
-        let heap = if after_error || e.attempts >= EARLY_ATTEMPTS {
-            &mut self.strict_backoff
-        } else {
-            &mut self.backoff
-        };
-        heap.push(Reverse((until, generation, key.to_string())));
+        self.backoff
+            .push(Reverse((until, generation, key.to_string())));
     }
 
     /// Back to backoff if it is still backing off, else to active.
-    fn requeue(&mut self, key: &str, now: Instant, after_error: bool) {
+    fn requeue(&mut self, key: &str, now: Instant) {
         let Some(e) = self.entries.get(key) else {
             return;
         };
         let until = e.since + backoff(e.attempts);
         if until > now {
-            self.back_off(key, until, after_error || e.preempted);
+            self.back_off(key, until);
         } else {
             self.activate(key, now);
         }
-    }
-
-    /// Whether a backoff-heap item is still the entry's current place.
-    fn current(&self, key: &str, generation: u64) -> bool {
-        self.entries
-            .get(key)
-            .is_some_and(|e| e.generation == generation && matches!(e.place, Place::Backoff(_)))
     }
 }
 
@@ -206,7 +177,7 @@ impl SchedulingQueue {
                     e.pod.spec != pod.spec || e.pod.metadata.labels != pod.metadata.labels;
                 e.pod = pod;
                 if changed && matches!(e.place, Place::Unschedulable(_)) {
-                    inner.requeue(&key, now, false);
+                    inner.requeue(&key, now);
                     self.ready.notify_one();
                 }
             }
@@ -220,7 +191,6 @@ impl SchedulingQueue {
                         since: now,
                         place: Place::Active,
                         generation: 0,
-                        preempted: false,
                     },
                 );
                 inner.activate(&key, now);
@@ -275,7 +245,6 @@ impl SchedulingQueue {
                     }
                     e.place = Place::InFlight;
                     e.attempts += 1;
-                    e.preempted = false;
                     return QueuedPod {
                         pod: e.pod.clone(),
                         key: top.key,
@@ -284,18 +253,8 @@ impl SchedulingQueue {
                         cycle_events: events,
                     };
                 }
-                // Idle: the unschedulable pod whose backoff ends first goes now.
-                while let Some(Reverse((_, generation, key))) = inner.backoff.pop() {
-                    if inner.current(&key, generation) {
-                        inner.activate(&key, now);
-                        break;
-                    }
-                }
-                if !inner.active.is_empty() {
-                    continue;
-                }
                 inner
-                    .strict_backoff
+                    .backoff
                     .peek()
                     .map(|Reverse((until, _, _))| until.saturating_duration_since(now))
                     .unwrap_or(Duration::from_secs(1))
@@ -306,23 +265,16 @@ impl SchedulingQueue {
 
     /// Moves ended backoffs to active, and pods unschedulable for too long to backoff.
     fn flush(&self, inner: &mut Inner, now: Instant) {
-        for error in [false, true] {
-            loop {
-                let heap = if error {
-                    &mut inner.strict_backoff
-                } else {
-                    &mut inner.backoff
-                };
-                match heap.peek() {
-                    Some(Reverse((until, _, _))) if *until <= now => {}
-                    _ => break,
-                }
-                let Some(Reverse((_, generation, key))) = heap.pop() else {
-                    break;
-                };
-                if inner.current(&key, generation) {
-                    inner.activate(&key, now);
-                }
+        while let Some(Reverse((until, generation, key))) = inner.backoff.peek().cloned() {
+            if until > now {
+                break;
+            }
+            inner.backoff.pop();
+            let current = inner.entries.get(&key).is_some_and(|e| {
+                e.generation == generation && matches!(e.place, Place::Backoff(_))
+            });
+            if current {
+                inner.activate(&key, now);
             }
         }
         let stale: Vec<String> = inner
@@ -332,13 +284,12 @@ impl SchedulingQueue {
             .map(|(k, _)| k.clone())
             .collect();
         for key in stale {
-            inner.requeue(&key, now, false);
+            inner.requeue(&key, now);
         }
     }
 
-    /// No node fitted the pod in its cycle; `preempted`: the cycle evicted pods to make
-    /// room.
-    pub fn unschedulable(&self, popped: &QueuedPod, preempted: bool) {
+    /// No node fitted the pod in its cycle.
+    pub fn unschedulable(&self, popped: &QueuedPod) {
         let now = Instant::now();
         let mut inner = self.inner.locked();
         let events = inner.events;
@@ -349,10 +300,9 @@ impl SchedulingQueue {
             return;
         }
         e.since = now;
-        e.preempted = preempted;
         if events > popped.cycle_events {
             // Something changed while it was being scheduled: try again soon.
-            inner.requeue(&popped.key, now, false);
+            inner.requeue(&popped.key, now);
             self.ready.notify_one();
         } else {
             e.place = Place::Unschedulable(now);
@@ -367,7 +317,7 @@ impl SchedulingQueue {
             return;
         };
         e.since = now;
-        inner.requeue(&popped.key, now, true);
+        inner.requeue(&popped.key, now);
         self.ready.notify_one();
     }
 
@@ -391,7 +341,7 @@ impl SchedulingQueue {
             return;
         }
         for key in waiting {
-            inner.requeue(&key, now, false);
+            inner.requeue(&key, now);
         }
         self.ready.notify_one();
     }
@@ -443,77 +393,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_unschedulable_pod_waits_for_an_event_then_goes_if_nothing_else_waits() {
+    async fn an_unschedulable_pod_waits_for_an_event_and_then_its_backoff() {
         let q = SchedulingQueue::new();
         q.add(pod("p", 0));
         let popped = q.pop().await;
-        q.unschedulable(&popped, false);
+        q.unschedulable(&popped);
         assert_eq!(q.counts(), (0, 0, 1));
-        // Nothing happens without an event (for less than the backoff, here).
-        let waited = tokio::time::timeout(Duration::from_millis(500), q.pop()).await;
+        // Nothing happens without an event.
+        let waited = tokio::time::timeout(Duration::from_secs(30), q.pop()).await;
         assert!(
             waited.is_err(),
             "an unschedulable pod came back without an event"
         );
-        // An event moves it to backoff; with nothing else to do, the scheduler takes
-        // it before its 1 s backoff has passed.
+        // An event moves it; it comes back once its 1 s backoff has passed.
         q.move_all_to_active_or_backoff();
-        assert_eq!(q.counts(), (0, 1, 0));
-        let start = tokio::time::Instant::now();
         let again = q.pop().await;
         assert_eq!(again.attempts, 2);
-        assert!(start.elapsed() < INITIAL_BACKOFF);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_pod_that_failed_with_an_error_waits_out_its_backoff() {
-        let q = SchedulingQueue::new();
-        q.add(pod("p", 0));
-        let popped = q.pop().await;
-        q.retry(&popped);
-        let start = tokio::time::Instant::now();
-        q.pop().await;
-        assert!(start.elapsed() >= INITIAL_BACKOFF);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_pod_that_keeps_failing_waits_out_its_backoff() {
-        let q = SchedulingQueue::new();
-        q.add(pod("p", 0));
-        for attempt in 1..=EARLY_ATTEMPTS {
-            let popped = q.pop().await;
-            assert_eq!(popped.attempts, attempt);
-            q.unschedulable(&popped, false);
-            q.move_all_to_active_or_backoff();
-        }
-        let start = tokio::time::Instant::now();
-        q.pop().await;
-        assert!(start.elapsed() >= INITIAL_BACKOFF);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_pod_that_preempted_waits_out_its_backoff() {
-        let q = SchedulingQueue::new();
-        q.add(pod("p", 0));
-        let popped = q.pop().await;
-        q.unschedulable(&popped, true);
-        // Its victims going is the event that moves it; it still waits.
-        q.move_all_to_active_or_backoff();
-        let start = tokio::time::Instant::now();
-        q.pop().await;
-        assert!(start.elapsed() >= INITIAL_BACKOFF);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_backing_off_pod_waits_while_others_are_active() {
-        let q = SchedulingQueue::new();
-        q.add(pod("first", 0));
-        let popped = q.pop().await;
-        q.unschedulable(&popped, false);
-        q.move_all_to_active_or_backoff();
-        q.add(pod("second", 0));
-        assert_eq!(name(&q.pop().await), "second");
-        assert_eq!(name(&q.pop().await), "first");
     }
 
     #[tokio::test(start_paused = true)]
@@ -522,7 +417,7 @@ mod tests {
         q.add(pod("p", 0));
         let popped = q.pop().await;
         q.move_all_to_active_or_backoff();
-        q.unschedulable(&popped, false);
+        q.unschedulable(&popped);
         let (active, backoff, unschedulable) = q.counts();
         assert_eq!(unschedulable, 0);
         assert_eq!(active + backoff, 1);

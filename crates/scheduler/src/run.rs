@@ -539,7 +539,7 @@ impl Scheduler {
                 &p.nominated_node_name,
             );
         }
-        self.queue.unschedulable(queued, preemption.is_some());
+        self.queue.unschedulable(queued);
         let this = self.clone();
         let pod = queued.pod.clone();
         tokio::spawn(async move {
