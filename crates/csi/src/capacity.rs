@@ -21,7 +21,9 @@ use tokio::sync::Notify;
 
 use crate::Driver;
 use crate::local::TOPOLOGY_KEY;
-use crate::v1::{GetCapacityRequest, Topology, VolumeCapability, volume_capability};
+use crate::provisioner::class_parameters;
+use crate::v1::volume_capability::access_mode::Mode;
+use crate::v1::{GetCapacityRequest, Topology};
 
 /// Where the objects live.
 pub const NAMESPACE: &str = "kube-system";
@@ -120,18 +122,8 @@ impl Publisher {
             let answer = driver
                 .controller
                 .get_capacity(GetCapacityRequest {
-                    volume_capabilities: vec![VolumeCapability {
-                        access_type: Some(volume_capability::AccessType::Mount(
-                            volume_capability::MountVolume::default(),
-                        )),
-                        access_mode: None,
-                    }],
-                    parameters: class
-                        .parameters
-                        .clone()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .collect(),
+                    volume_capabilities: vec![crate::mount_capability("", Mode::SingleNodeWriter)],
+                    parameters: class_parameters(&class),
                     accessible_topology: Some(Topology {
                         segments: [(TOPOLOGY_KEY.to_string(), self.node.clone())].into(),
                     }),

@@ -49,6 +49,22 @@ pub enum Error {
     },
 }
 
+/// The capability of a volume mounted as a filesystem (`fs_type` empty: the driver's
+/// default), as the provisioner, the capacity publisher and the kubelet ask for it.
+pub fn mount_capability(
+    fs_type: &str,
+    mode: v1::volume_capability::access_mode::Mode,
+) -> v1::VolumeCapability {
+    use v1::volume_capability::{AccessMode, AccessType, MountVolume};
+    v1::VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: fs_type.to_string(),
+            ..Default::default()
+        })),
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+    }
+}
+
 /// Where the socket of driver `name` is under `plugins_dir` (upstream's layout:
 /// `<kubelet>/plugins/<driver>/csi.sock`).
 pub fn socket_path(plugins_dir: &Path, name: &str) -> PathBuf {

@@ -37,9 +37,9 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::capacity::{ClassChanges, Publisher};
+use crate::v1::volume_capability::access_mode::Mode;
 use crate::v1::{
     CapacityRange, CreateVolumeRequest, DeleteVolumeRequest, Topology, TopologyRequirement,
-    VolumeCapability, volume_capability,
 };
 use crate::{Driver, local};
 
@@ -233,20 +233,8 @@ impl Provisioner {
                 required_bytes: requested,
                 limit_bytes: 0,
             }),
-            volume_capabilities: vec![VolumeCapability {
-                access_type: Some(volume_capability::AccessType::Mount(
-                    volume_capability::MountVolume::default(),
-                )),
-                access_mode: Some(volume_capability::AccessMode {
-                    mode: volume_capability::access_mode::Mode::SingleNodeWriter as i32,
-                }),
-            }],
-            parameters: class
-                .parameters
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
+            volume_capabilities: vec![crate::mount_capability("", Mode::SingleNodeWriter)],
+            parameters: class_parameters(&class),
             accessibility_requirements: Some(TopologyRequirement {
                 requisite: vec![here.clone()],
                 preferred: vec![here],
@@ -444,6 +432,16 @@ impl Reconciler for Provisioner {
         }
         Ok(None)
     }
+}
+
+/// A class's parameters, as CSI calls take them.
+pub(crate) fn class_parameters(class: &StorageClass) -> std::collections::HashMap<String, String> {
+    class
+        .parameters
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
 }
 
 /// The CSIDriver object of the built-in driver, and its default StorageClass.

@@ -232,6 +232,33 @@ where
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The WebSocket channels of a session and the SPDY streams opened for them at the
+/// runtime, both ways.
+#[derive(Default)]
+struct Channels {
+    stream_of: HashMap<u8, u32>,
+    channel_of: HashMap<u32, u8>,
+    /// Client streams have odd ids.
+    last_id: Option<u32>,
+}
+
+impl Channels {
+    /// Opens the runtime stream for `channel`.
+    async fn open<W: AsyncWrite + Unpin>(
+        &mut self,
+        spdy: &mut spdy::Writer<W>,
+        channel: u8,
+        headers: &[(&str, &str)],
+    ) -> std::io::Result<()> {
+        let id = self.last_id.map_or(1, |id| id + 2);
+        spdy.syn_stream(id, headers).await?;
+        self.last_id = Some(id);
+        self.stream_of.insert(channel, id);
+        self.channel_of.insert(id, channel);
+        Ok(())
+    }
+}
+
 /// Reads the runtime's side into a channel, so the bridge can wait on both sides
 /// without losing a partly read frame.
 fn spawn_reader<R, T>(
@@ -272,18 +299,19 @@ where
         (STDERR, "stderr", streams.stderr && !streams.tty),
         (RESIZE, "resize", streams.tty),
     ];
-    // Client streams have odd ids.
-    let mut stream_of = HashMap::new();
-    let mut channel_of = HashMap::new();
-    let mut id = 1;
+    let mut channels = Channels::default();
     for (channel, kind, on) in wanted {
         if on {
-            spdy.syn_stream(id, &[("streamtype", kind)]).await?;
-            stream_of.insert(channel, id);
-            channel_of.insert(id, channel);
-            id += 2;
+            channels
+                .open(&mut spdy, channel, &[("streamtype", kind)])
+                .await?;
         }
     }
+    let Channels {
+        stream_of,
+        channel_of,
+        ..
+    } = channels;
     let mut frames = spawn_reader(read, |r| Box::pin(spdy::read_frame(r)));
     let mut status = Vec::new();
     loop {
@@ -369,10 +397,7 @@ where
 {
     let (read, write) = tokio::io::split(runtime);
     let mut spdy = spdy::Writer::new(write);
-    // Channel → SPDY stream (client streams have odd ids), and back.
-    let mut stream_of = HashMap::new();
-    let mut channel_of = HashMap::new();
-    let mut id = 1;
+    let mut channels = Channels::default();
     for (i, port) in ports.iter().enumerate() {
         let (port, request) = (port.to_string(), i.to_string());
         for (offset, kind) in [(1, "error"), (0, "data")] {
@@ -382,12 +407,14 @@ where
                 ("port", &port),
                 ("requestid", &request),
             ];
-            spdy.syn_stream(id, &headers).await?;
-            stream_of.insert(channel, id);
-            channel_of.insert(id, channel);
-            id += 2;
+            channels.open(&mut spdy, channel, &headers).await?;
         }
     }
+    let Channels {
+        stream_of,
+        channel_of,
+        ..
+    } = channels;
     // Each channel opens with its port.
     for (i, port) in ports.iter().enumerate() {
         for offset in [0, 1] {

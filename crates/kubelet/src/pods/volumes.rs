@@ -23,7 +23,7 @@ use kube::ResourceExt;
 use super::env::{ConfigError, Data, Kind, Sources, field, resource};
 use super::ownership;
 use crate::csi::publish;
-use krust_csi::v1::VolumeCapability;
+use krust_csi::v1::volume_capability::access_mode::Mode;
 
 /// Upstream's default file mode of configMap, secret, downwardAPI and projected files.
 const DEFAULT_MODE: u32 = 0o644;
@@ -523,10 +523,9 @@ async fn claimed_path(
 }
 
 /// The CSI access mode of a PersistentVolume's access modes.
-fn csi_access_mode(modes: &[String]) -> i32 {
-    use krust_csi::v1::volume_capability::access_mode::Mode;
+fn csi_access_mode(modes: &[String]) -> Mode {
     let has = |m: &str| modes.iter().any(|x| x == m);
-    let mode = if has("ReadWriteMany") {
+    if has("ReadWriteMany") {
         Mode::MultiNodeMultiWriter
     } else if has("ReadOnlyMany") && !has("ReadWriteOnce") {
         Mode::MultiNodeReaderOnly
@@ -534,19 +533,6 @@ fn csi_access_mode(modes: &[String]) -> i32 {
         Mode::SingleNodeSingleWriter
     } else {
         Mode::SingleNodeWriter
-    };
-    mode as i32
-}
-
-/// A mounted filesystem volume's CSI capability.
-fn mount_capability(fs_type: Option<&str>, access_mode: i32) -> VolumeCapability {
-    use krust_csi::v1::volume_capability::{AccessMode, AccessType, MountVolume};
-    VolumeCapability {
-        access_type: Some(AccessType::Mount(MountVolume {
-            fs_type: fs_type.unwrap_or_default().to_string(),
-            ..Default::default()
-        })),
-        access_mode: Some(AccessMode { mode: access_mode }),
     }
 }
 
@@ -556,14 +542,17 @@ async fn publish_persistent(
     pod_dir: &Path,
     pv: &str,
     csi: &k8s_openapi::api::core::v1::CSIPersistentVolumeSource,
-    (access_mode, read_only): (i32, bool),
+    (access_mode, read_only): (Mode, bool),
     publish_context: BTreeMap<String, String>,
 ) -> Result<PathBuf, MountFailure> {
     let volume = publish::Volume {
         driver: &csi.driver,
         handle: csi.volume_handle.clone(),
         name: pv,
-        capability: mount_capability(csi.fs_type.as_deref(), access_mode),
+        capability: krust_csi::mount_capability(
+            csi.fs_type.as_deref().unwrap_or_default(),
+            access_mode,
+        ),
         read_only,
         publish_context: publish_context.into_iter().collect(),
         context: csi
@@ -626,12 +615,14 @@ async fn publish_inline(
             context.insert(key.to_string(), value);
         }
     }
-    use krust_csi::v1::volume_capability::access_mode::Mode;
     let volume = publish::Volume {
         driver: &csi.driver,
         handle: publish::inline_handle(&pod.uid().unwrap_or_default(), &v.name),
         name: &v.name,
-        capability: mount_capability(csi.fs_type.as_deref(), Mode::SingleNodeWriter as i32),
+        capability: krust_csi::mount_capability(
+            csi.fs_type.as_deref().unwrap_or_default(),
+            Mode::SingleNodeWriter,
+        ),
         read_only: csi.read_only == Some(true),
         publish_context: HashMap::new(),
         context,
