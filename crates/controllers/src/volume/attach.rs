@@ -66,14 +66,14 @@ impl AttachDetachController {
         });
         pods.add_handler(Arc::new(PodEvents(controller.clone())));
         attachments.add_handler(Arc::new(AttachmentEvents(controller.queue.clone())));
-        // A claim bound, a volume or a driver changed: any node with claims may care.
-        claims.add_handler(Arc::new(AllNodes(controller.clone())));
-        volumes.add_handler(Arc::new(AllNodes(controller.clone())));
+        // A claim bound or its volume changed: the nodes of the pods using it care; a
+        // driver changed: every node with claims.
+        claims.add_handler(Arc::new(ClaimEvents(controller.clone())));
+        volumes.add_handler(Arc::new(VolumeEvents(controller.clone())));
         drivers.add_handler(Arc::new(AllNodes(controller.clone())));
         controller
     }
 
-    /// The attachments the node's pods need: attachment name → (volume, driver).
     /// The node's pods with claims, `(namespace, name)`.
     fn pods_on(&self, node: &str) -> Vec<(String, String)> {
         self.by_node
@@ -84,6 +84,29 @@ impl AttachDetachController {
             .unwrap_or_default()
     }
 
+    /// Queues the nodes whose pods use claim `namespace/name`.
+    fn queue_nodes_using(&self, namespace: &str, claim: &str) {
+        // A copy, so that the pod cache is not read under this lock.
+        let by_node = self.by_node.lock().unwrap().clone();
+        let nodes: Vec<String> = by_node
+            .iter()
+            .filter(|(_, pods)| {
+                pods.iter().any(|(ns, name)| {
+                    ns == namespace
+                        && self
+                            .pods
+                            .get(Some(ns), name)
+                            .is_some_and(|p| p.claim_names().any(|c| c == claim))
+                })
+            })
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in nodes {
+            self.queue.add(node);
+        }
+    }
+
+    /// The attachments the node's pods need: attachment name → (volume, driver).
     fn desired(&self, node: &str) -> BTreeMap<String, (String, String)> {
         let mut desired = BTreeMap::new();
         for (ns, name) in self.pods_on(node) {
@@ -199,6 +222,34 @@ impl EventHandler<VolumeAttachment> for AttachmentEvents {
     }
     fn on_delete(&self, va: &Arc<VolumeAttachment>) {
         self.0.add(va.spec.node_name.clone());
+    }
+}
+
+struct ClaimEvents(Arc<AttachDetachController>);
+
+impl EventHandler<PersistentVolumeClaim> for ClaimEvents {
+    fn on_apply(&self, _old: Option<&PersistentVolumeClaim>, claim: &Arc<PersistentVolumeClaim>) {
+        let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+        self.0.queue_nodes_using(ns, &claim.name_any());
+    }
+    fn on_delete(&self, claim: &Arc<PersistentVolumeClaim>) {
+        self.on_apply(None, claim);
+    }
+}
+
+struct VolumeEvents(Arc<AttachDetachController>);
+
+impl EventHandler<PersistentVolume> for VolumeEvents {
+    fn on_apply(&self, _old: Option<&PersistentVolume>, pv: &Arc<PersistentVolume>) {
+        if let Some(r) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+            self.0.queue_nodes_using(
+                r.namespace.as_deref().unwrap_or_default(),
+                r.name.as_deref().unwrap_or_default(),
+            );
+        }
+    }
+    fn on_delete(&self, pv: &Arc<PersistentVolume>) {
+        self.on_apply(None, pv);
     }
 }
 
