@@ -206,6 +206,9 @@ resources! {
     "apps" "v1" "Deployment" "deployments" "deployment" ["deploy"] ["all"] true [Status, Scale] "deployments";
     "apps" "v1" "ReplicaSet" "replicasets" "replicaset" ["rs"] ["all"] true [Status, Scale] "replicasets";
     "apps" "v1" "StatefulSet" "statefulsets" "statefulset" ["sts"] ["all"] true [Status, Scale] "statefulsets";
+    "admissionregistration.k8s.io" "v1" "MutatingWebhookConfiguration" "mutatingwebhookconfigurations" "mutatingwebhookconfiguration" [] ["api-extensions"] false [] "mutatingwebhookconfigurations";
+    "admissionregistration.k8s.io" "v1" "ValidatingWebhookConfiguration" "validatingwebhookconfigurations" "validatingwebhookconfiguration" [] ["api-extensions"] false [] "validatingwebhookconfigurations";
+    "apiextensions.k8s.io" "v1" "CustomResourceDefinition" "customresourcedefinitions" "customresourcedefinition" ["crd", "crds"] ["api-extensions"] false [Status] "apiextensions.k8s.io/customresourcedefinitions";
     "authentication.k8s.io" "v1" "SelfSubjectReview" "selfsubjectreviews" "selfsubjectreview" [] [] false [] "";
     "authentication.k8s.io" "v1" "TokenReview" "tokenreviews" "tokenreview" [] [] false [] "";
     "authorization.k8s.io" "v1" "LocalSubjectAccessReview" "localsubjectaccessreviews" "localsubjectaccessreview" [] [] true [] "";
@@ -254,8 +257,15 @@ pub fn find_kind(group: &str, version: &str, kind: &str) -> Option<&'static Reso
 /// The API groups in discovery order (the legacy core group "" first), each with its
 /// versions.
 pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
-    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-    for r in RESOURCES {
+    groups_of(RESOURCES.iter())
+}
+
+/// The groups of some resources, each with its versions, in the order they first appear.
+pub fn groups_of<'a>(
+    resources: impl Iterator<Item = &'a ResourceInfo>,
+) -> Vec<(&'a str, Vec<&'a str>)> {
+    let mut out: Vec<(&'a str, Vec<&'a str>)> = Vec::new();
+    for r in resources {
         match out.iter_mut().find(|(g, _)| *g == r.group) {
             Some((_, versions)) if !versions.contains(&r.version) => versions.push(r.version),
             Some(_) => {}
@@ -263,6 +273,45 @@ pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
         }
     }
     out
+}
+
+/// Orders Kubernetes version names as upstream does: GA before beta before alpha, higher
+/// numbers first, names that are not Kubernetes versions last and alphabetically.
+pub fn version_priority(a: &str, b: &str) -> std::cmp::Ordering {
+    fn key(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+        let parsed = v.strip_prefix('v').and_then(|rest| {
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            let major: u64 = rest[..digits].parse().ok()?;
+            let tail = &rest[digits..];
+            let (stage, minor) = if tail.is_empty() {
+                (0, "0")
+            } else if let Some(m) = tail.strip_prefix("beta") {
+                (1, m)
+            } else if let Some(m) = tail.strip_prefix("alpha") {
+                (2, m)
+            } else {
+                return None;
+            };
+            let minor: u64 = if minor.is_empty() {
+                0
+            } else {
+                minor.parse().ok()?
+            };
+            Some((stage, major, minor))
+        });
+        match parsed {
+            Some((stage, major, minor)) => (
+                stage,
+                std::cmp::Reverse(major),
+                std::cmp::Reverse(minor),
+                String::new(),
+            ),
+            None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0), v.to_string()),
+        }
+    }
+    key(a).cmp(&key(b))
 }
 
 #[cfg(test)]
@@ -296,6 +345,20 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn versions_sort_as_upstream_prefers_them() {
+        let mut v = vec![
+            "v1alpha1", "foo", "v1beta2", "v2", "v1", "v1beta1", "v10", "bar",
+        ];
+        v.sort_by(|a, b| version_priority(a, b));
+        assert_eq!(
+            v,
+            [
+                "v10", "v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "bar", "foo"
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::webhook::Operation;
 use krust_api::status::{ApiError, Cause, Target};
 use serde_json::{Value, json};
 
@@ -267,6 +268,7 @@ impl Admission {
             default_toleration_seconds(obj);
             priority(call, obj)?;
         }
+        webhooks(call, Operation::Create, obj, None).await?;
         // Last, on the object as it will be stored.
         crate::resource_quota::admit(call, obj, None).await
     }
@@ -308,6 +310,7 @@ impl Admission {
             }
             self.allocate_service(call, new, Some(old)).await?;
         }
+        webhooks(call, Operation::Update, new, Some(old)).await?;
         crate::resource_quota::admit(call, new, Some(old)).await
     }
 
@@ -421,6 +424,22 @@ impl Admission {
             }
         }
     }
+}
+
+/// The admission webhooks, after the built-in mutating plugins: mutating ones first; an
+/// object they changed is defaulted and validated again (upstream validates after all
+/// mutating admission); then the validating ones judge it.
+async fn webhooks(
+    call: &Call<'_>,
+    operation: Operation,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    if crate::webhook::mutate(call, operation, obj, old).await? {
+        call.kind.strategy.default(obj);
+        crate::rest::validate(call, obj, old)?;
+    }
+    crate::webhook::validate(call, operation, Some(obj), old).await
 }
 
 /// NodePorts of ports the update leaves unset keep their old values (matched by port).

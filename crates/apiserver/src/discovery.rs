@@ -30,10 +30,36 @@ pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
     None
 }
 
-fn resources_in(group: &str, version: &str) -> impl Iterator<Item = &'static ResourceInfo> {
-    registry::RESOURCES
-        .iter()
-        .filter(move |r| r.group == group && r.version == version)
+/// The resources discovery describes: the built-in ones, then those of the custom
+/// resource definitions served now (each group's versions by upstream's priority).
+pub struct Catalog(Vec<&'static ResourceInfo>);
+
+impl Catalog {
+    pub fn new(custom: impl IntoIterator<Item = &'static ResourceInfo>) -> Self {
+        let mut custom: Vec<&'static ResourceInfo> = custom.into_iter().collect();
+        custom.sort_by(|a, b| {
+            a.group
+                .cmp(b.group)
+                .then_with(|| registry::version_priority(a.version, b.version))
+                .then_with(|| a.plural.cmp(b.plural))
+        });
+        Catalog(registry::RESOURCES.iter().chain(custom).collect())
+    }
+
+    fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
+        registry::groups_of(self.0.iter().copied())
+    }
+
+    fn resources_in<'a>(
+        &'a self,
+        group: &'a str,
+        version: &'a str,
+    ) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
+        self.0
+            .iter()
+            .copied()
+            .filter(move |r| r.group == group && r.version == version)
+    }
 }
 
 /// `/api`: the legacy group's versions.
@@ -45,14 +71,17 @@ pub fn api_versions(server_address: &str) -> Value {
     })
 }
 
-/// `/apis`: every named group with its versions.
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = registry::groups()
-        .into_iter()
-        .filter(|(g, _)| !g.is_empty())
-        .map(|(g, versions)| group_value(g, &versions))
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+impl Catalog {
+    /// `/apis`: every named group with its versions.
+    pub fn api_group_list(&self) -> Value {
+        let groups: Vec<Value> = self
+            .groups()
+            .into_iter()
+            .filter(|(g, _)| !g.is_empty())
+            .map(|(g, versions)| group_value(g, &versions))
+            .collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    }
 }
 
 fn group_value(group: &str, versions: &[&str]) -> Value {
@@ -63,61 +92,64 @@ fn group_value(group: &str, versions: &[&str]) -> Value {
     json!({"name": group, "versions": vs, "preferredVersion": vs[0]})
 }
 
-/// `/apis/<group>`: one group.
-pub fn api_group(group: &str) -> Option<Value> {
-    let (g, versions) = registry::groups()
-        .into_iter()
-        .find(|(g, _)| *g == group && !g.is_empty())?;
-    let mut v = group_value(g, &versions);
-    v["kind"] = json!("APIGroup");
-    v["apiVersion"] = json!("v1");
-    Some(v)
-}
+impl Catalog {
+    /// `/apis/<group>`: one group.
+    pub fn api_group(&self, group: &str) -> Option<Value> {
+        let (g, versions) = self
+            .groups()
+            .into_iter()
+            .find(|(g, _)| *g == group && !g.is_empty())?;
+        let mut v = group_value(g, &versions);
+        v["kind"] = json!("APIGroup");
+        v["apiVersion"] = json!("v1");
+        Some(v)
+    }
 
-/// `/api/v1` or `/apis/<group>/<version>`: the resources of one group version.
-pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
-    let mut resources = Vec::new();
-    for r in resources_in(group, version) {
-        let mut entry = json!({
-            "name": r.plural,
-            "singularName": r.singular,
-            "namespaced": r.namespaced,
-            "kind": r.kind,
-            "verbs": verbs_of(r),
-        });
-        if !r.short_names.is_empty() {
-            entry["shortNames"] = json!(r.short_names);
-        }
-        if !r.categories.is_empty() {
-            entry["categories"] = json!(r.categories);
-        }
-        resources.push(entry);
-        for sub in r.subresources {
-            let mut s = json!({
-                "name": format!("{}/{}", r.plural, sub.name()),
-                "singularName": "",
+    /// `/api/v1` or `/apis/<group>/<version>`: the resources of one group version.
+    pub fn api_resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        let mut resources = Vec::new();
+        for r in self.resources_in(group, version) {
+            let mut entry = json!({
+                "name": r.plural,
+                "singularName": r.singular,
                 "namespaced": r.namespaced,
-                "kind": sub.kind().map_or(r.kind, |(_, _, k)| k),
-                "verbs": sub.verbs(),
+                "kind": r.kind,
+                "verbs": verbs_of(r),
             });
-            if let Some((g, v, _)) = sub.kind() {
-                s["group"] = json!(g);
-                s["version"] = json!(v);
+            if !r.short_names.is_empty() {
+                entry["shortNames"] = json!(r.short_names);
             }
-            resources.push(s);
+            if !r.categories.is_empty() {
+                entry["categories"] = json!(r.categories);
+            }
+            resources.push(entry);
+            for sub in r.subresources {
+                let mut s = json!({
+                    "name": format!("{}/{}", r.plural, sub.name()),
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": sub.kind().map_or(r.kind, |(_, _, k)| k),
+                    "verbs": sub.verbs(),
+                });
+                if let Some((g, v, _)) = sub.kind() {
+                    s["group"] = json!(g);
+                    s["version"] = json!(v);
+                }
+                resources.push(s);
+            }
         }
+        if resources.is_empty() {
+            return None;
+        }
+        let gv = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        Some(
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+        )
     }
-    if resources.is_empty() {
-        return None;
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    Some(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
 }
 
 fn verbs_of(r: &ResourceInfo) -> Vec<&'static str> {
@@ -130,16 +162,17 @@ fn verbs_of(r: &ResourceInfo) -> Vec<&'static str> {
     }
 }
 
-/// The aggregated discovery document for `/api` (legacy) or `/apis` (named groups).
-pub fn aggregated(legacy: bool, api_version: &str) -> Value {
-    let items: Vec<Value> = registry::groups()
+impl Catalog {
+    /// The aggregated discovery document for `/api` (legacy) or `/apis` (named groups).
+    pub fn aggregated(&self, legacy: bool, api_version: &str) -> Value {
+        let items: Vec<Value> = self.groups()
         .into_iter()
         .filter(|(g, _)| g.is_empty() == legacy)
         .map(|(g, versions)| {
             let vs: Vec<Value> = versions
                 .iter()
                 .map(|v| {
-                    let resources: Vec<Value> = resources_in(g, v)
+                    let resources: Vec<Value> = self.resources_in(g, v)
                         .map(|r| {
                             let mut e = json!({
                                 "resource": r.plural,
@@ -174,7 +207,8 @@ pub fn aggregated(legacy: bool, api_version: &str) -> Value {
             json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": vs})
         })
         .collect();
-    json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+        json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
+    }
 }
 
 #[cfg(test)]
@@ -183,7 +217,8 @@ mod tests {
 
     #[test]
     fn discovery_lists_pods_and_deployments() {
-        let core = api_resource_list("", "v1").unwrap();
+        let catalog = Catalog::new([]);
+        let core = catalog.api_resource_list("", "v1").unwrap();
         let names: Vec<&str> = core["resources"]
             .as_array()
             .unwrap()
@@ -197,7 +232,7 @@ mod tests {
                 && names.contains(&"pods/exec")
                 && names.contains(&"serviceaccounts/token")
         );
-        let apps = api_resource_list("apps", "v1").unwrap();
+        let apps = catalog.api_resource_list("apps", "v1").unwrap();
         let scale = apps["resources"]
             .as_array()
             .unwrap()
@@ -205,8 +240,8 @@ mod tests {
             .find(|r| r["name"] == "deployments/scale")
             .unwrap();
         assert_eq!(scale["group"], "autoscaling");
-        assert!(api_resource_list("nope", "v1").is_none());
-        let agg = aggregated(false, "apidiscovery.k8s.io/v2");
+        assert!(catalog.api_resource_list("nope", "v1").is_none());
+        let agg = catalog.aggregated(false, "apidiscovery.k8s.io/v2");
         assert!(
             agg["items"]
                 .as_array()

@@ -8,7 +8,6 @@ use serde_json::Value;
 
 use crate::Api;
 use crate::auth::User;
-use crate::kinds;
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::Output;
 use crate::rest::{self, Call};
@@ -47,7 +46,9 @@ impl<'a> Internal<'a> {
         name: Option<&str>,
         body: &Value,
     ) -> Result<Call<'a>, ApiError> {
-        let kind = kinds::find(r.group, r.version, r.plural)
+        let kind = self
+            .api
+            .kind(r.group, r.version, r.plural)
             .ok_or_else(|| ApiError::internal(format!("unknown resource {}", r.plural)))?;
         Ok(Call {
             api: self.api,
@@ -112,6 +113,21 @@ impl<'a> Internal<'a> {
         let name = body["metadata"]["name"].as_str().unwrap_or_default();
         self.send(self.call(r, Verb::Update, Some(name), body)?)
             .await
+    }
+
+    /// Replaces the object's status (its `status` subresource).
+    pub async fn update_status(&self, r: Resource<'_>, body: &Value) -> Result<Value, ApiError> {
+        let name = body["metadata"]["name"].as_str().unwrap_or_default();
+        let mut call = self.call(r, Verb::Update, Some(name), body)?;
+        call.info.subresource = Some("status".into());
+        self.send(call).await
+    }
+
+    /// Deletes every object of the resource (in every namespace when `r` names none).
+    pub async fn delete_all(&self, r: Resource<'_>) -> Result<(), ApiError> {
+        self.send(self.call(r, Verb::DeleteCollection, None, &Value::Null)?)
+            .await
+            .map(|_| ())
     }
 
     pub async fn delete(&self, r: Resource<'_>, name: &str) -> Result<(), ApiError> {

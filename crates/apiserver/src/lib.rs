@@ -13,6 +13,7 @@ pub mod authz;
 mod bootstrap;
 mod compactor;
 pub mod connect;
+pub mod custom;
 pub mod discovery;
 pub mod encryption;
 pub mod endpoints;
@@ -34,6 +35,7 @@ pub mod rest;
 mod server;
 pub mod tokens;
 pub mod watch_cache;
+pub mod webhook;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -105,6 +107,8 @@ pub struct Api {
     /// Nodes' and containers' CPU and memory, scraped from kubelets for the
     /// metrics.k8s.io API.
     pub resource_metrics: resource_metrics::Samples,
+    /// The HTTPS client of admission webhooks.
+    pub webhooks: webhook::Client,
 }
 
 /// A started apiserver.
@@ -115,6 +119,13 @@ pub struct Running {
 }
 
 impl Api {
+    /// The kind serving `plural` in `group`/`version`: built in, or added by a
+    /// CustomResourceDefinition.
+    pub fn kind(&self, group: &str, version: &str, plural: &str) -> Option<&'static kinds::Kind> {
+        kinds::find(group, version, plural)
+            .or_else(|| self.cache.custom.find(group, version, plural))
+    }
+
     /// Everything a request handler needs, on `store`: the PKI in `config.tls_dir`
     /// (created on first use), the watch cache loaded, and the objects every cluster has
     /// (default namespaces, the `kubernetes` Service reachable on `port`). Serves
@@ -197,6 +208,7 @@ impl Api {
             tokens,
             audit,
             resource_metrics: Default::default(),
+            webhooks: webhook::Client::new(&pki.ca_cert),
         });
         bootstrap::run(&api, services.first_ip(), port).await?;
         authz::policy::reconcile(&api)
@@ -230,6 +242,7 @@ pub async fn start(
         .await
         .map_err(|e| anyhow::anyhow!("publishing the kubernetes endpoints: {e}"))?;
     tokio::spawn(reconciler.clone().run());
+    tokio::spawn(custom::controller::run(api.clone()));
     let shutdown = async move {
         shutdown.await;
         reconciler.leave().await;

@@ -20,24 +20,47 @@ struct Documents {
     by_path: BTreeMap<String, (Bytes, String)>,
 }
 
+/// One document with the hash clients cache it by.
+fn hashed(doc: &Value) -> (Bytes, String) {
+    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    (Bytes::from(bytes), format!("{:016X}", h.finish()))
+}
+
+/// The built-in group versions' documents, made once.
 fn documents() -> &'static Documents {
     static DOCS: OnceLock<Documents> = OnceLock::new();
     DOCS.get_or_init(|| {
         let mut by_path = BTreeMap::new();
         for (group, versions) in registry::groups() {
             for version in versions {
-                let doc = group_version_document(group, version);
-                let bytes = serde_json::to_vec(&doc).unwrap_or_default();
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                bytes.hash(&mut h);
-                by_path.insert(
-                    gv_path(group, version),
-                    (Bytes::from(bytes), format!("{:016X}", h.finish())),
-                );
+                let kinds: Vec<&'static kinds::Kind> = kinds::all()
+                    .iter()
+                    .filter(|k| k.info.group == group && k.info.version == version)
+                    .collect();
+                let doc = group_version_document(&kinds);
+                by_path.insert(gv_path(group, version), hashed(&doc));
             }
         }
         Documents { by_path }
     })
+}
+
+/// The documents of the custom kinds served now, made per request: definitions change.
+fn custom_documents(custom: &[&'static kinds::Kind]) -> Documents {
+    let mut by_gv: BTreeMap<String, Vec<&'static kinds::Kind>> = BTreeMap::new();
+    for k in custom {
+        by_gv
+            .entry(gv_path(k.info.group, k.info.version))
+            .or_default()
+            .push(k);
+    }
+    let by_path = by_gv
+        .into_iter()
+        .map(|(path, kinds)| (path, hashed(&group_version_document(&kinds))))
+        .collect();
+    Documents { by_path }
 }
 
 fn gv_path(group: &str, version: &str) -> String {
@@ -49,10 +72,12 @@ fn gv_path(group: &str, version: &str) -> String {
 }
 
 /// `/openapi/v3`: where each group version's document is.
-pub fn root() -> Value {
+pub fn root(custom: &[&'static kinds::Kind]) -> Value {
+    let custom = custom_documents(custom);
     let paths: Map<String, Value> = documents()
         .by_path
         .iter()
+        .chain(custom.by_path.iter())
         .map(|(path, (_, hash))| {
             (
                 path.clone(),
@@ -64,36 +89,58 @@ pub fn root() -> Value {
 }
 
 /// `/openapi/v3/<path>`: one group version's document.
-pub fn document(path: &str) -> Option<Bytes> {
-    documents().by_path.get(path).map(|(b, _)| b.clone())
+pub fn document(path: &str, custom: &[&'static kinds::Kind]) -> Option<Bytes> {
+    if let Some((b, _)) = documents().by_path.get(path) {
+        return Some(b.clone());
+    }
+    custom_documents(custom)
+        .by_path
+        .remove(path)
+        .map(|(b, _)| b)
 }
 
-fn group_version_document(group: &str, version: &str) -> Value {
+/// The document of one group version's kinds.
+fn group_version_document(resources: &[&'static kinds::Kind]) -> Value {
     let mut generator = SchemaSettings::openapi3()
         .with(|s| s.meta_schema = None)
         .into_generator();
-    let resources: Vec<&'static kinds::Kind> = kinds::all()
-        .iter()
-        .filter(|k| k.info.group == group && k.info.version == version)
-        .collect();
-    for k in &resources {
-        (k.schema)(&mut generator);
+    let mut custom = Vec::new();
+    for k in resources {
+        match &k.schema {
+            kinds::Schema::Typed { add, .. } => {
+                add(&mut generator);
+            }
+            kinds::Schema::Custom { schema, name } => {
+                generator
+                    .subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
+                custom.push((name.clone(), schema.clone()));
+            }
+        }
     }
     let mut schemas = generator.take_definitions(true);
-    for k in &resources {
-        if let Some(Value::Object(schema)) = schemas.get_mut(&(k.schema_name)()) {
+    for k in resources {
+        if let kinds::Schema::Typed { name, .. } = &k.schema
+            && let Some(Value::Object(schema)) = schemas.get_mut(&name())
+        {
             schema.insert(
                 "x-kubernetes-group-version-kind".into(),
-                json!([{"group": group, "kind": k.info.kind, "version": version}]),
+                json!([{"group": k.info.group, "kind": k.info.kind, "version": k.info.version}]),
             );
         }
     }
     for (name, schema) in schemas.iter_mut() {
         add_patch_extensions(name, schema);
     }
+    schemas.extend(custom);
     let mut paths = Map::new();
-    for k in &resources {
-        add_paths(&mut paths, k.info, &(k.schema_name)());
+    for k in resources {
+        let (name, strategic) = match &k.schema {
+            kinds::Schema::Typed { name, .. } => (name(), true),
+            // Custom resources take no strategic merge patches (kubectl then sends merge
+            // patches, as it does to upstream).
+            kinds::Schema::Custom { name, .. } => (name.clone(), false),
+        };
+        add_paths(&mut paths, k.info, &name, strategic);
     }
     json!({
         "openapi": "3.0.0",
@@ -149,7 +196,7 @@ fn write_params(patch: bool) -> Vec<Value> {
     p
 }
 
-fn add_paths(paths: &mut Map<String, Value>, r: &ResourceInfo, schema_name: &str) {
+fn add_paths(paths: &mut Map<String, Value>, r: &ResourceInfo, schema_name: &str, strategic: bool) {
     let prefix = format!("/{}", gv_path(r.group, r.version));
     let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let reference = json!({"$ref": format!("#/components/schemas/{schema_name}")});
@@ -180,12 +227,16 @@ fn add_paths(paths: &mut Map<String, Value>, r: &ResourceInfo, schema_name: &str
     let mut put = op("put", r.kind, write_params(false));
     put["requestBody"] = body.clone();
     let mut patch = op("patch", r.kind, write_params(true));
-    patch["requestBody"] = json!({"content": {
+    let mut patch_types = json!({
         "application/json-patch+json": {"schema": {"type": "object"}},
         "application/merge-patch+json": {"schema": {"type": "object"}},
-        "application/strategic-merge-patch+json": {"schema": {"type": "object"}},
         "application/apply-patch+yaml": {"schema": {"type": "object"}},
-    }});
+    });
+    if strategic {
+        patch_types["application/strategic-merge-patch+json"] =
+            json!({"schema": {"type": "object"}});
+    }
+    patch["requestBody"] = json!({"content": patch_types});
     paths.insert(item.clone(), json!({"get": op("get", r.kind, vec![]), "put": put, "patch": patch, "delete": op("delete", r.kind, vec![])}));
     if r.has_subresource(registry::Subresource::Status) {
         let mut put = op("put", &format!("{}Status", r.kind), write_params(false));
@@ -200,12 +251,12 @@ mod tests {
 
     #[test]
     fn documents_carry_gvk_patch_metadata_and_field_validation() {
-        let root = root();
+        let root = root(&[]);
         let url = root["paths"]["apis/apps/v1"]["serverRelativeURL"]
             .as_str()
             .unwrap();
         assert!(url.starts_with("/openapi/v3/apis/apps/v1?hash="));
-        let doc: Value = serde_json::from_slice(&document("apis/apps/v1").unwrap()).unwrap();
+        let doc: Value = serde_json::from_slice(&document("apis/apps/v1", &[]).unwrap()).unwrap();
         let deploy = &doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
         assert_eq!(
             deploy["x-kubernetes-group-version-kind"][0]["kind"],

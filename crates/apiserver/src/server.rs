@@ -22,7 +22,7 @@ use crate::auth::{Credentials, User};
 use crate::authz::{self, Attributes, Target};
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
-use crate::{Api, audit, discovery, kinds, rest};
+use crate::{Api, audit, discovery, rest};
 
 /// Builds the TLS acceptor: our serving certificate, client certificates optional but
 /// verified against the cluster CA when present.
@@ -426,8 +426,19 @@ async fn serve_resource(
     };
     let accept = header(http::header::ACCEPT);
     let accept = accept.as_deref();
-    let kind = kinds::find(&info.group, &info.version, &info.resource)
+    let kind = api
+        .kind(&info.group, &info.version, &info.resource)
         .ok_or_else(ApiError::path_not_found)?;
+    if info.verb == request::Verb::Create
+        && info.subresource.is_none()
+        && api.cache.custom.terminating(kind)
+    {
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     if kind.info.plural == "bindings"
         && info.subresource.is_none()
         && info.verb != request::Verb::Create
@@ -493,6 +504,7 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
         return response::error(&ApiError::method_not_allowed(method.as_str(), path));
     }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let catalog = || discovery::Catalog::new(api.cache.custom.all().into_iter().map(|k| k.info));
     match parts.as_slice() {
         ["healthz" | "livez" | "readyz", ..] => {
             response::full(StatusCode::OK, "ok", "text/plain; charset=utf-8")
@@ -506,7 +518,7 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
         ["api"] => match discovery::wants_aggregated(accept) {
             Some(ct) => response::full(
                 StatusCode::OK,
-                serde_json::to_vec(&discovery::aggregated(true, api_version_of(ct)))
+                serde_json::to_vec(&catalog().aggregated(true, api_version_of(ct)))
                     .unwrap_or_default(),
                 ct,
             ),
@@ -515,24 +527,29 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
         ["apis"] => match discovery::wants_aggregated(accept) {
             Some(ct) => response::full(
                 StatusCode::OK,
-                serde_json::to_vec(&discovery::aggregated(false, api_version_of(ct)))
+                serde_json::to_vec(&catalog().aggregated(false, api_version_of(ct)))
                     .unwrap_or_default(),
                 ct,
             ),
-            None => response::json(StatusCode::OK, &discovery::api_group_list()),
+            None => response::json(StatusCode::OK, &catalog().api_group_list()),
         },
         ["openapi", "v2"] => {
             let (body, content_type) = crate::openapi_v2::negotiate(accept);
             response::full(StatusCode::OK, body, content_type)
         }
-        ["openapi", "v3"] => response::json(StatusCode::OK, &crate::openapi::root()),
-        ["openapi", "v3", rest @ ..] => match crate::openapi::document(&rest.join("/")) {
-            Some(doc) => response::full(StatusCode::OK, doc, "application/json"),
-            None => response::error(&ApiError::path_not_found()),
-        },
-        ["api", version] => found(discovery::api_resource_list("", version)),
-        ["apis", group] => found(discovery::api_group(group)),
-        ["apis", group, version] => found(discovery::api_resource_list(group, version)),
+        ["openapi", "v3"] => response::json(
+            StatusCode::OK,
+            &crate::openapi::root(&api.cache.custom.all()),
+        ),
+        ["openapi", "v3", rest @ ..] => {
+            match crate::openapi::document(&rest.join("/"), &api.cache.custom.all()) {
+                Some(doc) => response::full(StatusCode::OK, doc, "application/json"),
+                None => response::error(&ApiError::path_not_found()),
+            }
+        }
+        ["api", version] => found(catalog().api_resource_list("", version)),
+        ["apis", group] => found(catalog().api_group(group)),
+        ["apis", group, version] => found(catalog().api_resource_list(group, version)),
         _ => response::error(&ApiError::path_not_found()),
     }
 }

@@ -17,6 +17,8 @@ use krust_store::{Event, KeyValue, RangeRequest, Revision, Store, StoreError};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::custom::{CustomKinds, DEFINITIONS};
+
 /// How many events each resource keeps for watch resume.
 const HISTORY_CAPACITY: usize = 20_000;
 
@@ -320,7 +322,12 @@ impl ResourceCache {
 
 /// All resource caches plus the store watch that feeds them.
 pub struct WatchCache {
-    caches: Vec<Arc<ResourceCache>>,
+    /// One cache per storage prefix: the built-in kinds' from the start, a custom
+    /// resource's from the event that establishes its definition (so its first object
+    /// always finds its cache).
+    caches: RwLock<Vec<Arc<ResourceCache>>>,
+    /// The kinds CustomResourceDefinitions add, kept in step with the definitions' events.
+    pub custom: CustomKinds,
     /// The store revision the caches have caught up with.
     revision: watch::Sender<Revision>,
 }
@@ -357,9 +364,14 @@ impl WatchCache {
             .map(|(p, idx)| Arc::new(ResourceCache::new(p, idx, global.subscribe())))
             .collect();
         let this = Arc::new(WatchCache {
-            caches,
+            caches: RwLock::new(caches),
+            custom: CustomKinds::default(),
             revision: global,
         });
+        // Definitions first, so that their objects have caches to load into.
+        for kv in kvs.iter().filter(|kv| kv.key.starts_with(DEFINITIONS)) {
+            this.observe_definition(kv);
+        }
         for kv in &kvs {
             if let Some(c) = this.cache_for_key(&kv.key) {
                 c.load(kv);
@@ -416,16 +428,46 @@ impl WatchCache {
         if let Some(c) = self.cache_for_key(event.key()) {
             c.apply(event);
         }
+        if event.key().starts_with(DEFINITIONS) {
+            match event {
+                Event::Put { kv, .. } => self.observe_definition(kv),
+                Event::Delete { prev, .. } => self.custom.forget(&prev.key[DEFINITIONS.len()..]),
+            }
+        }
         self.revision.send_replace(rev);
     }
 
-    fn cache_for_key(&self, key: &str) -> Option<&Arc<ResourceCache>> {
-        self.caches.iter().find(|c| key.starts_with(c.prefix()))
+    /// Serves the kinds of a stored CustomResourceDefinition, with a cache for their
+    /// objects.
+    fn observe_definition(&self, kv: &KeyValue) {
+        let Ok(crd) = serde_json::from_slice::<Value>(&kv.value) else {
+            return;
+        };
+        let Some((prefix, indexer)) = self.custom.observe(&crd) else {
+            return;
+        };
+        let mut caches = self.caches.write_locked();
+        if !caches.iter().any(|c| c.prefix() == prefix) {
+            let global = self.revision.subscribe();
+            caches.push(Arc::new(ResourceCache::new(prefix, indexer, global)));
+        }
+    }
+
+    fn cache_for_key(&self, key: &str) -> Option<Arc<ResourceCache>> {
+        self.caches
+            .read_locked()
+            .iter()
+            .find(|c| key.starts_with(c.prefix()))
+            .cloned()
     }
 
     /// The cache that holds keys under `prefix`.
     pub fn cache(&self, prefix: &str) -> Option<Arc<ResourceCache>> {
-        self.caches.iter().find(|c| c.prefix() == prefix).cloned()
+        self.caches
+            .read_locked()
+            .iter()
+            .find(|c| c.prefix() == prefix)
+            .cloned()
     }
 
     /// The cached object `name` (in `namespace`) of a core/v1 resource (`pods`,

@@ -171,7 +171,7 @@ static COLUMNS: &[Column] = &[
         ty: "string",
         priority: 0,
         description: "Reference to the target resource.",
-        cell: |o| {
+        cell: &|o| {
             let r = &o["spec"]["scaleTargetRef"];
             json!(format!(
                 "{}/{}",
@@ -185,28 +185,28 @@ static COLUMNS: &[Column] = &[
         ty: "string",
         priority: 0,
         description: "The current and target values of the metrics.",
-        cell: targets,
+        cell: &targets,
     },
     Column {
         name: "MinPods",
         ty: "string",
         priority: 0,
         description: "Lower limit for the number of pods.",
-        cell: |o| json!(o["spec"]["minReplicas"].as_i64().unwrap_or(1).to_string()),
+        cell: &|o| json!(o["spec"]["minReplicas"].as_i64().unwrap_or(1).to_string()),
     },
     Column {
         name: "MaxPods",
         ty: "integer",
         priority: 0,
         description: "Upper limit for the number of pods.",
-        cell: |o| json!(int_at(o, "/spec/maxReplicas")),
+        cell: &|o| json!(int_at(o, "/spec/maxReplicas")),
     },
     Column {
         name: "Replicas",
         ty: "integer",
         priority: 0,
         description: "Current number of replicas of pods managed by this autoscaler.",
-        cell: |o| json!(int_at(o, "/status/currentReplicas")),
+        cell: &|o| json!(int_at(o, "/status/currentReplicas")),
     },
     AGE,
 ];

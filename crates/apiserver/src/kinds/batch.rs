@@ -94,14 +94,14 @@ impl Strategy for Job {
                 ty: "string",
                 priority: 0,
                 description: "Status of the job.",
-                cell: job_status,
+                cell: &job_status,
             },
             Column {
                 name: "Completions",
                 ty: "string",
                 priority: 0,
                 description: "The desired number of successfully finished pods the job should be run with.",
-                cell: |o| {
+                cell: &|o| {
                     json!(format!(
                         "{}/{}",
                         int_at(o, "/status/succeeded"),
@@ -114,7 +114,7 @@ impl Strategy for Job {
                 ty: "string",
                 priority: 0,
                 description: "Time required to complete the job.",
-                cell: job_duration,
+                cell: &job_duration,
             },
             AGE,
             Column {
@@ -122,21 +122,21 @@ impl Strategy for Job {
                 ty: "string",
                 priority: 1,
                 description: "Names of each container in the template.",
-                cell: |o| containers(o, "/spec/template/spec/containers"),
+                cell: &|o| containers(o, "/spec/template/spec/containers"),
             },
             Column {
                 name: "Images",
                 ty: "string",
                 priority: 1,
                 description: "Images referenced by each container in the template.",
-                cell: |o| images(o, "/spec/template/spec/containers"),
+                cell: &|o| images(o, "/spec/template/spec/containers"),
             },
             Column {
                 name: "Selector",
                 ty: "string",
                 priority: 1,
                 description: "A label query over pods that should match the pod count.",
-                cell: |o| selector(&o["spec"]["selector"]),
+                cell: &|o| selector(&o["spec"]["selector"]),
             },
         ];
         C
@@ -253,35 +253,35 @@ impl Strategy for CronJob {
                 ty: "string",
                 priority: 0,
                 description: "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.",
-                cell: |o| o["spec"]["schedule"].clone(),
+                cell: &|o| o["spec"]["schedule"].clone(),
             },
             Column {
                 name: "Timezone",
                 ty: "string",
                 priority: 0,
                 description: "The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones.",
-                cell: |o| str_or_none(o, "/spec/timeZone"),
+                cell: &|o| str_or_none(o, "/spec/timeZone"),
             },
             Column {
                 name: "Suspend",
                 ty: "boolean",
                 priority: 0,
                 description: "This flag tells the controller to suspend subsequent executions.",
-                cell: |o| json!(o["spec"]["suspend"].as_bool().unwrap_or(false)),
+                cell: &|o| json!(o["spec"]["suspend"].as_bool().unwrap_or(false)),
             },
             Column {
                 name: "Active",
                 ty: "integer",
                 priority: 0,
                 description: "A list of pointers to currently running jobs.",
-                cell: |o| json!(o["status"]["active"].as_array().map_or(0, Vec::len)),
+                cell: &|o| json!(o["status"]["active"].as_array().map_or(0, Vec::len)),
             },
             Column {
                 name: "Last Schedule",
                 ty: "string",
                 priority: 0,
                 description: "Information when was the last time the job was successfully scheduled.",
-                cell: |o| match o["status"]["lastScheduleTime"] {
+                cell: &|o| match o["status"]["lastScheduleTime"] {
                     Value::String(_) => json!(super::table::age(&o["status"]["lastScheduleTime"])),
                     _ => json!("<none>"),
                 },
@@ -292,21 +292,21 @@ impl Strategy for CronJob {
                 ty: "string",
                 priority: 1,
                 description: "Names of each container in the template.",
-                cell: |o| containers(o, "/spec/jobTemplate/spec/template/spec/containers"),
+                cell: &|o| containers(o, "/spec/jobTemplate/spec/template/spec/containers"),
             },
             Column {
                 name: "Images",
                 ty: "string",
                 priority: 1,
                 description: "Images referenced by each container in the template.",
-                cell: |o| images(o, "/spec/jobTemplate/spec/template/spec/containers"),
+                cell: &|o| images(o, "/spec/jobTemplate/spec/template/spec/containers"),
             },
             Column {
                 name: "Selector",
                 ty: "string",
                 priority: 1,
                 description: "A label query over pods that should match the pod count.",
-                cell: |o| selector(&o["spec"]["jobTemplate"]["spec"]["selector"]),
+                cell: &|o| selector(&o["spec"]["jobTemplate"]["spec"]["selector"]),
             },
         ];
         C

@@ -15,7 +15,7 @@ impl Strategy for Lease {
                 ty: "string",
                 priority: 0,
                 description: "The holder of the lease",
-                cell: |o| {
+                cell: &|o| {
                     o["spec"]["holderIdentity"]
                         .as_str()
                         .map_or(json!(""), |s| json!(s))

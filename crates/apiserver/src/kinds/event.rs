@@ -46,28 +46,28 @@ fn columns() -> &'static [Column] {
             ty: "string",
             priority: 0,
             description: "Time when this Event was last observed.",
-            cell: last_seen,
+            cell: &last_seen,
         },
         Column {
             name: "Type",
             ty: "string",
             priority: 0,
             description: "Type of this event (Normal, Warning), new types could be added in the future.",
-            cell: |o| o["type"].clone(),
+            cell: &|o| o["type"].clone(),
         },
         Column {
             name: "Reason",
             ty: "string",
             priority: 0,
             description: "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
-            cell: |o| o["reason"].clone(),
+            cell: &|o| o["reason"].clone(),
         },
         Column {
             name: "Object",
             ty: "string",
             priority: 0,
             description: "The object that this event is about.",
-            cell: |o| {
+            cell: &|o| {
                 let io = if o["involvedObject"].is_object() {
                     &o["involvedObject"]
                 } else {
@@ -85,7 +85,7 @@ fn columns() -> &'static [Column] {
             ty: "string",
             priority: 0,
             description: "A human-readable description of the status of this operation.",
-            cell: |o| {
+            cell: &|o| {
                 if o["message"].is_string() {
                     o["message"].clone()
                 } else {

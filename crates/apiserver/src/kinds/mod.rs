@@ -3,6 +3,7 @@
 //! handlers are generic; everything a kind does differently lives here, as in upstream's
 //! `pkg/registry/*/strategy.go`.
 
+mod admissionregistration;
 mod apps;
 mod autoscaling;
 mod batch;
@@ -90,6 +91,26 @@ pub trait Strategy: Sync {
         table::CREATED_AT
     }
 
+    /// The autoscaling/v1 Scale view of an object (kinds with a `scale` subresource):
+    /// desired replicas, current replicas, and the pods' label selector as text.
+    fn scale(&self, obj: &Value) -> (i64, i64, String) {
+        let selector = table::selector(&obj["spec"]["selector"]);
+        (
+            obj["spec"]["replicas"].as_i64().unwrap_or(0),
+            obj["status"]["replicas"].as_i64().unwrap_or(0),
+            selector
+                .as_str()
+                .filter(|s| *s != "<none>")
+                .unwrap_or_default()
+                .to_string(),
+        )
+    }
+
+    /// Sets the desired replicas, as a write of the `scale` subresource does.
+    fn set_replicas(&self, obj: &mut Value, replicas: i64) {
+        obj["spec"]["replicas"] = serde_json::json!(replicas);
+    }
+
     /// Converts an object of this resource's version into its storage form, and back. Only
     /// resources whose storage is shared with another version (events.k8s.io events) need
     /// this.
@@ -111,21 +132,32 @@ pub enum FieldValidation {
 
 /// Decodes a JSON object through the kind's typed representation: drops unknown fields and
 /// reports their paths, and rejects wrongly typed values.
-pub type Decoder = fn(Value) -> Result<(Value, Vec<String>), String>;
+pub type Decoder = &'static (dyn Fn(Value) -> Result<(Value, Vec<String>), String> + Send + Sync);
 
 /// One resource with its codec and strategy.
 pub struct Kind {
     pub info: &'static ResourceInfo,
     pub decode: Decoder,
     pub strategy: &'static dyn Strategy,
-    /// Adds the kind's JSON schema (and everything it refers to) to a generator.
-    pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
-    /// The schema's definition name (`io.k8s.api.core.v1.Pod`).
-    pub schema_name: fn() -> String,
+    /// The kind's OpenAPI schema.
+    pub schema: Schema,
     /// Objects are stored in another version of the resource (events.k8s.io's events
     /// are core events, autoscaling/v1's HPAs are v2's) and convert on the way in and
     /// out. Set once in [`all`]: every object served reads it.
     pub converts: bool,
+}
+
+/// Where a kind's OpenAPI schema comes from.
+pub enum Schema {
+    /// A k8s-openapi type's: `add` puts it (and everything it refers to) in a generator,
+    /// under the definition name `name` (`io.k8s.api.core.v1.Pod`).
+    Typed {
+        add: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+        name: fn() -> String,
+    },
+    /// A custom resource's, from its definition: the OpenAPI v3 schema of the whole
+    /// object, and its definition name (`com.example.stable.v1.CronTab`, as upstream).
+    Custom { schema: Value, name: String },
 }
 
 impl Kind {
@@ -135,7 +167,9 @@ impl Kind {
     }
 }
 
-fn decode<K: DeserializeOwned + Serialize>(v: Value) -> Result<(Value, Vec<String>), String> {
+pub(crate) fn decode<K: DeserializeOwned + Serialize>(
+    v: Value,
+) -> Result<(Value, Vec<String>), String> {
     let mut unknown = Vec::new();
     let typed: K = serde_ignored::deserialize(v, |path| unknown.push(field_path(&path)))
         .map_err(|e| e.to_string())?;
@@ -167,7 +201,7 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
 struct Plain;
 impl Strategy for Plain {}
 
-fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema>(
+fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema + 'static>(
     group: &str,
     plural: &str,
     strategy: &'static dyn Strategy,
@@ -178,10 +212,12 @@ fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema>(
         .unwrap_or_else(|| panic!("{plural}.{group} missing from the registry"));
     Kind {
         info,
-        decode: decode::<K>,
+        decode: &decode::<K>,
         strategy,
-        schema: |g| g.subschema_for::<K>(),
-        schema_name: || K::schema_name().into_owned(),
+        schema: Schema::Typed {
+            add: |g| g.subschema_for::<K>(),
+            name: || K::schema_name().into_owned(),
+        },
         converts: false,
     }
 }
@@ -225,6 +261,21 @@ pub fn all() -> &'static [Kind] {
             kind::<api::apps::v1::Deployment>("apps", "deployments", &apps::DEPLOYMENT),
             kind::<api::apps::v1::ReplicaSet>("apps", "replicasets", &apps::REPLICA_SET),
             kind::<api::apps::v1::StatefulSet>("apps", "statefulsets", &apps::STATEFUL_SET),
+            kind::<api::admissionregistration::v1::MutatingWebhookConfiguration>(
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                &admissionregistration::MUTATING_WEBHOOK_CONFIGURATION,
+            ),
+            kind::<api::admissionregistration::v1::ValidatingWebhookConfiguration>(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                &admissionregistration::VALIDATING_WEBHOOK_CONFIGURATION,
+            ),
+            kind::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                &crate::custom::definition::DEFINITION,
+            ),
             kind::<api::authentication::v1::SelfSubjectReview>(
                 "authentication.k8s.io",
                 "selfsubjectreviews",

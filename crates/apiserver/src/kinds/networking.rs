@@ -17,14 +17,14 @@ impl Strategy for IngressClass {
                 ty: "string",
                 priority: 0,
                 description: "Controller that is responsible for handling this class",
-                cell: |o| o["spec"]["controller"].clone(),
+                cell: &|o| o["spec"]["controller"].clone(),
             },
             Column {
                 name: "Parameters",
                 ty: "string",
                 priority: 0,
                 description: "A reference to a resource with additional parameters",
-                cell: |o| {
+                cell: &|o| {
                     let p = &o["spec"]["parameters"];
                     if p.is_object() {
                         json!(format!(
@@ -100,21 +100,21 @@ impl Strategy for Ingress {
                 ty: "string",
                 priority: 0,
                 description: "The name of the IngressClass resource that should be used for additional configuration",
-                cell: |o| str_or_none(o, "/spec/ingressClassName"),
+                cell: &|o| str_or_none(o, "/spec/ingressClassName"),
             },
             Column {
                 name: "Hosts",
                 ty: "string",
                 priority: 0,
                 description: "Hosts that incoming requests are matched against before the ingress rule",
-                cell: ingress_hosts,
+                cell: &ingress_hosts,
             },
             Column {
                 name: "Address",
                 ty: "string",
                 priority: 0,
                 description: "Address is a list containing ingress points for the load-balancer",
-                cell: |o| {
+                cell: &|o| {
                     let ips: Vec<&str> = o["status"]["loadBalancer"]["ingress"]
                         .as_array()
                         .into_iter()
@@ -129,7 +129,7 @@ impl Strategy for Ingress {
                 ty: "string",
                 priority: 0,
                 description: "Ports of TLS configurations that open",
-                cell: |o| {
+                cell: &|o| {
                     if o["spec"]["tls"].as_array().is_some_and(|t| !t.is_empty()) {
                         json!("80, 443")
                     } else {
@@ -186,7 +186,7 @@ impl Strategy for NetworkPolicy {
                 ty: "string",
                 priority: 0,
                 description: "Selects the pods to which this NetworkPolicy object applies.",
-                cell: |o| {
+                cell: &|o| {
                     let s = selector(&o["spec"]["podSelector"]);
                     if s == json!("<none>") {
                         json!("<none>")

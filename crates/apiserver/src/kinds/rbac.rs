@@ -51,7 +51,7 @@ impl Strategy for RoleBinding {
                 ty: "string",
                 priority: 0,
                 description: "Role is the role that this binding refers to.",
-                cell: |o| {
+                cell: &|o| {
                     json!(format!(
                         "{}/{}",
                         o["roleRef"]["kind"].as_str().unwrap_or_default(),
@@ -65,21 +65,21 @@ impl Strategy for RoleBinding {
                 ty: "string",
                 priority: 1,
                 description: "Users in the binding.",
-                cell: |o| subjects(o, "User"),
+                cell: &|o| subjects(o, "User"),
             },
             Column {
                 name: "Groups",
                 ty: "string",
                 priority: 1,
                 description: "Groups in the binding.",
-                cell: |o| subjects(o, "Group"),
+                cell: &|o| subjects(o, "Group"),
             },
             Column {
                 name: "ServiceAccounts",
                 ty: "string",
                 priority: 1,
                 description: "ServiceAccounts in the binding.",
-                cell: |o| subjects(o, "ServiceAccount"),
+                cell: &|o| subjects(o, "ServiceAccount"),
             },
         ];
         C

@@ -41,14 +41,14 @@ impl Strategy for PriorityClass {
                 ty: "integer",
                 priority: 0,
                 description: "value represents the integer value of this priority class.",
-                cell: |o| o["value"].clone(),
+                cell: &|o| o["value"].clone(),
             },
             Column {
                 name: "Global-Default",
                 ty: "boolean",
                 priority: 0,
                 description: "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class.",
-                cell: |o| json!(o["globalDefault"].as_bool().unwrap_or(false)),
+                cell: &|o| json!(o["globalDefault"].as_bool().unwrap_or(false)),
             },
             AGE,
             Column {
@@ -56,7 +56,7 @@ impl Strategy for PriorityClass {
                 ty: "string",
                 priority: 0,
                 description: "preemptionPolicy is the Policy for preempting pods with lower priority.",
-                cell: |o| o["preemptionPolicy"].clone(),
+                cell: &|o| o["preemptionPolicy"].clone(),
             },
         ];
         C

@@ -136,14 +136,14 @@ impl Strategy for Service {
                 ty: "string",
                 priority: 0,
                 description: "type determines how the Service is exposed.",
-                cell: |o| o["spec"]["type"].clone(),
+                cell: &|o| o["spec"]["type"].clone(),
             },
             Column {
                 name: "Cluster-IP",
                 ty: "string",
                 priority: 0,
                 description: "clusterIP is the IP address of the service and is usually assigned randomly.",
-                cell: |o| {
+                cell: &|o| {
                     o["spec"]["clusterIP"]
                         .as_str()
                         .filter(|s| !s.is_empty())
@@ -155,14 +155,14 @@ impl Strategy for Service {
                 ty: "string",
                 priority: 0,
                 description: "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
-                cell: external_ip,
+                cell: &external_ip,
             },
             Column {
                 name: "Port(s)",
                 ty: "string",
                 priority: 0,
                 description: "The list of ports that are exposed by this service.",
-                cell: ports_cell,
+                cell: &ports_cell,
             },
             AGE,
             Column {
@@ -170,7 +170,7 @@ impl Strategy for Service {
                 ty: "string",
                 priority: 1,
                 description: "Route service traffic to pods with label keys and values matching this selector.",
-                cell: |o| map(&o["spec"]["selector"]),
+                cell: &|o| map(&o["spec"]["selector"]),
             },
         ];
         C

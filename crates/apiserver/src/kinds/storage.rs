@@ -36,28 +36,28 @@ impl Strategy for StorageClass {
                 ty: "string",
                 priority: 0,
                 description: "provisioner indicates the type of the provisioner.",
-                cell: |o| o["provisioner"].clone(),
+                cell: &|o| o["provisioner"].clone(),
             },
             Column {
                 name: "ReclaimPolicy",
                 ty: "string",
                 priority: 0,
                 description: "reclaimPolicy controls the reclaimPolicy for dynamically provisioned PersistentVolumes of this storage class.",
-                cell: |o| o["reclaimPolicy"].clone(),
+                cell: &|o| o["reclaimPolicy"].clone(),
             },
             Column {
                 name: "VolumeBindingMode",
                 ty: "string",
                 priority: 0,
                 description: "volumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound.",
-                cell: |o| o["volumeBindingMode"].clone(),
+                cell: &|o| o["volumeBindingMode"].clone(),
             },
             Column {
                 name: "AllowVolumeExpansion",
                 ty: "boolean",
                 priority: 0,
                 description: "allowVolumeExpansion shows whether the storage class allow volume expand.",
-                cell: |o| json!(o["allowVolumeExpansion"].as_bool().unwrap_or(false)),
+                cell: &|o| json!(o["allowVolumeExpansion"].as_bool().unwrap_or(false)),
             },
             AGE,
         ];
@@ -118,28 +118,28 @@ impl Strategy for CsiDriver {
                 ty: "boolean",
                 priority: 0,
                 description: "attachRequired indicates this CSI volume driver requires an attach operation.",
-                cell: |o| flag(o, "attachRequired", true),
+                cell: &|o| flag(o, "attachRequired", true),
             },
             Column {
                 name: "PodInfoOnMount",
                 ty: "boolean",
                 priority: 0,
                 description: "podInfoOnMount indicates this CSI volume driver requires additional pod information during mount operations.",
-                cell: |o| flag(o, "podInfoOnMount", false),
+                cell: &|o| flag(o, "podInfoOnMount", false),
             },
             Column {
                 name: "StorageCapacity",
                 ty: "boolean",
                 priority: 0,
                 description: "storageCapacity indicates that the CSI volume driver wants pod scheduling to consider the storage capacity that the driver deployment will report.",
-                cell: |o| flag(o, "storageCapacity", false),
+                cell: &|o| flag(o, "storageCapacity", false),
             },
             Column {
                 name: "TokenRequests",
                 ty: "string",
                 priority: 0,
                 description: "tokenRequests indicates the CSI driver needs pods' service account tokens it is mounting volume for to do necessary authentication.",
-                cell: |o| {
+                cell: &|o| {
                     let audiences: Vec<&str> = o["spec"]["tokenRequests"]
                         .as_array()
                         .into_iter()
@@ -158,14 +158,14 @@ impl Strategy for CsiDriver {
                 ty: "boolean",
                 priority: 0,
                 description: "requiresRepublish indicates the CSI driver wants `NodePublishVolume` being periodically called to reflect any possible change in the mounted volume.",
-                cell: |o| flag(o, "requiresRepublish", false),
+                cell: &|o| flag(o, "requiresRepublish", false),
             },
             Column {
                 name: "Modes",
                 ty: "string",
                 priority: 0,
                 description: "volumeLifecycleModes defines what kind of volumes this CSI volume driver supports.",
-                cell: |o| {
+                cell: &|o| {
                     let modes: Vec<&str> = o["spec"]["volumeLifecycleModes"]
                         .as_array()
                         .into_iter()
@@ -209,7 +209,7 @@ impl Strategy for CsiNode {
                 ty: "integer",
                 priority: 0,
                 description: "Drivers indicates the number of CSI drivers registered on the node",
-                cell: |o| json!(o["spec"]["drivers"].as_array().map_or(0, Vec::len)),
+                cell: &|o| json!(o["spec"]["drivers"].as_array().map_or(0, Vec::len)),
             },
             AGE,
         ];
@@ -232,14 +232,14 @@ impl Strategy for CsiStorageCapacity {
                 ty: "string",
                 priority: 0,
                 description: "storageClassName represents the name of the StorageClass that the reported capacity applies to.",
-                cell: |o| o["storageClassName"].clone(),
+                cell: &|o| o["storageClassName"].clone(),
             },
             Column {
                 name: "Capacity",
                 ty: "string",
                 priority: 0,
                 description: "capacity is the value reported by the CSI driver in its GetCapacityResponse for a GetCapacityRequest with topology and parameters that match the previous fields.",
-                cell: |o| json!(o["capacity"].as_str().unwrap_or("<unset>")),
+                cell: &|o| json!(o["capacity"].as_str().unwrap_or("<unset>")),
             },
         ];
         C
@@ -281,14 +281,14 @@ impl Strategy for VolumeAttachment {
                 ty: "string",
                 priority: 0,
                 description: "attacher indicates the name of the volume driver that MUST handle this request.",
-                cell: |o| o["spec"]["attacher"].clone(),
+                cell: &|o| o["spec"]["attacher"].clone(),
             },
             Column {
                 name: "PV",
                 ty: "string",
                 priority: 0,
                 description: "persistentVolumeName represents the name of the persistent volume to attach.",
-                cell: |o| {
+                cell: &|o| {
                     json!(
                         o["spec"]["source"]["persistentVolumeName"]
                             .as_str()
@@ -301,14 +301,14 @@ impl Strategy for VolumeAttachment {
                 ty: "string",
                 priority: 0,
                 description: "nodeName represents the node that the volume should be attached to.",
-                cell: |o| o["spec"]["nodeName"].clone(),
+                cell: &|o| o["spec"]["nodeName"].clone(),
             },
             Column {
                 name: "Attached",
                 ty: "boolean",
                 priority: 0,
                 description: "attached indicates the volume is successfully attached.",
-                cell: |o| json!(o["status"]["attached"].as_bool().unwrap_or(false)),
+                cell: &|o| json!(o["status"]["attached"].as_bool().unwrap_or(false)),
             },
             AGE,
         ];

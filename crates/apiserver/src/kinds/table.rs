@@ -12,7 +12,7 @@ pub struct Column {
     /// 0: always shown; 1: only with `-o wide`.
     pub priority: i32,
     pub description: &'static str,
-    pub cell: fn(&Value) -> Value,
+    pub cell: &'static (dyn Fn(&Value) -> Value + Send + Sync),
 }
 
 /// The columns of kinds without a printer upstream: NAME, CREATED AT.
@@ -21,8 +21,11 @@ pub static CREATED_AT: &[Column] = &[Column {
     ty: "date",
     priority: 0,
     description: "CreationTimestamp is a timestamp representing the server time when this object was created.",
-    cell: |o| o["metadata"]["creationTimestamp"].clone(),
+    cell: &|o| o["metadata"]["creationTimestamp"].clone(),
 }];
+
+/// The columns of custom resources whose definition names none: AGE.
+pub static AGE_ONLY: &[Column] = &[AGE];
 
 /// The AGE column that ends most printers.
 pub const AGE: Column = Column {
@@ -30,7 +33,7 @@ pub const AGE: Column = Column {
     ty: "string",
     priority: 0,
     description: "CreationTimestamp is a timestamp representing the server time when this object was created.",
-    cell: |o| json!(age(&o["metadata"]["creationTimestamp"])),
+    cell: &|o| json!(age(&o["metadata"]["creationTimestamp"])),
 };
 
 const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition.";

@@ -261,35 +261,35 @@ impl Strategy for PersistentVolume {
                 ty: "string",
                 priority: 0,
                 description: "capacity is the description of the persistent volume's resources and capacity.",
-                cell: |o| json!(o["spec"]["capacity"]["storage"].as_str().unwrap_or("0")),
+                cell: &|o| json!(o["spec"]["capacity"]["storage"].as_str().unwrap_or("0")),
             },
             Column {
                 name: "Access Modes",
                 ty: "string",
                 priority: 0,
                 description: "accessModes contains all ways the volume can be mounted.",
-                cell: |o| json!(access_modes_string(&o["spec"]["accessModes"])),
+                cell: &|o| json!(access_modes_string(&o["spec"]["accessModes"])),
             },
             Column {
                 name: "Reclaim Policy",
                 ty: "string",
                 priority: 0,
                 description: "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.",
-                cell: |o| o["spec"]["persistentVolumeReclaimPolicy"].clone(),
+                cell: &|o| o["spec"]["persistentVolumeReclaimPolicy"].clone(),
             },
             Column {
                 name: "Status",
                 ty: "string",
                 priority: 0,
                 description: "phase indicates if a volume is available, bound to a claim, or released by a claim.",
-                cell: phase_cell,
+                cell: &phase_cell,
             },
             Column {
                 name: "Claim",
                 ty: "string",
                 priority: 0,
                 description: "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim.",
-                cell: |o| {
+                cell: &|o| {
                     let claim = &o["spec"]["claimRef"];
                     json!(if claim.is_object() {
                         format!(
@@ -307,21 +307,21 @@ impl Strategy for PersistentVolume {
                 ty: "string",
                 priority: 0,
                 description: "StorageClass of the pv",
-                cell: |o| json!(o["spec"]["storageClassName"].as_str().unwrap_or_default()),
+                cell: &|o| json!(o["spec"]["storageClassName"].as_str().unwrap_or_default()),
             },
             Column {
                 name: "VolumeAttributesClass",
                 ty: "string",
                 priority: 0,
                 description: "VolumeAttributesClass of the pv",
-                cell: |o| or_unset(&o["spec"]["volumeAttributesClassName"]),
+                cell: &|o| or_unset(&o["spec"]["volumeAttributesClassName"]),
             },
             Column {
                 name: "Reason",
                 ty: "string",
                 priority: 0,
                 description: "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI.",
-                cell: |o| json!(o["status"]["reason"].as_str().unwrap_or_default()),
+                cell: &|o| json!(o["status"]["reason"].as_str().unwrap_or_default()),
             },
             AGE,
             Column {
@@ -329,7 +329,7 @@ impl Strategy for PersistentVolume {
                 ty: "string",
                 priority: 1,
                 description: "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state.",
-                cell: |o| or_unset(&o["spec"]["volumeMode"]),
+                cell: &|o| or_unset(&o["spec"]["volumeMode"]),
             },
         ];
         C
@@ -430,21 +430,21 @@ impl Strategy for PersistentVolumeClaim {
                 ty: "string",
                 priority: 0,
                 description: "phase represents the current phase of PersistentVolumeClaim.",
-                cell: phase_cell,
+                cell: &phase_cell,
             },
             Column {
                 name: "Volume",
                 ty: "string",
                 priority: 0,
                 description: "volumeName is the binding reference to the PersistentVolume backing this claim.",
-                cell: |o| json!(o["spec"]["volumeName"].as_str().unwrap_or_default()),
+                cell: &|o| json!(o["spec"]["volumeName"].as_str().unwrap_or_default()),
             },
             Column {
                 name: "Capacity",
                 ty: "string",
                 priority: 0,
                 description: "capacity represents the actual resources of the underlying volume.",
-                cell: |o| {
+                cell: &|o| {
                     json!(bound_field(o, |s| s["capacity"]["storage"]
                         .as_str()
                         .unwrap_or_default()
@@ -456,21 +456,21 @@ impl Strategy for PersistentVolumeClaim {
                 ty: "string",
                 priority: 0,
                 description: "accessModes contains the actual access modes the volume backing the PVC has.",
-                cell: |o| json!(bound_field(o, |s| access_modes_string(&s["accessModes"]))),
+                cell: &|o| json!(bound_field(o, |s| access_modes_string(&s["accessModes"]))),
             },
             Column {
                 name: "StorageClass",
                 ty: "string",
                 priority: 0,
                 description: "StorageClass of the pvc",
-                cell: |o| json!(o["spec"]["storageClassName"].as_str().unwrap_or_default()),
+                cell: &|o| json!(o["spec"]["storageClassName"].as_str().unwrap_or_default()),
             },
             Column {
                 name: "VolumeAttributesClass",
                 ty: "string",
                 priority: 0,
                 description: "VolumeAttributesClass of the pvc",
-                cell: |o| or_unset(&o["spec"]["volumeAttributesClassName"]),
+                cell: &|o| or_unset(&o["spec"]["volumeAttributesClassName"]),
             },
             AGE,
             Column {
@@ -478,7 +478,7 @@ impl Strategy for PersistentVolumeClaim {
                 ty: "string",
                 priority: 1,
                 description: "volumeMode defines what type of volume is required by the claim.",
-                cell: |o| or_unset(&o["spec"]["volumeMode"]),
+                cell: &|o| or_unset(&o["spec"]["volumeMode"]),
             },
         ];
         C

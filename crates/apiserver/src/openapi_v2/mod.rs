@@ -87,12 +87,12 @@ pub fn negotiate(accept: Option<&str>) -> (Bytes, &'static str) {
 fn build() -> Value {
     let mut paths = Map::new();
     let mut definitions = BTreeMap::new();
-    let root = openapi::root();
+    let root = openapi::root(&[]);
     let group_versions = root["paths"]
         .as_object()
         .expect("the v3 root lists its documents under paths");
     for gv in group_versions.keys() {
-        let body = openapi::document(gv).expect("the v3 root lists only served documents");
+        let body = openapi::document(gv, &[]).expect("the v3 root lists only served documents");
         let v3: Value = serde_json::from_slice(&body).expect("v3 documents are JSON");
         if let Some(schemas) = v3["components"]["schemas"].as_object() {
             for (name, schema) in schemas {

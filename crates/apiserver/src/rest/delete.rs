@@ -98,6 +98,8 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
         let (old, rev) = call.current(&name).await?;
         check_preconditions(&call, &name, &opts, &old, rev)?;
         call.api.admission.admit_delete(&call, &old)?;
+        crate::webhook::validate(&call, crate::webhook::Operation::Delete, None, Some(&old))
+            .await?;
         match delete_object(&call, &name, old, rev, &opts).await {
             Err(e) if e.code == 409 && attempts < DELETE_ATTEMPTS => attempts += 1,
             result => break result?,

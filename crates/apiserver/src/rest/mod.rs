@@ -14,10 +14,11 @@ mod watch;
 
 pub use watch::frame_bytes;
 mod write;
+pub(crate) use write::validate;
 
 use bytes::Bytes;
 use http::StatusCode;
-use krust_api::status::{ApiError, Target};
+use krust_api::status::{ApiError, Cause, Target};
 use krust_api::sync::Unpoisoned;
 use krust_store::{Compare, Op, Revision, StoreError, Txn, TxnResult};
 use serde_json::{Value, json};
@@ -315,11 +316,24 @@ impl Call<'_> {
         }
         if !problems.is_empty() {
             match self.field_validation()? {
+                FieldValidation::Strict if self.info.verb == crate::request::Verb::Patch => {
+                    // Upstream names the patched object as the invalid value.
+                    return Err(ApiError::invalid(
+                        "",
+                        "",
+                        "",
+                        vec![Cause::invalid(
+                            "patch",
+                            &Value::String(decoded.to_string()),
+                            format!("strict decoding error: {}", problems.join(", ")),
+                        )],
+                    ));
+                }
                 FieldValidation::Strict => {
-                    let list = problems;
+                    let version = api_version.rsplit('/').next().unwrap_or(api_version);
                     return Err(ApiError::bad_request(format!(
-                        "strict decoding error: {}",
-                        list.join(", ")
+                        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                        problems.join(", ")
                     )));
                 }
                 FieldValidation::Warn => problems.into_iter().for_each(|p| self.warnings.add(p)),
@@ -331,13 +345,13 @@ impl Call<'_> {
 
     fn kind_decoder(&self, kind: &str) -> crate::kinds::Decoder {
         match kind {
-            "Scale" => crate::kinds::decode_scale,
+            "Scale" => &crate::kinds::decode_scale,
             "Binding" => crate::kinds::find("", "v1", "bindings")
                 .map(|k| k.decode)
                 .unwrap_or(self.kind.decode),
-            "Eviction" => crate::kinds::decode_eviction,
-            "TokenRequest" => crate::kinds::decode_token_request,
-            "DeleteOptions" => crate::kinds::decode_delete_options,
+            "Eviction" => &crate::kinds::decode_eviction,
+            "TokenRequest" => &crate::kinds::decode_token_request,
+            "DeleteOptions" => &crate::kinds::decode_delete_options,
             _ => self.kind.decode,
         }
     }

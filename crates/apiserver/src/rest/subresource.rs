@@ -12,7 +12,6 @@ use krust_apimachinery::patch::{TypeRef, root_type};
 
 use super::write::{Ownership, PatchType, apply_patch, patch, patch_type, update, update_object};
 use super::{Call, Part, now, parse_rv};
-use crate::kinds::table::selector as selector_string;
 use crate::request::Verb;
 use crate::response::{self, Response};
 
@@ -43,7 +42,7 @@ pub async fn serve(call: &mut Call<'_>, sub: &str) -> Result<Response, ApiError>
         (Subresource::Status, Verb::Patch) => patch(call, Part::Status).await,
         (Subresource::Scale, Verb::Get) => {
             let (obj, rev) = call.current(call.name()).await?;
-            Ok(response::json(StatusCode::OK, &scale_of(&obj, rev)))
+            Ok(response::json(StatusCode::OK, &scale_of(call, &obj, rev)))
         }
         (Subresource::Scale, Verb::Update | Verb::Patch) => scale_write(call).await,
         (Subresource::Binding, Verb::Create) => bind(call).await,
@@ -54,18 +53,20 @@ pub async fn serve(call: &mut Call<'_>, sub: &str) -> Result<Response, ApiError>
 }
 
 /// The autoscaling/v1 Scale of a workload.
-fn scale_of(obj: &Value, rev: i64) -> Value {
+fn scale_of(call: &Call<'_>, obj: &Value, rev: i64) -> Value {
     let m = &obj["metadata"];
-    json!({
+    let (replicas, current, selector) = call.kind.strategy.scale(obj);
+    let mut scale = json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
         "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"], "resourceVersion": rev.to_string(), "creationTimestamp": m["creationTimestamp"]},
-        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
-        "status": {
-            "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
-            "selector": selector_string(&obj["spec"]["selector"]).as_str().filter(|s| *s != "<none>").unwrap_or_default(),
-        },
-    })
+        "spec": {"replicas": replicas},
+        "status": {"replicas": current},
+    });
+    if !selector.is_empty() {
+        scale["status"]["selector"] = json!(selector);
+    }
+    scale
 }
 
 /// Writes of the scale subresource. Without a resourceVersion in the Scale, a write
@@ -84,7 +85,7 @@ async fn scale_write(call: &mut Call<'_>) -> Result<Response, ApiError> {
             Some(scale) => scale.clone(),
             None => {
                 // Patch the Scale view, then map it back.
-                let patched = patch_scale_view(call, &scale_of(&old, rev))?;
+                let patched = patch_scale_view(call, &scale_of(call, &old, rev))?;
                 call.decode_value(patched, ("autoscaling/v1", "Scale"))?
             }
         };
@@ -110,7 +111,7 @@ async fn scale_write(call: &mut Call<'_>) -> Result<Response, ApiError> {
             ));
         }
         let mut new = old.clone();
-        new["spec"]["replicas"] = json!(replicas);
+        call.kind.strategy.set_replicas(&mut new, replicas);
         let updated = match update_object(call, Part::Main, new, old, rev, Ownership::Record).await
         {
             Err(e) if e.code == 409 && precondition.is_none() && attempt < ATTEMPTS => continue,
@@ -120,7 +121,10 @@ async fn scale_write(call: &mut Call<'_>) -> Result<Response, ApiError> {
             .as_str()
             .and_then(|r| r.parse().ok())
             .unwrap_or(rev);
-        return Ok(response::json(StatusCode::OK, &scale_of(&updated, new_rev)));
+        return Ok(response::json(
+            StatusCode::OK,
+            &scale_of(call, &updated, new_rev),
+        ));
     }
     unreachable!("the last attempt returns")
 }

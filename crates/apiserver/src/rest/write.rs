@@ -139,7 +139,7 @@ fn drop_empty_metadata(obj: &mut Value) {
 }
 
 /// Metadata checks plus the kind's validation; `old` for updates.
-fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+pub(crate) fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let info = call.kind.info;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let mut errs = Vec::new();
@@ -244,7 +244,7 @@ pub async fn update_object(
         call.kind.strategy.default(&mut new);
         drop_empty_metadata(&mut new);
     }
-    if call.kind.strategy.tracks_generation() && spec_changed(&new, &old) {
+    if call.kind.strategy.tracks_generation() && spec_changed(&new, &old, has_status) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(g);
     }
@@ -286,13 +286,15 @@ pub async fn update_object(
     Ok(stored)
 }
 
-/// Whether anything but metadata and status differs.
-fn spec_changed(new: &Value, old: &Value) -> bool {
+/// Whether anything but metadata (and status, when it has its own subresource) differs.
+fn spec_changed(new: &Value, old: &Value, has_status: bool) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
         if let Some(m) = v.as_object_mut() {
             m.remove("metadata");
-            m.remove("status");
+            if has_status {
+                m.remove("status");
+            }
         }
         v
     };
@@ -348,6 +350,16 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
     }
     let name = call.name().to_string();
     let info = call.kind.info;
+    if ty == PatchType::Strategic
+        && krust_api::registry::find(info.group, info.version, info.plural).is_none()
+    {
+        // Custom resources have no patch strategies to merge by, as upstream says.
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
     for attempt in 0.. {
         let current = match call.current(&name).await {
             Ok(c) => Some(c),

@@ -101,7 +101,10 @@ enum OwnerState {
 
 pub struct GarbageCollector {
     client: Client,
-    resources: Resources,
+    /// What discovery last said: kinds come and go with CustomResourceDefinitions.
+    resources: Mutex<Resources>,
+    /// The running metadata watch of each watched kind, by `apiVersion` and plural.
+    watches: Mutex<HashMap<(String, String), tokio::task::AbortHandle>>,
     graph: Mutex<Graph>,
     deletes: Arc<WorkQueue>,
     orphans: Arc<WorkQueue>,
@@ -124,25 +127,26 @@ impl GarbageCollector {
         };
         let gc = Arc::new(GarbageCollector {
             client,
-            resources,
+            resources: Mutex::new(Resources {
+                by_kind: resources.by_kind,
+                watched: Vec::new(),
+            }),
+            watches: Mutex::new(HashMap::new()),
             graph: Mutex::new(Graph::default()),
             deletes: WorkQueue::new("garbagecollector-delete"),
             orphans: WorkQueue::new("garbagecollector-orphan"),
             absent: Mutex::new(HashSet::new()),
         });
         let mut tasks = tokio::task::JoinSet::new();
-        let mut synced = Vec::new();
-        for ar in &gc.resources.watched {
-            let (tx, rx) = oneshot::channel();
-            tasks.spawn(gc.clone().watch(ar.clone(), tx));
-            synced.push(rx);
-        }
+        let kinds = resources.watched.len();
+        let synced = gc.start_watches(resources.watched);
         futures::future::join_all(synced).await;
         tracing::info!(
-            kinds = gc.resources.watched.len(),
+            kinds,
             objects = gc.graph.locked().len(),
             "garbage collector synced"
         );
+        tasks.spawn(gc.clone().follow_definitions());
         let this = gc.clone();
         tasks.spawn(gc.deletes.clone().run(workers, move |uid| {
             let this = this.clone();
@@ -154,6 +158,62 @@ impl GarbageCollector {
             async move { this.attempt_to_orphan(&uid).await }
         }));
         while tasks.join_next().await.is_some() {}
+    }
+
+    /// Watches the kinds not watched yet; returns a receiver per new watch that fires
+    /// once it has listed.
+    fn start_watches(self: &Arc<Self>, kinds: Vec<ApiResource>) -> Vec<oneshot::Receiver<()>> {
+        let mut watches = self.watches.locked();
+        let mut synced = Vec::new();
+        for ar in kinds {
+            let key = (ar.api_version.clone(), ar.plural.clone());
+            if watches.contains_key(&key) {
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            let task = tokio::spawn(self.clone().watch(ar, tx));
+            watches.insert(key, task.abort_handle());
+            synced.push(rx);
+        }
+        synced
+    }
+
+    /// Discovers again whenever a CustomResourceDefinition changes, so that custom kinds
+    /// are collected from when they are served, and their watches stop when they are
+    /// not (upstream's collector resyncs its monitors from discovery the same way).
+    async fn follow_definitions(self: Arc<Self>) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(self.client.clone());
+        let mut events = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            if matches!(event, Ok(Event::Init | Event::InitApply(_))) {
+                continue;
+            }
+            match Resources::discover(&self.client).await {
+                Ok(found) => self.resync(found),
+                Err(err) => tracing::warn!(error = %err, "garbage collector: discovery failed"),
+            }
+        }
+    }
+
+    fn resync(self: &Arc<Self>, found: Resources) {
+        let served: HashSet<(String, String)> = found
+            .watched
+            .iter()
+            .map(|ar| (ar.api_version.clone(), ar.plural.clone()))
+            .collect();
+        self.watches.locked().retain(|key, task| {
+            let keep = served.contains(key);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        self.resources.locked().by_kind = found.by_kind;
+        // New kinds need not have listed before work goes on: nothing can own them yet.
+        drop(self.start_watches(found.watched));
     }
 
     /// Feeds one kind's metadata watch into the graph. A re-list forgets the objects
@@ -217,15 +277,15 @@ impl GarbageCollector {
     /// The API of an object's kind, in its namespace if the kind is namespaced.
     fn api(&self, identity: &Identity) -> Result<Api<DynamicObject>, Error> {
         let key = (identity.api_version.to_string(), identity.kind.to_string());
-        let Some((ar, namespaced)) = self.resources.by_kind.get(&key) else {
+        let Some((ar, namespaced)) = self.resources.locked().by_kind.get(&key).cloned() else {
             return Err(Error::InvalidSpec {
                 object: identity.to_string(),
                 reason: "the apiserver serves no such kind".into(),
             });
         };
         Ok(match (&identity.namespace, namespaced) {
-            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, ar),
-            _ => Api::all_with(self.client.clone(), ar),
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            _ => Api::all_with(self.client.clone(), &ar),
         })
     }
 

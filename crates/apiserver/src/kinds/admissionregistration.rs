@@ -1,0 +1,245 @@
+//! Strategy of admissionregistration.k8s.io: Mutating- and ValidatingWebhookConfiguration
+//! — upstream's defaults and checks, WEBHOOKS and AGE columns.
+
+use krust_api::status::Cause;
+use serde_json::{Value, json};
+
+use super::Strategy;
+use super::table::{AGE, Column};
+use super::validation::{NameRule, check_name, each_mut};
+
+pub struct WebhookConfiguration {
+    mutating: bool,
+}
+pub static MUTATING_WEBHOOK_CONFIGURATION: WebhookConfiguration =
+    WebhookConfiguration { mutating: true };
+pub static VALIDATING_WEBHOOK_CONFIGURATION: WebhookConfiguration =
+    WebhookConfiguration { mutating: false };
+
+const OPERATIONS: &[&str] = &["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
+
+fn set_missing(obj: &mut Value, field: &str, value: Value) {
+    if obj[field].is_null() {
+        obj[field] = value;
+    }
+}
+
+impl Strategy for WebhookConfiguration {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn default(&self, obj: &mut Value) {
+        for hook in each_mut(obj, "/webhooks") {
+            set_missing(hook, "failurePolicy", json!("Fail"));
+            set_missing(hook, "matchPolicy", json!("Equivalent"));
+            set_missing(hook, "namespaceSelector", json!({}));
+            set_missing(hook, "objectSelector", json!({}));
+            set_missing(hook, "timeoutSeconds", json!(10));
+            if self.mutating {
+                set_missing(hook, "reinvocationPolicy", json!("Never"));
+            }
+            if hook["clientConfig"]["service"].is_object() {
+                set_missing(&mut hook["clientConfig"]["service"], "port", json!(443));
+            }
+            for rule in each_mut(hook, "/rules") {
+                set_missing(rule, "scope", json!("*"));
+            }
+        }
+    }
+
+    fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
+        let hooks = obj["webhooks"].as_array().cloned().unwrap_or_default();
+        for (i, hook) in hooks.iter().enumerate() {
+            validate_webhook(hook, &format!("webhooks[{i}]"), self.mutating, errs);
+            if hooks[..i].iter().any(|h| h["name"] == hook["name"]) {
+                errs.push(Cause::duplicate(
+                    format!("webhooks[{i}].name"),
+                    &hook["name"],
+                ));
+            }
+        }
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        static C: &[Column] = &[
+            Column {
+                name: "Webhooks",
+                ty: "integer",
+                priority: 0,
+                description: "Webhooks indicates the number of webhooks in this configuration.",
+                cell: &|o| json!(o["webhooks"].as_array().map_or(0, Vec::len)),
+            },
+            AGE,
+        ];
+        C
+    }
+}
+
+fn validate_webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<Cause>) {
+    let name = hook["name"].as_str().unwrap_or_default();
+    if name.is_empty() {
+        errs.push(Cause::required(format!("{path}.name")));
+    } else {
+        check_name(NameRule::Subdomain, &format!("{path}.name"), name, errs);
+        if name.split('.').count() < 3 {
+            errs.push(Cause::invalid(
+                format!("{path}.name"),
+                &hook["name"],
+                "should be a domain with at least three segments separated by dots",
+            ));
+        }
+    }
+    let versions: Vec<&str> = hook["admissionReviewVersions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if !versions.iter().any(|v| *v == "v1" || *v == "v1beta1") {
+        errs.push(Cause::required_because(
+            format!("{path}.admissionReviewVersions"),
+            "must specify one of v1, v1beta1",
+        ));
+    }
+    match hook["sideEffects"].as_str() {
+        None => errs.push(Cause::required(format!("{path}.sideEffects"))),
+        Some("None" | "NoneOnDryRun") => {}
+        Some(_) => errs.push(Cause::not_supported(
+            format!("{path}.sideEffects"),
+            &hook["sideEffects"],
+            &["None", "NoneOnDryRun"],
+        )),
+    }
+    let one_of = |field: &str, allowed: &[&str], errs: &mut Vec<Cause>| {
+        if let Some(v) = hook[field].as_str()
+            && !allowed.contains(&v)
+        {
+            errs.push(Cause::not_supported(
+                format!("{path}.{field}"),
+                &hook[field],
+                allowed,
+            ));
+        }
+    };
+    one_of("failurePolicy", &["Fail", "Ignore"], errs);
+    one_of("matchPolicy", &["Equivalent", "Exact"], errs);
+    if mutating {
+        one_of("reinvocationPolicy", &["IfNeeded", "Never"], errs);
+    }
+    if let Some(t) = hook["timeoutSeconds"].as_i64()
+        && !(1..=30).contains(&t)
+    {
+        errs.push(Cause::invalid(
+            format!("{path}.timeoutSeconds"),
+            &hook["timeoutSeconds"],
+            "the timeout value must be between 1 and 30 seconds",
+        ));
+    }
+    if hook["matchConditions"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty())
+    {
+        // Refused rather than ignored: calling a webhook for requests its conditions
+        // exclude could refuse writes its author meant to allow.
+        errs.push(Cause::forbidden(
+            format!("{path}.matchConditions"),
+            "krust does not evaluate CEL match conditions yet",
+        ));
+    }
+    let config = &hook["clientConfig"];
+    match (config["url"].as_str(), config["service"].is_object()) {
+        (Some(_), true) | (None, false) => errs.push(Cause::required_because(
+            format!("{path}.clientConfig"),
+            "exactly one of url or service is required",
+        )),
+        (Some(url), false) if !url.starts_with("https://") => errs.push(Cause::invalid(
+            format!("{path}.clientConfig.url"),
+            &config["url"],
+            "'https' is the only allowed URL scheme",
+        )),
+        _ => {}
+    }
+    if config["service"].is_object() {
+        for field in ["namespace", "name"] {
+            if config["service"][field].as_str().is_none_or(str::is_empty) {
+                errs.push(Cause::required(format!(
+                    "{path}.clientConfig.service.{field}"
+                )));
+            }
+        }
+    }
+    for (j, rule) in hook["rules"].as_array().into_iter().flatten().enumerate() {
+        for (k, op) in rule["operations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if !op.as_str().is_some_and(|o| OPERATIONS.contains(&o)) {
+                errs.push(Cause::not_supported(
+                    format!("{path}.rules[{j}].operations[{k}]"),
+                    op,
+                    OPERATIONS,
+                ));
+            }
+        }
+        if let Some(scope) = rule["scope"].as_str()
+            && !["*", "Cluster", "Namespaced"].contains(&scope)
+        {
+            errs.push(Cause::not_supported(
+                format!("{path}.rules[{j}].scope"),
+                &rule["scope"],
+                &["*", "Cluster", "Namespaced"],
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(obj: &Value) -> Vec<String> {
+        let mut errs = Vec::new();
+        VALIDATING_WEBHOOK_CONFIGURATION.validate(obj, &mut errs);
+        errs.iter().map(Cause::summary).collect()
+    }
+
+    #[test]
+    fn webhooks_get_upstream_defaults_and_checks() {
+        let mut obj = json!({"webhooks": [{
+            "name": "pods.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "x", "name": "hook"}},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]
+        }]});
+        MUTATING_WEBHOOK_CONFIGURATION.default(&mut obj);
+        let hook = &obj["webhooks"][0];
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(hook["timeoutSeconds"], 10);
+        assert_eq!(hook["reinvocationPolicy"], "Never");
+        assert_eq!(hook["clientConfig"]["service"]["port"], 443);
+        assert_eq!(hook["rules"][0]["scope"], "*");
+        assert!(problems(&obj).is_empty(), "{:?}", problems(&obj));
+
+        let bad = json!({"webhooks": [
+            {"name": "short.name", "sideEffects": "Some", "admissionReviewVersions": ["v2"],
+             "clientConfig": {"url": "http://example.com/"}, "timeoutSeconds": 60},
+            {"name": "short.name", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+             "clientConfig": {}}
+        ]});
+        assert_eq!(
+            problems(&bad),
+            [
+                "webhooks[0].name: Invalid value: \"short.name\": should be a domain with at least three segments separated by dots",
+                "webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1",
+                "webhooks[0].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"",
+                "webhooks[0].timeoutSeconds: Invalid value: 60: the timeout value must be between 1 and 30 seconds",
+                "webhooks[0].clientConfig.url: Invalid value: \"http://example.com/\": 'https' is the only allowed URL scheme",
+                "webhooks[1].name: Invalid value: \"short.name\": should be a domain with at least three segments separated by dots",
+                "webhooks[1].clientConfig: Required value: exactly one of url or service is required",
+                "webhooks[1].name: Duplicate value: \"short.name\"",
+            ]
+        );
+    }
+}

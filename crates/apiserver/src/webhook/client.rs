@@ -1,0 +1,244 @@
+//! Calling a webhook: find where it listens (its URL, or a ready endpoint of its
+//! Service, as upstream's endpoint routing), POST the review over HTTPS trusting the
+//! webhook's `caBundle` (or, without one, the cluster CA), within its timeout.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use krust_api::sync::Unpoisoned;
+use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+use serde_json::Value;
+use tokio_rustls::TlsConnector;
+
+use crate::watch_cache::WatchCache;
+
+/// Where one webhook call goes.
+pub struct Target {
+    /// Host and port to connect to.
+    pub host: String,
+    pub port: u16,
+    /// The name its certificate must carry (`<service>.<namespace>.svc` for a Service).
+    pub server_name: String,
+    /// Path with the query upstream adds (`?timeout=10s`).
+    pub path: String,
+    /// The URL as upstream prints it in errors.
+    pub url: String,
+}
+
+/// TLS configurations by CA bundle, so each bundle is parsed once.
+pub struct Client {
+    cluster_ca: Vec<u8>,
+    configs: Mutex<HashMap<Vec<u8>, TlsConnector>>,
+}
+
+impl Client {
+    pub fn new(cluster_ca: &str) -> Client {
+        Client {
+            cluster_ca: cluster_ca.as_bytes().to_vec(),
+            configs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn connector(&self, ca_bundle: Option<&[u8]>) -> Result<TlsConnector, String> {
+        let bundle = ca_bundle
+            .filter(|b| !b.is_empty())
+            .unwrap_or(&self.cluster_ca);
+        if let Some(c) = self.configs.locked().get(bundle) {
+            return Ok(c.clone());
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(bundle) {
+            let cert = cert.map_err(|e| format!("invalid caBundle: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("invalid caBundle: {e}"))?;
+        }
+        let provider = rustls::crypto::ring::default_provider();
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let connector = TlsConnector::from(Arc::new(config));
+        self.configs
+            .locked()
+            .insert(bundle.to_vec(), connector.clone());
+        Ok(connector)
+    }
+
+    /// POSTs `body` to the target; the decoded JSON answer.
+    pub async fn post(
+        &self,
+        target: &Target,
+        ca_bundle: Option<&[u8]>,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let call = async {
+            let connector = self.connector(ca_bundle)?;
+            let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = tcp.set_nodelay(true);
+            let name =
+                ServerName::try_from(target.server_name.clone()).map_err(|e| e.to_string())?;
+            let tls = connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("tls: {e}"))?;
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            let req = Request::post(&target.path)
+                .header(
+                    http::header::HOST,
+                    format!("{}:{}", target.server_name, target.port),
+                )
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header(http::header::ACCEPT, "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .map_err(|e| e.to_string())?;
+            let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+            let status = resp.status();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            if !status.is_success() {
+                return Err(format!(
+                    "the server responded with the status code {}",
+                    status.as_u16()
+                ));
+            }
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("failed to decode the response: {e}"))
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err("context deadline exceeded".into()),
+        }
+    }
+}
+
+/// Where a webhook's `clientConfig` points, resolving a Service to one of its ready
+/// endpoints.
+pub fn target(config: &Value, timeout: Duration, cache: &WatchCache) -> Result<Target, String> {
+    let query = format!("timeout={}s", timeout.as_secs());
+    if let Some(url) = config["url"].as_str() {
+        return url_target(url, &query);
+    }
+    let svc = &config["service"];
+    let (ns, name) = (
+        svc["namespace"].as_str().unwrap_or_default(),
+        svc["name"].as_str().unwrap_or_default(),
+    );
+    let port = svc["port"].as_i64().unwrap_or(443);
+    let path = svc["path"].as_str().unwrap_or("/");
+    let host = format!("{name}.{ns}.svc");
+    let (ip, target_port) = endpoint(cache, ns, name, port)?;
+    Ok(Target {
+        host: ip,
+        port: target_port,
+        url: format!("https://{host}:{port}{path}?{query}"),
+        server_name: host,
+        path: format!("{path}?{query}"),
+    })
+}
+
+fn url_target(url: &str, query: &str) -> Result<Target, String> {
+    let rest = url
+        .strip_prefix("https://")
+        .ok_or_else(|| format!("invalid webhook URL {url}: must be https"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !authority.starts_with('[') || h.ends_with(']') => (
+            h.trim_start_matches('[').trim_end_matches(']'),
+            p.parse()
+                .map_err(|_| format!("invalid port in webhook URL {url}"))?,
+        ),
+        _ => (authority.trim_start_matches('[').trim_end_matches(']'), 443),
+    };
+    let sep = if path.contains('?') { '&' } else { '?' };
+    Ok(Target {
+        host: host.to_string(),
+        port,
+        server_name: host.to_string(),
+        path: format!("{path}{sep}{query}"),
+        url: format!("https://{authority}{path}{sep}{query}"),
+    })
+}
+
+/// A ready endpoint of the Service's port `port`: (address, target port).
+fn endpoint(cache: &WatchCache, ns: &str, name: &str, port: i64) -> Result<(String, u16), String> {
+    let not_found = || format!("service \"{name}\" not found");
+    let svc = cache
+        .core_object("services", Some(ns), name)
+        .ok_or_else(not_found)?;
+    let svc_port = svc["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"].as_i64() == Some(port))
+        .ok_or_else(|| format!("service \"{name}\" has no port {port}"))?;
+    let port_name = svc_port["name"].as_str().unwrap_or_default();
+    let slices = cache
+        .cache("/registry/endpointslices/")
+        .map(|c| c.list(&format!("/registry/endpointslices/{ns}/")).0)
+        .unwrap_or_default();
+    for slice in slices {
+        let slice = slice.value();
+        if slice["metadata"]["labels"]["kubernetes.io/service-name"].as_str() != Some(name) {
+            continue;
+        }
+        let Some(target_port) = slice["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
+            .and_then(|p| p["port"].as_u64())
+        else {
+            continue;
+        };
+        let ready = slice["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["conditions"]["ready"] != Value::Bool(false))
+            .find_map(|e| e["addresses"][0].as_str());
+        if let Some(ip) = ready {
+            return Ok((ip.to_string(), target_port as u16));
+        }
+    }
+    Err(format!("no endpoints available for service \"{name}\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_become_targets_with_the_timeout_query() {
+        let t = url_target("https://127.0.0.1:8443/validate", "timeout=5s").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 8443));
+        assert_eq!(t.path, "/validate?timeout=5s");
+        assert_eq!(t.url, "https://127.0.0.1:8443/validate?timeout=5s");
+        let t = url_target("https://hooks.example.com/m?x=1", "timeout=10s").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("hooks.example.com", 443));
+        assert_eq!(t.path, "/m?x=1&timeout=10s");
+        let t = url_target("https://[::1]:9443/", "timeout=1s").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 9443));
+        assert!(url_target("http://insecure/", "timeout=1s").is_err());
+    }
+}

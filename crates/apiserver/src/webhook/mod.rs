@@ -1,0 +1,434 @@
+//! Admission webhooks (admissionregistration.k8s.io/v1): mutating webhooks change an
+//! object after the built-in mutating plugins, one after another (and once more, for
+//! those that ask, when a later one changed it); validating webhooks then judge it, all
+//! at once. Each is called with an admission.k8s.io AdmissionReview over HTTPS and its
+//! failurePolicy decides what a call that fails means — as upstream's
+//! MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins.
+
+mod client;
+mod rules;
+
+use std::time::Duration;
+
+use base64::Engine;
+use krust_api::status::ApiError;
+use serde_json::{Value, json};
+
+pub use client::Client;
+use rules::Attributes;
+
+use crate::rest::Call;
+
+const MUTATING: &str = "/registry/mutatingwebhookconfigurations/";
+const VALIDATING: &str = "/registry/validatingwebhookconfigurations/";
+
+/// Upstream's default `timeoutSeconds`.
+const DEFAULT_TIMEOUT: u64 = 10;
+
+/// The operation a write is, in AdmissionReview's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+
+    fn options_kind(self) -> &'static str {
+        match self {
+            Operation::Create => "CreateOptions",
+            Operation::Update => "UpdateOptions",
+            Operation::Delete => "DeleteOptions",
+        }
+    }
+}
+
+/// One webhook of a configuration.
+struct Hook {
+    webhook: Value,
+}
+
+impl Hook {
+    fn name(&self) -> &str {
+        self.webhook["name"].as_str().unwrap_or_default()
+    }
+
+    fn fails_open(&self) -> bool {
+        self.webhook["failurePolicy"] == "Ignore"
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(
+            self.webhook["timeoutSeconds"]
+                .as_u64()
+                .unwrap_or(DEFAULT_TIMEOUT),
+        )
+    }
+}
+
+/// The webhooks of every configuration under `prefix`, ordered by configuration name
+/// and then as listed, as upstream calls them.
+fn hooks(call: &Call<'_>, prefix: &str) -> Vec<Hook> {
+    let Some(cache) = call.api.cache.cache(prefix) else {
+        return Vec::new();
+    };
+    let (configs, _) = cache.list(prefix);
+    configs
+        .iter()
+        .flat_map(|c| {
+            c.value()["webhooks"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|webhook| Hook { webhook })
+        .collect()
+}
+
+/// Webhooks are never called about webhook and policy configurations (a broken webhook
+/// must not lock out its own repair), nor for the reviews that store nothing.
+fn exempt(call: &Call<'_>) -> bool {
+    let info = call.kind.info;
+    info.group == "admissionregistration.k8s.io" || info.is_virtual()
+}
+
+fn attributes<'a>(
+    call: &'a Call<'_>,
+    operation: Operation,
+    obj: Option<&'a Value>,
+    old: Option<&'a Value>,
+) -> Attributes<'a> {
+    let info = call.kind.info;
+    let namespace_labels = if info.namespaced {
+        call.namespace().map(|ns| {
+            call.api
+                .cache
+                .core_object("namespaces", None, ns)
+                .map(|n| rules::labels(Some(&n)))
+                .unwrap_or_default()
+        })
+    } else if info.plural == "namespaces" && info.group.is_empty() {
+        obj.or(old).map(|o| rules::labels(Some(o)))
+    } else {
+        None
+    };
+    Attributes {
+        operation: operation.as_str(),
+        group: info.group,
+        version: info.version,
+        resource: info.plural,
+        subresource: call.info.subresource.as_deref(),
+        namespaced: info.namespaced,
+        namespace_labels,
+        object: obj,
+        old_object: old,
+    }
+}
+
+/// Runs the mutating webhooks on `obj` (storage form). Returns whether any changed it.
+pub async fn mutate(
+    call: &Call<'_>,
+    operation: Operation,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> Result<bool, ApiError> {
+    if exempt(call) {
+        return Ok(false);
+    }
+    let hooks = hooks(call, MUTATING);
+    if hooks.is_empty() {
+        return Ok(false);
+    }
+    let mut served = call.kind.strategy.to_served(obj.clone());
+    let old_served = old.map(|o| call.kind.strategy.to_served(o.clone()));
+    let mut changes = 0usize;
+    // Webhooks that asked to be called again if a later one changes the object, with
+    // the number of changes made when they were called.
+    let mut reinvoke: Vec<(&Hook, usize)> = Vec::new();
+    for hook in &hooks {
+        if !rules::applies(
+            &hook.webhook,
+            &attributes(call, operation, Some(&served), old_served.as_ref()),
+        ) {
+            continue;
+        }
+        if mutate_once(call, hook, operation, &mut served, old_served.as_ref()).await? {
+            changes += 1;
+        }
+        if hook.webhook["reinvocationPolicy"] == "IfNeeded" {
+            reinvoke.push((hook, changes));
+        }
+    }
+    for (hook, seen) in reinvoke {
+        if seen < changes {
+            mutate_once(call, hook, operation, &mut served, old_served.as_ref()).await?;
+        }
+    }
+    if changes > 0 {
+        *obj = call.kind.strategy.to_storage(served);
+    }
+    Ok(changes > 0)
+}
+
+/// Calls one mutating webhook and applies its patch. Returns whether it changed the
+/// object.
+async fn mutate_once(
+    call: &Call<'_>,
+    hook: &Hook,
+    operation: Operation,
+    served: &mut Value,
+    old: Option<&Value>,
+) -> Result<bool, ApiError> {
+    let Some(response) = review(call, hook, operation, Some(served), old).await? else {
+        return Ok(false);
+    };
+    let Some(patch) = response["patch"].as_str() else {
+        return Ok(false);
+    };
+    let failed = |why: String| {
+        ApiError::internal(format!("failed calling webhook \"{}\": {why}", hook.name()))
+    };
+    if response["patchType"] != "JSONPatch" {
+        return Err(failed(format!(
+            "unsupported patch type {}",
+            response["patchType"]
+        )));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .map_err(|e| failed(format!("invalid patch: {e}")))?;
+    let ops: json_patch::Patch =
+        serde_json::from_slice(&bytes).map_err(|e| failed(format!("invalid patch: {e}")))?;
+    let before = served.clone();
+    json_patch::patch(served, &ops).map_err(|e| failed(format!("applying the patch: {e}")))?;
+    Ok(*served != before)
+}
+
+/// Runs the validating webhooks, all at once; the first refusal (in webhook order)
+/// refuses the request.
+pub async fn validate(
+    call: &Call<'_>,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    if exempt(call) {
+        return Ok(());
+    }
+    let hooks = hooks(call, VALIDATING);
+    if hooks.is_empty() {
+        return Ok(());
+    }
+    let served = obj.map(|o| call.kind.strategy.to_served(o.clone()));
+    let old_served = old.map(|o| call.kind.strategy.to_served(o.clone()));
+    let attrs = attributes(call, operation, served.as_ref(), old_served.as_ref());
+    let calls = hooks
+        .iter()
+        .filter(|h| rules::applies(&h.webhook, &attrs))
+        .map(|h| review(call, h, operation, served.as_ref(), old_served.as_ref()));
+    for outcome in futures::future::join_all(calls).await {
+        outcome?;
+    }
+    Ok(())
+}
+
+/// Sends one AdmissionReview. `Ok(None)`: the call failed and the webhook fails open.
+/// A refusal is the error the client gets.
+async fn review(
+    call: &Call<'_>,
+    hook: &Hook,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<Option<Value>, ApiError> {
+    let name = hook.name();
+    let dry_run = call.dry_run();
+    let side_effects = hook.webhook["sideEffects"].as_str().unwrap_or_default();
+    if dry_run && !matches!(side_effects, "None" | "NoneOnDryRun") {
+        return Err(ApiError::bad_request(format!(
+            "admission webhook \"{name}\" has side effects and does not support dry run"
+        )));
+    }
+    let versions = &hook.webhook["admissionReviewVersions"];
+    let version = ["v1", "v1beta1"]
+        .into_iter()
+        .find(|v| versions.as_array().is_some_and(|l| l.contains(&json!(v))));
+    let failed = |why: String| -> Result<Option<Value>, ApiError> {
+        if hook.fails_open() {
+            tracing::warn!(webhook = %name, %why, "failed calling webhook; failing open");
+            Ok(None)
+        } else {
+            Err(ApiError::internal(format!(
+                "failed calling webhook \"{name}\": {why}"
+            )))
+        }
+    };
+    let Some(version) = version else {
+        return failed("webhook does not accept v1 or v1beta1 AdmissionReview".into());
+    };
+    let uid = uuid::Uuid::new_v4().to_string();
+    let request = review_request(call, &uid, operation, obj, old);
+    let body = json!({
+        "apiVersion": format!("admission.k8s.io/{version}"),
+        "kind": "AdmissionReview",
+        "request": request,
+    });
+    let timeout = hook.timeout();
+    let target = match client::target(&hook.webhook["clientConfig"], timeout, &call.api.cache) {
+        Ok(t) => t,
+        Err(e) => return failed(format!("failed to call webhook: {e}")),
+    };
+    let ca_bundle = hook.webhook["clientConfig"]["caBundle"]
+        .as_str()
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+    let answer = call
+        .api
+        .webhooks
+        .post(
+            &target,
+            ca_bundle.as_deref(),
+            serde_json::to_vec(&body).unwrap_or_default(),
+            timeout,
+        )
+        .await;
+    let answer = match answer {
+        Ok(a) => a,
+        Err(e) => {
+            return failed(format!(
+                "failed to call webhook: Post \"{}\": {e}",
+                target.url
+            ));
+        }
+    };
+    let response = &answer["response"];
+    if response["uid"].as_str() != Some(uid.as_str()) {
+        return failed(format!(
+            "received invalid webhook response: expected response.uid=\"{uid}\", got \"{}\"",
+            response["uid"].as_str().unwrap_or_default()
+        ));
+    }
+    for warning in response["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        call.warnings.add(warning.to_string());
+    }
+    if response["allowed"] != json!(true) {
+        return Err(denied(name, &response["status"]));
+    }
+    Ok(Some(response.clone()))
+}
+
+fn review_request(
+    call: &Call<'_>,
+    uid: &str,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Value {
+    let info = call.kind.info;
+    let sub = call
+        .info
+        .subresource
+        .as_deref()
+        .and_then(krust_api::registry::Subresource::parse);
+    let (group, version, kind) =
+        sub.and_then(|s| s.kind())
+            .unwrap_or((info.group, info.version, info.kind));
+    let kind = json!({"group": group, "version": version, "kind": kind});
+    let resource = json!({"group": info.group, "version": info.version, "resource": info.plural});
+    let name = obj
+        .or(old)
+        .and_then(|o| o["metadata"]["name"].as_str())
+        .or(call.info.name.as_deref())
+        .unwrap_or_default();
+    let mut request = json!({
+        "uid": uid,
+        "kind": kind,
+        "resource": resource,
+        "requestKind": kind,
+        "requestResource": resource,
+        "name": name,
+        "operation": operation.as_str(),
+        "userInfo": {"username": call.user.name, "groups": call.user.groups},
+        "object": obj,
+        "oldObject": old,
+        "dryRun": call.dry_run(),
+        "options": {"kind": operation.options_kind(), "apiVersion": "meta.k8s.io/v1"},
+    });
+    if let Some(sub) = &call.info.subresource {
+        request["subResource"] = json!(sub);
+        request["requestSubResource"] = json!(sub);
+    }
+    if let Some(ns) = call.namespace().filter(|_| info.namespaced) {
+        request["namespace"] = json!(ns);
+    }
+    request
+}
+
+/// A webhook's refusal as upstream words it: its status code (at least 400), its
+/// message after `admission webhook "x" denied the request`.
+fn denied(name: &str, status: &Value) -> ApiError {
+    let by = format!("admission webhook \"{name}\" denied the request");
+    let code = status["code"]
+        .as_u64()
+        .filter(|c| (400..600).contains(c))
+        .unwrap_or(400) as u16;
+    let message = match (status["message"].as_str(), status["reason"].as_str()) {
+        (Some(m), _) if !m.is_empty() => format!("{by}: {m}"),
+        (_, Some(r)) if !r.is_empty() => format!("{by}: {r}"),
+        _ => format!("{by} without explanation"),
+    };
+    const REASONS: &[&str] = &[
+        "BadRequest",
+        "Unauthorized",
+        "Forbidden",
+        "NotFound",
+        "AlreadyExists",
+        "Conflict",
+        "Invalid",
+        "TooManyRequests",
+        "InternalError",
+    ];
+    let reason = REASONS
+        .iter()
+        .find(|r| status["reason"].as_str() == Some(**r))
+        .copied()
+        .unwrap_or("");
+    ApiError::new(code, reason, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_read_as_upstream() {
+        let e = denied(
+            "pods.example.com",
+            &json!({"code": 403, "reason": "Forbidden", "message": "no privileged pods"}),
+        );
+        assert_eq!(e.code, 403);
+        assert_eq!(e.reason, "Forbidden");
+        assert_eq!(
+            e.message,
+            "admission webhook \"pods.example.com\" denied the request: no privileged pods"
+        );
+        let e = denied("x.example.com", &json!({"code": 200}));
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "admission webhook \"x.example.com\" denied the request without explanation"
+        );
+    }
+}
