@@ -486,7 +486,7 @@ pub(super) fn apply_patch(
                 ))
             })?;
             let mut doc = old.clone();
-            json_patch::patch(&mut doc, &p).map_err(|e| {
+            krust_apimachinery::patch::apply_json_patch(&mut doc, &p).map_err(|e| {
                 ApiError::new(
                     422,
                     "Invalid",

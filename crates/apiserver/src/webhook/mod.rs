@@ -208,7 +208,8 @@ async fn mutate_once(
     let ops: json_patch::Patch =
         serde_json::from_slice(&bytes).map_err(|e| failed(format!("invalid patch: {e}")))?;
     let before = served.clone();
-    json_patch::patch(served, &ops).map_err(|e| failed(format!("applying the patch: {e}")))?;
+    krust_apimachinery::patch::apply_json_patch(served, &ops)
+        .map_err(|e| failed(format!("applying the patch: {e}")))?;
     Ok(*served != before)
 }
 
