@@ -209,6 +209,7 @@ resources! {
     "admissionregistration.k8s.io" "v1" "MutatingWebhookConfiguration" "mutatingwebhookconfigurations" "mutatingwebhookconfiguration" [] ["api-extensions"] false [] "mutatingwebhookconfigurations";
     "admissionregistration.k8s.io" "v1" "ValidatingWebhookConfiguration" "validatingwebhookconfigurations" "validatingwebhookconfiguration" [] ["api-extensions"] false [] "validatingwebhookconfigurations";
     "apiextensions.k8s.io" "v1" "CustomResourceDefinition" "customresourcedefinitions" "customresourcedefinition" ["crd", "crds"] ["api-extensions"] false [Status] "apiextensions.k8s.io/customresourcedefinitions";
+    "apiregistration.k8s.io" "v1" "APIService" "apiservices" "apiservice" [] ["api-extensions"] false [Status] "apiregistration.k8s.io/apiservices";
     "authentication.k8s.io" "v1" "SelfSubjectReview" "selfsubjectreviews" "selfsubjectreview" [] [] false [] "";
     "authentication.k8s.io" "v1" "TokenReview" "tokenreviews" "tokenreview" [] [] false [] "";
     "authorization.k8s.io" "v1" "LocalSubjectAccessReview" "localsubjectaccessreviews" "localsubjectaccessreview" [] [] true [] "";

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::Api;
 use crate::internal::{Internal, Resource};
 
-pub async fn run(api: &Api, service_ip: Ipv4Addr, port: u16) -> Result<()> {
+pub async fn run(api: &Api, pki: &crate::pki::Pki, service_ip: Ipv4Addr, port: u16) -> Result<()> {
     let client = Internal { api };
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         client
@@ -45,5 +45,23 @@ pub async fn run(api: &Api, service_ip: Ipv4Addr, port: u16) -> Result<()> {
         .ensure(Resource::core("services", Some("default")), &service)
         .await
         .map_err(|e| anyhow::anyhow!("creating the kubernetes service: {e}"))?;
+    // How extension apiservers authenticate the requests krust proxies to them (upstream's
+    // cluster-authentication-trust controller publishes the same).
+    let front_proxy = |v: &str| serde_json::to_string(&[v]).unwrap_or_default();
+    let trust = json!({
+        "metadata": {"name": "extension-apiserver-authentication"},
+        "data": {
+            "client-ca-file": pki.ca_cert,
+            "requestheader-client-ca-file": pki.front_proxy_ca,
+            "requestheader-allowed-names": front_proxy(crate::pki::FRONT_PROXY_USER),
+            "requestheader-username-headers": front_proxy("X-Remote-User"),
+            "requestheader-group-headers": front_proxy("X-Remote-Group"),
+            "requestheader-extra-headers-prefix": front_proxy("X-Remote-Extra-"),
+        },
+    });
+    client
+        .upsert(Resource::core("configmaps", Some("kube-system")), &trust)
+        .await
+        .map_err(|e| anyhow::anyhow!("publishing extension-apiserver-authentication: {e}"))?;
     Ok(())
 }

@@ -86,10 +86,10 @@ impl KubeletClient {
     }
 }
 
-/// Accepts any kubelet serving certificate (signatures are still checked, so the
+/// Accepts any serving certificate (signatures are still checked, so the
 /// handshake proves the key), as upstream does without a kubelet CA.
 #[derive(Debug)]
-struct AnyServerCertificate(rustls::crypto::WebPkiSupportedAlgorithms);
+pub(crate) struct AnyServerCertificate(pub(crate) rustls::crypto::WebPkiSupportedAlgorithms);
 
 impl ServerCertVerifier for AnyServerCertificate {
     fn verify_server_cert(

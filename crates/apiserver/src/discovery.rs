@@ -2,6 +2,8 @@
 //! (apidiscovery.k8s.io/v2, what kubectl asks for first), all generated from the registry.
 
 use krust_api::registry::{self, RESOURCE_VERBS, ResourceInfo};
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 /// The Content-Type of aggregated discovery documents.
@@ -32,7 +34,11 @@ pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
 
 /// The resources discovery describes: the built-in ones, then those of the custom
 /// resource definitions served now (each group's versions by upstream's priority).
-pub struct Catalog(Vec<&'static ResourceInfo>);
+pub struct Catalog {
+    resources: Vec<&'static ResourceInfo>,
+    /// Group versions served by aggregated apiservers, with their APIResourceLists.
+    remote: BTreeMap<(String, String), Value>,
+}
 
 impl Catalog {
     pub fn new(custom: impl IntoIterator<Item = &'static ResourceInfo>) -> Self {
@@ -43,11 +49,38 @@ impl Catalog {
                 .then_with(|| registry::version_priority(a.version, b.version))
                 .then_with(|| a.plural.cmp(b.plural))
         });
-        Catalog(registry::RESOURCES.iter().chain(custom).collect())
+        Catalog {
+            resources: registry::RESOURCES.iter().chain(custom).collect(),
+            remote: BTreeMap::new(),
+        }
     }
 
-    fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
-        registry::groups_of(self.0.iter().copied())
+    /// Adds the group versions of aggregated apiservers.
+    pub fn with_remote(mut self, remote: BTreeMap<(String, String), Value>) -> Self {
+        self.remote = remote;
+        self
+    }
+
+    /// The groups served here (the legacy core group first), each with its versions.
+    pub fn group_versions(&self) -> Vec<(&'static str, Vec<&'static str>)> {
+        registry::groups_of(self.resources.iter().copied())
+    }
+
+    /// Every group with its versions, the aggregated ones last.
+    fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = self
+            .group_versions()
+            .into_iter()
+            .map(|(g, vs)| (g.to_string(), vs.into_iter().map(str::to_string).collect()))
+            .collect();
+        for (g, v) in self.remote.keys() {
+            match out.iter_mut().find(|(name, _)| name == g) {
+                Some((_, versions)) if !versions.contains(v) => versions.push(v.clone()),
+                Some(_) => {}
+                None => out.push((g.clone(), vec![v.clone()])),
+            }
+        }
+        out
     }
 
     fn resources_in<'a>(
@@ -55,7 +88,7 @@ impl Catalog {
         group: &'a str,
         version: &'a str,
     ) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
-        self.0
+        self.resources
             .iter()
             .copied()
             .filter(move |r| r.group == group && r.version == version)
@@ -78,13 +111,13 @@ impl Catalog {
             .groups()
             .into_iter()
             .filter(|(g, _)| !g.is_empty())
-            .map(|(g, versions)| group_value(g, &versions))
+            .map(|(g, versions)| group_value(&g, &versions))
             .collect();
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
     }
 }
 
-fn group_value(group: &str, versions: &[&str]) -> Value {
+fn group_value(group: &str, versions: &[String]) -> Value {
     let vs: Vec<Value> = versions
         .iter()
         .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
@@ -99,7 +132,7 @@ impl Catalog {
             .groups()
             .into_iter()
             .find(|(g, _)| *g == group && !g.is_empty())?;
-        let mut v = group_value(g, &versions);
+        let mut v = group_value(&g, &versions);
         v["kind"] = json!("APIGroup");
         v["apiVersion"] = json!("v1");
         Some(v)
@@ -107,6 +140,9 @@ impl Catalog {
 
     /// `/api/v1` or `/apis/<group>/<version>`: the resources of one group version.
     pub fn api_resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        if let Some(list) = self.remote.get(&(group.to_string(), version.to_string())) {
+            return Some(list.clone());
+        }
         let mut resources = Vec::new();
         for r in self.resources_in(group, version) {
             let mut entry = json!({
@@ -172,7 +208,10 @@ impl Catalog {
             let vs: Vec<Value> = versions
                 .iter()
                 .map(|v| {
-                    let resources: Vec<Value> = self.resources_in(g, v)
+                    if let Some(list) = self.remote.get(&(g.clone(), v.clone())) {
+                        return json!({"version": v, "resources": remote_resources(list), "freshness": "Current"});
+                    }
+                    let resources: Vec<Value> = self.resources_in(&g, v)
                         .map(|r| {
                             let mut e = json!({
                                 "resource": r.plural,
@@ -209,6 +248,44 @@ impl Catalog {
         .collect();
         json!({"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items})
     }
+}
+
+/// An aggregated apiserver's APIResourceList in aggregated discovery's form: each
+/// resource with its subresources.
+fn remote_resources(list: &Value) -> Vec<Value> {
+    let entries = list["resources"].as_array().cloned().unwrap_or_default();
+    let mut out: Vec<Value> = Vec::new();
+    for e in entries
+        .iter()
+        .filter(|e| !e["name"].as_str().unwrap_or("/").contains('/'))
+    {
+        let mut r = json!({
+            "resource": e["name"],
+            "responseKind": {"group": "", "version": "", "kind": e["kind"]},
+            "scope": if e["namespaced"] == json!(true) { "Namespaced" } else { "Cluster" },
+            "singularResource": e["singularName"],
+            "verbs": e["verbs"],
+        });
+        for field in ["shortNames", "categories"] {
+            if e[field].is_array() {
+                r[field] = e[field].clone();
+            }
+        }
+        out.push(r);
+    }
+    for e in &entries {
+        let Some((parent, sub)) = e["name"].as_str().and_then(|n| n.split_once('/')) else {
+            continue;
+        };
+        if let Some(r) = out.iter_mut().find(|r| r["resource"] == parent) {
+            let entry = json!({"subresource": sub, "responseKind": {"group": e["group"].as_str().unwrap_or_default(), "version": e["version"].as_str().unwrap_or_default(), "kind": e["kind"]}, "verbs": e["verbs"]});
+            match r["subresources"].as_array_mut() {
+                Some(subs) => subs.push(entry),
+                None => r["subresources"] = json!([entry]),
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

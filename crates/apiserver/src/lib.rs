@@ -6,6 +6,7 @@
 //! the [`watch_cache`], which one store watch keeps current.
 
 pub mod admission;
+pub mod aggregator;
 pub mod allocator;
 pub mod audit;
 pub mod auth;
@@ -24,6 +25,7 @@ pub mod limit_ranger;
 pub mod metrics;
 pub mod openapi;
 pub mod openapi_v2;
+pub mod outbound;
 pub mod pki;
 pub mod pod_security;
 mod recover;
@@ -108,7 +110,9 @@ pub struct Api {
     /// metrics.k8s.io API.
     pub resource_metrics: resource_metrics::Samples,
     /// The HTTPS client of admission webhooks.
-    pub webhooks: webhook::Client,
+    pub webhooks: outbound::Client,
+    /// The aggregated apiservers available now, and the client that reaches them.
+    pub aggregator: aggregator::Aggregator,
 }
 
 /// A started apiserver.
@@ -208,9 +212,10 @@ impl Api {
             tokens,
             audit,
             resource_metrics: Default::default(),
-            webhooks: webhook::Client::new(&pki.ca_cert),
+            webhooks: outbound::Client::new(&pki.ca_cert, None),
+            aggregator: aggregator::Aggregator::new(&pki),
         });
-        bootstrap::run(&api, services.first_ip(), port).await?;
+        bootstrap::run(&api, &pki, services.first_ip(), port).await?;
         authz::policy::reconcile(&api)
             .await
             .context("reconciling the bootstrap RBAC policy")?;
@@ -243,6 +248,7 @@ pub async fn start(
         .map_err(|e| anyhow::anyhow!("publishing the kubernetes endpoints: {e}"))?;
     tokio::spawn(reconciler.clone().run());
     tokio::spawn(custom::controller::run(api.clone()));
+    tokio::spawn(aggregator::run(api.clone()));
     let shutdown = async move {
         shutdown.await;
         reconciler.leave().await;

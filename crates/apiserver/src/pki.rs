@@ -29,7 +29,16 @@ pub struct Pki {
     /// half (SPKI), both PEM.
     pub service_account_key: String,
     pub service_account_public: String,
+    /// The CA of the front proxy's client certificate (upstream's requestheader client
+    /// CA), and that certificate, which the apiserver presents to aggregated apiservers.
+    pub front_proxy_ca: String,
+    pub front_proxy_client_cert: String,
+    pub front_proxy_client_key: String,
 }
+
+/// The user of the front proxy's client certificate (upstream's requestheader allowed
+/// name).
+pub const FRONT_PROXY_USER: &str = "front-proxy-client";
 
 /// The user of the apiserver's client certificate towards kubelets (kubeadm's name).
 pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
@@ -40,26 +49,7 @@ impl Pki {
     pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<Pki> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-        let ca_key_path = dir.join("ca.key");
-        let ca_cert_path = dir.join("ca.crt");
-        let (ca_key, ca_cert) = if ca_key_path.exists() && ca_cert_path.exists() {
-            (read(&ca_key_path)?, read(&ca_cert_path)?)
-        } else {
-            let key = KeyPair::generate()?;
-            let mut params = CertificateParams::default();
-            params.distinguished_name = name("krust-ca", None);
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.key_usages = vec![
-                KeyUsagePurpose::KeyCertSign,
-                KeyUsagePurpose::CrlSign,
-                KeyUsagePurpose::DigitalSignature,
-            ];
-            params.not_after = rcgen::date_time_ymd(2036, 1, 1);
-            let cert = params.self_signed(&key)?;
-            write_private(&ca_key_path, &key.serialize_pem())?;
-            write_public(&ca_cert_path, &cert.pem())?;
-            (key.serialize_pem(), cert.pem())
-        };
+        let (ca_key, ca_cert) = load_or_create_ca(dir, "ca", "krust-ca")?;
         let ca_keypair = KeyPair::from_pem(&ca_key).context("parsing CA key")?;
         let issuer = Issuer::from_ca_cert_pem(&ca_cert, &ca_keypair).context("parsing CA cert")?;
 
@@ -95,6 +85,22 @@ impl Pki {
             write_public(&kubelet_cert_path, &cert)?;
         }
 
+        // The front proxy's own CA, as upstream's requestheader CA: extension apiservers
+        // trust `X-Remote-*` headers only from certificates it signed, so no cluster
+        // client certificate can claim another user through them.
+        let (front_key, front_ca) =
+            load_or_create_ca(dir, "front-proxy-ca", "krust-front-proxy-ca")?;
+        let front_cert_path = dir.join("front-proxy-client.crt");
+        let front_key_path = dir.join("front-proxy-client.key");
+        if !(front_cert_path.exists() && front_key_path.exists()) {
+            let keypair = KeyPair::from_pem(&front_key).context("parsing front-proxy CA key")?;
+            let issuer = Issuer::from_ca_cert_pem(&front_ca, &keypair)
+                .context("parsing front-proxy CA cert")?;
+            let (cert, key) = client_cert(&issuer, FRONT_PROXY_USER, &[])?;
+            write_private(&front_key_path, &key)?;
+            write_public(&front_cert_path, &cert)?;
+        }
+
         let sa_key_path = dir.join("sa.key");
         let sa_pub_path = dir.join("sa.pub");
         if !(sa_key_path.exists() && sa_pub_path.exists()) {
@@ -114,6 +120,9 @@ impl Pki {
             kubelet_client_key: read(&kubelet_key_path)?,
             service_account_key: read(&sa_key_path)?,
             service_account_public: read(&sa_pub_path)?,
+            front_proxy_ca: front_ca,
+            front_proxy_client_cert: read(&front_cert_path)?,
+            front_proxy_client_key: read(&front_key_path)?,
         })
     }
 
@@ -154,6 +163,30 @@ impl Pki {
         let cert = params.signed_by(&key, &issuer)?;
         Ok((cert.pem(), key.serialize_pem()))
     }
+}
+
+/// The key and certificate (PEM) of the CA `<base>.key`/`<base>.crt` in `dir`, made
+/// on first use.
+fn load_or_create_ca(dir: &Path, base: &str, common_name: &str) -> Result<(String, String)> {
+    let key_path = dir.join(format!("{base}.key"));
+    let cert_path = dir.join(format!("{base}.crt"));
+    if key_path.exists() && cert_path.exists() {
+        return Ok((read(&key_path)?, read(&cert_path)?));
+    }
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = name(common_name, None);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    let cert = params.self_signed(&key)?;
+    write_private(&key_path, &key.serialize_pem())?;
+    write_public(&cert_path, &cert.pem())?;
+    Ok((key.serialize_pem(), cert.pem()))
 }
 
 /// The CA's key with its certificate.

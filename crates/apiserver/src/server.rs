@@ -406,6 +406,9 @@ async fn serve_admitted(
             // Read the whole body first: answering before it is consumed makes clients
             // still sending see a reset instead of the Status.
             let body = read_body(body).await?;
+            if let Some(backend) = api.aggregator.backend(&info.group, &info.version) {
+                return crate::aggregator::proxy(api, &backend, &user, &parts, body).await;
+            }
             serve_resource(api, user, (info, query, annotations), &parts.headers, body).await
         }
     }
@@ -504,7 +507,10 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
         return response::error(&ApiError::method_not_allowed(method.as_str(), path));
     }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let catalog = || discovery::Catalog::new(api.cache.custom.all().into_iter().map(|k| k.info));
+    let catalog = || {
+        discovery::Catalog::new(api.cache.custom.all().into_iter().map(|k| k.info))
+            .with_remote(api.aggregator.all())
+    };
     match parts.as_slice() {
         ["healthz" | "livez" | "readyz", ..] => {
             response::full(StatusCode::OK, "ok", "text/plain; charset=utf-8")

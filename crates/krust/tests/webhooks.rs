@@ -7,9 +7,11 @@
 mod common;
 #[path = "webhooks/hook_server.rs"]
 mod hook_server;
+#[path = "support/https.rs"]
+mod https;
 
 use common::Server;
-use hook_server::HookServer;
+use https::HttpsServer;
 use serde_json::{Value, json};
 
 fn configmap(ns: &str, name: &str, data: Value) -> String {
@@ -23,7 +25,7 @@ fn rules(operations: &[&str]) -> Value {
 
 /// The webhook configurations: mutating through the Service `hooks/hook`, validating by
 /// URL for namespaces labelled `webhooks: on`.
-fn install(s: &Server, hooks: &HookServer) {
+fn install(s: &Server, hooks: &HttpsServer) {
     s.ok(&["create", "namespace", "hooks"]);
     // A Service without a selector and its EndpointSlice by hand: the endpoint is the
     // test process.
@@ -73,7 +75,7 @@ fn install(s: &Server, hooks: &HookServer) {
 #[test]
 fn webhooks_mutate_and_validate_writes_as_upstream() {
     let s = Server::start();
-    let hooks = HookServer::start();
+    let hooks = hook_server::start();
     install(&s, &hooks);
     s.ok(&["create", "namespace", "guarded"]);
     s.ok(&["label", "namespace", "guarded", "webhooks=on"]);
@@ -101,8 +103,7 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
     );
     let good = s.get_json(&["configmap", "-n", "guarded", "good"]);
     assert_eq!(good["metadata"]["labels"]["mutated-by"], "hook");
-    let review = hooks
-        .requests("/mutate")
+    let review = hook_server::requests(&hooks, "/mutate")
         .into_iter()
         .find(|r| r["name"] == "good")
         .expect("the mutating webhook saw the create");
@@ -121,8 +122,7 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
     assert_eq!(review["userInfo"]["username"], me.as_str());
     assert_eq!(review["dryRun"], false);
     // The validating webhook saw the mutated object.
-    let validated = hooks
-        .requests("/validate")
+    let validated = hook_server::requests(&hooks, "/validate")
         .into_iter()
         .find(|r| r["name"] == "good")
         .unwrap();
@@ -146,8 +146,7 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
         &configmap("guarded", "dry", json!({"k": "v"})),
     );
     assert!(
-        hooks
-            .requests("/validate")
+        hook_server::requests(&hooks, "/validate")
             .iter()
             .any(|r| r["name"] == "dry" && r["dryRun"] == true)
     );
@@ -173,8 +172,7 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
         ),
         "{err}"
     );
-    let delete = hooks
-        .requests("/validate")
+    let delete = hook_server::requests(&hooks, "/validate")
         .into_iter()
         .find(|r| r["operation"] == "DELETE")
         .unwrap();
@@ -185,7 +183,7 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
 #[test]
 fn a_webhook_that_cannot_be_called_fails_closed_or_open_as_configured() {
     let s = Server::start();
-    let hooks = HookServer::start();
+    let hooks = hook_server::start();
     let closed = common::free_port();
     let config = |policy: &str| {
         json!({

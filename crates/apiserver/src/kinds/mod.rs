@@ -4,6 +4,7 @@
 //! `pkg/registry/*/strategy.go`.
 
 mod admissionregistration;
+mod apiregistration;
 mod apps;
 mod autoscaling;
 mod batch;
@@ -275,6 +276,11 @@ pub fn all() -> &'static [Kind] {
                 "apiextensions.k8s.io",
                 "customresourcedefinitions",
                 &crate::custom::definition::DEFINITION,
+            ),
+            kind::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
+                "apiregistration.k8s.io",
+                "apiservices",
+                &apiregistration::API_SERVICE,
             ),
             kind::<api::authentication::v1::SelfSubjectReview>(
                 "authentication.k8s.io",

@@ -5,7 +5,6 @@
 //! failurePolicy decides what a call that fails means — as upstream's
 //! MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins.
 
-mod client;
 mod rules;
 
 use std::time::Duration;
@@ -14,9 +13,9 @@ use base64::Engine;
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
-pub use client::Client;
 use rules::Attributes;
 
+use crate::outbound::{self, Trust};
 use crate::rest::Call;
 
 const MUTATING: &str = "/registry/mutatingwebhookconfigurations/";
@@ -283,7 +282,7 @@ async fn review(
         "request": request,
     });
     let timeout = hook.timeout();
-    let target = match client::target(&hook.webhook["clientConfig"], timeout, &call.api.cache) {
+    let target = match outbound::target(&hook.webhook["clientConfig"], timeout, &call.api.cache) {
         Ok(t) => t,
         Err(e) => return failed(format!("failed to call webhook: {e}")),
     };
@@ -293,9 +292,9 @@ async fn review(
     let answer = call
         .api
         .webhooks
-        .post(
+        .post_json(
             &target,
-            ca_bundle.as_deref(),
+            Trust::Bundle(ca_bundle.as_deref()),
             serde_json::to_vec(&body).unwrap_or_default(),
             timeout,
         )

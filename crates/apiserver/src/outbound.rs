@@ -1,22 +1,23 @@
-//! Calling a webhook: find where it listens (its URL, or a ready endpoint of its
-//! Service, as upstream's endpoint routing), POST the review over HTTPS trusting the
-//! webhook's `caBundle` (or, without one, the cluster CA), within its timeout.
+//! The apiserver's calls to servers in the cluster — admission webhooks and aggregated
+//! apiservers: find where one listens (a URL, or a ready endpoint of a Service, as
+//! upstream's endpoint routing), and send it a request over HTTPS, trusting a CA
+//! bundle (or, without one, the cluster CA) or, where the APIService says so, any
+//! certificate, within a timeout.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Request;
+use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use krust_api::sync::Unpoisoned;
-use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-use serde_json::Value;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use tokio_rustls::TlsConnector;
 
 use crate::watch_cache::WatchCache;
 
-/// Where one webhook call goes.
+/// Where one call goes.
 pub struct Target {
     /// Host and port to connect to.
     pub host: String,
@@ -29,58 +30,100 @@ pub struct Target {
     pub url: String,
 }
 
-/// TLS configurations by CA bundle, so each bundle is parsed once.
+/// Which server certificates a call accepts.
+#[derive(Clone, Copy)]
+pub enum Trust<'a> {
+    /// Those signed by a CA of this PEM bundle; the cluster CA when there is none.
+    Bundle(Option<&'a [u8]>),
+    /// Any (an APIService with `insecureSkipTLSVerify`).
+    Anything,
+}
+
+/// A client certificate and key, PEM.
+pub struct Identity {
+    pub cert: String,
+    pub key: String,
+}
+
+/// TLS configurations by trust, so each CA bundle is parsed once.
 pub struct Client {
     cluster_ca: Vec<u8>,
-    configs: Mutex<HashMap<Vec<u8>, TlsConnector>>,
+    identity: Option<Identity>,
+    configs: Mutex<HashMap<Option<Vec<u8>>, TlsConnector>>,
 }
 
 impl Client {
-    pub fn new(cluster_ca: &str) -> Client {
+    /// A client presenting `identity` (if any) and trusting `cluster_ca` by default.
+    pub fn new(cluster_ca: &str, identity: Option<Identity>) -> Client {
         Client {
             cluster_ca: cluster_ca.as_bytes().to_vec(),
+            identity,
             configs: Mutex::new(HashMap::new()),
         }
     }
 
-    fn connector(&self, ca_bundle: Option<&[u8]>) -> Result<TlsConnector, String> {
-        let bundle = ca_bundle
-            .filter(|b| !b.is_empty())
-            .unwrap_or(&self.cluster_ca);
-        if let Some(c) = self.configs.locked().get(bundle) {
+    fn connector(&self, trust: Trust<'_>) -> Result<TlsConnector, String> {
+        let key: Option<Vec<u8>> = match trust {
+            Trust::Bundle(b) => Some(
+                b.filter(|b| !b.is_empty())
+                    .unwrap_or(&self.cluster_ca)
+                    .to_vec(),
+            ),
+            Trust::Anything => None,
+        };
+        if let Some(c) = self.configs.locked().get(&key) {
             return Ok(c.clone());
         }
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(bundle) {
-            let cert = cert.map_err(|e| format!("invalid caBundle: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("invalid caBundle: {e}"))?;
-        }
-        let provider = rustls::crypto::ring::default_provider();
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .map_err(|e| e.to_string())?;
+        let builder = match &key {
+            Some(bundle) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(bundle) {
+                    let cert = cert.map_err(|e| format!("invalid caBundle: {e}"))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("invalid caBundle: {e}"))?;
+                }
+                builder.with_root_certificates(roots)
+            }
+            None => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(crate::connect::AnyServerCertificate(
+                    provider.signature_verification_algorithms,
+                ))),
+        };
+        let mut config = match &self.identity {
+            Some(id) => {
+                let certs = CertificateDer::pem_slice_iter(id.cert.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                let key =
+                    PrivateKeyDer::from_pem_slice(id.key.as_bytes()).map_err(|e| e.to_string())?;
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| e.to_string())?
+            }
+            None => builder.with_no_client_auth(),
+        };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let connector = TlsConnector::from(Arc::new(config));
-        self.configs
-            .locked()
-            .insert(bundle.to_vec(), connector.clone());
+        self.configs.locked().insert(key, connector.clone());
         Ok(connector)
     }
 
-    /// POSTs `body` to the target; the decoded JSON answer.
-    pub async fn post(
+    /// Sends `req` (its URI a path) to the target; the whole answer.
+    pub async fn send(
         &self,
         target: &Target,
-        ca_bundle: Option<&[u8]>,
-        body: Vec<u8>,
+        trust: Trust<'_>,
+        req: Request<Full<Bytes>>,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Response<Bytes>, String> {
         let call = async {
-            let connector = self.connector(ca_bundle)?;
+            let connector = self.connector(trust)?;
             let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
                 .await
                 .map_err(|e| e.to_string())?;
@@ -96,61 +139,85 @@ impl Client {
                     .await
                     .map_err(|e| e.to_string())?;
             tokio::spawn(conn);
-            let req = Request::post(&target.path)
-                .header(
-                    http::header::HOST,
-                    format!("{}:{}", target.server_name, target.port),
-                )
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .header(http::header::ACCEPT, "application/json")
-                .body(Full::new(Bytes::from(body)))
-                .map_err(|e| e.to_string())?;
             let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-            let status = resp.status();
-            let bytes = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| e.to_string())?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(format!(
-                    "the server responded with the status code {}",
-                    status.as_u16()
-                ));
-            }
-            serde_json::from_slice(&bytes)
-                .map_err(|e| format!("failed to decode the response: {e}"))
+            let (parts, body) = resp.into_parts();
+            let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+            Ok(Response::from_parts(parts, bytes))
         };
         match tokio::time::timeout(timeout, call).await {
             Ok(result) => result,
             Err(_) => Err("context deadline exceeded".into()),
         }
     }
+
+    /// POSTs a JSON body to the target; the decoded JSON answer.
+    pub async fn post_json(
+        &self,
+        target: &Target,
+        trust: Trust<'_>,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, String> {
+        let req = Request::post(&target.path)
+            .header(http::header::HOST, target.host_header())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let resp = self.send(target, trust, req, timeout).await?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "the server responded with the status code {}",
+                resp.status().as_u16()
+            ));
+        }
+        serde_json::from_slice(resp.body())
+            .map_err(|e| format!("failed to decode the response: {e}"))
+    }
 }
 
-/// Where a webhook's `clientConfig` points, resolving a Service to one of its ready
-/// endpoints.
-pub fn target(config: &Value, timeout: Duration, cache: &WatchCache) -> Result<Target, String> {
+impl Target {
+    /// The `Host` header: the name the certificate is checked for, and the port.
+    pub fn host_header(&self) -> String {
+        format!("{}:{}", self.server_name, self.port)
+    }
+}
+
+/// Where a webhook's `clientConfig` points (with upstream's `?timeout=` query),
+/// resolving a Service to one of its ready endpoints.
+pub fn target(
+    config: &serde_json::Value,
+    timeout: Duration,
+    cache: &WatchCache,
+) -> Result<Target, String> {
     let query = format!("timeout={}s", timeout.as_secs());
     if let Some(url) = config["url"].as_str() {
         return url_target(url, &query);
     }
     let svc = &config["service"];
+    let path = svc["path"].as_str().unwrap_or("/");
+    service_target(cache, svc, &format!("{path}?{query}"))
+}
+
+/// A Service reference (`namespace`, `name`, `port`, default 443) as a target, at `path`.
+pub fn service_target(
+    cache: &WatchCache,
+    svc: &serde_json::Value,
+    path: &str,
+) -> Result<Target, String> {
     let (ns, name) = (
         svc["namespace"].as_str().unwrap_or_default(),
         svc["name"].as_str().unwrap_or_default(),
     );
     let port = svc["port"].as_i64().unwrap_or(443);
-    let path = svc["path"].as_str().unwrap_or("/");
     let host = format!("{name}.{ns}.svc");
     let (ip, target_port) = endpoint(cache, ns, name, port)?;
     Ok(Target {
         host: ip,
         port: target_port,
-        url: format!("https://{host}:{port}{path}?{query}"),
+        url: format!("https://{host}:{port}{path}"),
         server_name: host,
-        path: format!("{path}?{query}"),
+        path: path.to_string(),
     })
 }
 
@@ -215,7 +282,7 @@ fn endpoint(cache: &WatchCache, ns: &str, name: &str, port: i64) -> Result<(Stri
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|e| e["conditions"]["ready"] != Value::Bool(false))
+            .filter(|e| e["conditions"]["ready"] != serde_json::Value::Bool(false))
             .find_map(|e| e["addresses"][0].as_str());
         if let Some(ip) = ready {
             return Ok((ip.to_string(), target_port as u16));
