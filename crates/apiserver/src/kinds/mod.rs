@@ -78,6 +78,12 @@ pub trait Strategy: Sync {
     /// Checks a new object; each problem is one cause.
     fn validate(&self, _obj: &Value, _errs: &mut Vec<Cause>) {}
 
+    /// Warnings about a valid object being written (upstream's `WarningsOnCreate` and
+    /// `WarningsOnUpdate`), for the `Warning` response header.
+    fn warnings(&self, _obj: &Value) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Checks an update against the old object (immutable fields and the like), in addition
     /// to [`Strategy::validate`] of the new object.
     fn validate_update(&self, _new: &Value, _old: &Value, _errs: &mut Vec<Cause>) {}

@@ -162,6 +162,9 @@ pub(crate) fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Res
         call.kind.strategy.validate_update(obj, old, &mut errs);
     }
     if errs.is_empty() {
+        for warning in call.kind.strategy.warnings(obj) {
+            call.warnings.add(warning);
+        }
         Ok(())
     } else {
         Err(ApiError::invalid(info.kind, info.group, name, errs))
