@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use krust_api::registry::{self, ResourceInfo};
+use krust_api::sync::Unpoisoned;
 use krust_apimachinery::patch::TypeRef;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
@@ -47,8 +48,28 @@ fn documents() -> &'static Documents {
     })
 }
 
-/// The documents of the custom kinds served now, made per request: definitions change.
-fn custom_documents(custom: &[&'static kinds::Kind]) -> Documents {
+/// The documents of the custom kinds served now. Definitions change, so they are made
+/// again whenever the set of kinds differs from the last one's (custom kinds are
+/// interned: the same definition is the same kind, so their addresses identify it);
+/// operators' schemas run to megabytes, which kubectl asks for on every `apply`.
+fn custom_documents(custom: &[&'static kinds::Kind]) -> Arc<Documents> {
+    type Cached = Option<(Vec<usize>, Arc<Documents>)>;
+    static LAST: Mutex<Cached> = Mutex::new(None);
+    let key: Vec<usize> = custom
+        .iter()
+        .map(|k| std::ptr::from_ref::<kinds::Kind>(k) as usize)
+        .collect();
+    if let Some((last, docs)) = &*LAST.locked()
+        && *last == key
+    {
+        return docs.clone();
+    }
+    let docs = Arc::new(build_custom_documents(custom));
+    *LAST.locked() = Some((key, docs.clone()));
+    docs
+}
+
+fn build_custom_documents(custom: &[&'static kinds::Kind]) -> Documents {
     let mut by_gv: BTreeMap<String, Vec<&'static kinds::Kind>> = BTreeMap::new();
     for k in custom {
         by_gv
@@ -95,8 +116,8 @@ pub fn document(path: &str, custom: &[&'static kinds::Kind]) -> Option<Bytes> {
     }
     custom_documents(custom)
         .by_path
-        .remove(path)
-        .map(|(b, _)| b)
+        .get(path)
+        .map(|(b, _)| b.clone())
 }
 
 /// The document of one group version's kinds.
