@@ -425,14 +425,16 @@ impl WatchCache {
 
     fn dispatch(&self, event: &Event) {
         let rev = event.revision();
-        if let Some(c) = self.cache_for_key(event.key()) {
-            c.apply(event);
-        }
+        // A definition's kinds are served before watchers of definitions hear of it, so
+        // whoever waits for Established finds the kind served.
         if event.key().starts_with(DEFINITIONS) {
             match event {
                 Event::Put { kv, .. } => self.observe_definition(kv),
                 Event::Delete { prev, .. } => self.custom.forget(&prev.key[DEFINITIONS.len()..]),
             }
+        }
+        if let Some(c) = self.cache_for_key(event.key()) {
+            c.apply(event);
         }
         self.revision.send_replace(rev);
     }

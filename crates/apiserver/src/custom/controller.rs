@@ -189,9 +189,10 @@ async fn clean_up(api: &Api, crd: &Value) -> Result<bool, ApiError> {
     let plural = crd["status"]["acceptedNames"]["plural"]
         .as_str()
         .unwrap_or_default();
+    // Only a custom kind: never a built-in one of the same name.
     let kind = served
         .as_deref()
-        .and_then(|version| api.kind(group, version, plural));
+        .and_then(|version| api.cache.custom.find(group, version, plural));
     let outcome = match kind {
         None => condition(
             "Terminating",

@@ -214,6 +214,31 @@ fn validate_definition(obj: &Value, errs: &mut Vec<Cause>) {
     if !group.is_empty() {
         check_name(NameRule::Subdomain, "spec.group", group, errs);
     }
+    // A definition may not take over a built-in resource or its storage: its objects
+    // would be the built-in ones, and deleting it would delete them.
+    let storage = format!("{group}/{plural}");
+    if krust_api::registry::RESOURCES
+        .iter()
+        .any(|r| (r.group == group && r.plural == plural) || r.storage == storage)
+    {
+        errs.push(Cause::forbidden(
+            "spec.names.plural",
+            format!("{plural}.{group} is a built-in resource"),
+        ));
+    }
+    if (group == "k8s.io"
+        || group.ends_with(".k8s.io")
+        || group == "kubernetes.io"
+        || group.ends_with(".kubernetes.io"))
+        && obj["metadata"]["annotations"]["api-approved.kubernetes.io"]
+            .as_str()
+            .is_none_or(str::is_empty)
+    {
+        errs.push(Cause::required_because(
+            "metadata.annotations[api-approved.kubernetes.io]",
+            "protected groups must have approval annotation \"api-approved.kubernetes.io\"",
+        ));
+    }
     match spec["scope"].as_str() {
         Some("Cluster" | "Namespaced") => {}
         _ => errs.push(Cause::not_supported(
@@ -489,6 +514,31 @@ mod tests {
             ]
         );
         assert!(DEFINITION.warnings(&crd()).is_empty());
+    }
+
+    #[test]
+    fn built_in_resources_and_protected_groups_cannot_be_taken() {
+        let mut obj = crd();
+        DEFINITION.default(&mut obj);
+        obj["metadata"]["name"] = json!("clusterrolebindings.rbac.authorization.k8s.io");
+        obj["spec"]["group"] = json!("rbac.authorization.k8s.io");
+        obj["spec"]["names"]["plural"] = json!("clusterrolebindings");
+        obj["metadata"]["annotations"] = json!({"api-approved.kubernetes.io": "yes"});
+        assert_eq!(
+            problems(&obj),
+            [
+                "spec.names.plural: Forbidden: clusterrolebindings.rbac.authorization.k8s.io is a built-in resource"
+            ]
+        );
+        obj["metadata"]["name"] = json!("widgets.rbac.authorization.k8s.io");
+        obj["spec"]["names"]["plural"] = json!("widgets");
+        obj["metadata"]["annotations"] = json!(null);
+        assert_eq!(
+            problems(&obj),
+            [
+                "metadata.annotations[api-approved.kubernetes.io]: Required value: protected groups must have approval annotation \"api-approved.kubernetes.io\""
+            ]
+        );
     }
 
     #[test]

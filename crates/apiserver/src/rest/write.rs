@@ -3,7 +3,7 @@
 
 use http::StatusCode;
 use krust_api::status::{ApiError, Cause};
-use krust_apimachinery::patch::{TypeRef, apply_strategic_merge_patch, root_type};
+use krust_apimachinery::patch::{JsonPatchError, TypeRef, apply_strategic_merge_patch, root_type};
 use krust_store::{Compare, Revision};
 use serde_json::{Value, json};
 
@@ -489,12 +489,15 @@ pub(super) fn apply_patch(
                 ))
             })?;
             let mut doc = old.clone();
-            krust_apimachinery::patch::apply_json_patch(&mut doc, &p).map_err(|e| {
-                ApiError::new(
+            krust_apimachinery::patch::apply_json_patch(&mut doc, &p).map_err(|e| match e {
+                JsonPatchError::TooManyOperations(_) | JsonPatchError::CopyLimit => {
+                    ApiError::too_large(e.to_string())
+                }
+                JsonPatchError::Operation { .. } => ApiError::new(
                     422,
                     "Invalid",
                     format!("the server rejected our request due to an error in our request: {e}"),
-                )
+                ),
             })?;
             Ok(doc)
         }
