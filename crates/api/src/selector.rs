@@ -38,6 +38,16 @@ pub struct LabelSelector(pub Vec<LabelRequirement>);
 #[error("unable to parse requirement: {0}")]
 pub struct SelectorError(pub String);
 
+/// An object's `metadata.labels` (none when it has none), as selectors match them.
+pub fn object_labels(obj: &serde_json::Value) -> BTreeMap<String, String> {
+    obj["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
 impl LabelSelector {
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();

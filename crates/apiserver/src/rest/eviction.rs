@@ -5,9 +5,6 @@
 //! `status.disruptedPods` so the disruption controller does not count it healthy while it
 //! goes) with a compare-and-swap on the budget, then deletes the pod. A budget with no
 //! disruption left answers 429 TooManyRequests, which `kubectl drain` retries.
-
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use http::StatusCode;
 use krust_api::selector::LabelSelector;
@@ -74,15 +71,6 @@ fn is_ready(pod: &Value) -> bool {
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
-fn labels(obj: &Value) -> BTreeMap<String, String> {
-    obj["metadata"]["labels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-        .collect()
-}
-
 fn refusal(retry_after: u32, cause: String) -> ApiError {
     let mut err = ApiError::too_many_requests(retry_after);
     err.message = VIOLATION.into();
@@ -100,7 +88,7 @@ fn refusal(retry_after: u32, cause: String) -> ApiError {
 async fn take_disruption(call: &Call<'_>, pod: &Value) -> Result<(), ApiError> {
     let namespace = call.namespace().unwrap_or_default();
     let prefix = format!("/registry/poddisruptionbudgets/{namespace}/");
-    let pod_labels = labels(pod);
+    let pod_labels = krust_api::selector::object_labels(pod);
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let selects = |pdb: &Value| {
         LabelSelector::from_label_selector_json(&pdb["spec"]["selector"])

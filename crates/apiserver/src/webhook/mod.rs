@@ -10,6 +10,7 @@ mod rules;
 use std::time::Duration;
 
 use base64::Engine;
+use krust_api::selector::object_labels;
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
@@ -111,11 +112,11 @@ fn attributes<'a>(
             call.api
                 .cache
                 .core_object("namespaces", None, ns)
-                .map(|n| rules::labels(Some(&n)))
+                .map(|n| object_labels(&n))
                 .unwrap_or_default()
         })
     } else if info.plural == "namespaces" && info.group.is_empty() {
-        obj.or(old).map(|o| rules::labels(Some(o)))
+        obj.or(old).map(object_labels)
     } else {
         None
     };

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use krust_api::selector::LabelSelector;
+use krust_api::selector::{LabelSelector, object_labels};
 use serde_json::Value;
 
 /// What a request is, for matching.
@@ -65,17 +65,6 @@ fn rule_matches(rule: &Value, a: &Attributes<'_>) -> bool {
         && scope_ok
 }
 
-/// An object's labels (none for no object).
-pub(super) fn labels(obj: Option<&Value>) -> BTreeMap<String, String> {
-    obj.and_then(|o| o["metadata"]["labels"].as_object())
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether a selector (absent: everything) matches; an unparsable one matches nothing.
 fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
     if selector.is_null() {
@@ -100,8 +89,14 @@ pub fn applies(webhook: &Value, a: &Attributes<'_>) -> bool {
         None => true,
     };
     let object_selector = &webhook["objectSelector"];
-    let object_ok = selects(object_selector, &labels(a.object))
-        || (a.old_object.is_some() && selects(object_selector, &labels(a.old_object)));
+    let object_ok = selects(
+        object_selector,
+        &a.object.map(object_labels).unwrap_or_default(),
+    ) || (a.old_object.is_some()
+        && selects(
+            object_selector,
+            &a.old_object.map(object_labels).unwrap_or_default(),
+        ));
     namespace_ok && object_ok
 }
 
