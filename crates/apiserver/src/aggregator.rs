@@ -77,12 +77,14 @@ impl Aggregator {
         }
     }
 
-    /// The remote apiserver serving `group`/`version`, if one is available.
+    /// The remote apiserver serving `group`/`version`, if one is available. Asked on
+    /// every resource request: no allocation (there are a handful of APIServices at most).
     pub fn backend(&self, group: &str, version: &str) -> Option<Backend> {
         self.available
             .read_locked()
-            .get(&(group.to_string(), version.to_string()))
-            .cloned()
+            .iter()
+            .find(|((g, v), _)| g == group && v == version)
+            .map(|(_, b)| b.clone())
     }
 
     /// Every available remote group version with its resources.

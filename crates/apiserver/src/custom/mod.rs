@@ -61,9 +61,15 @@ impl CustomKinds {
     }
 
     /// Whether the definition of a kind is being deleted (creates are refused then).
+    /// On every create: no allocation, and nothing to compare unless a definition is
+    /// being deleted.
     pub fn terminating(&self, kind: &Kind) -> bool {
-        let name = format!("{}.{}", kind.info.plural, kind.info.group);
-        self.0.read_locked().terminating.contains(&name)
+        let (plural, group) = (kind.info.plural, kind.info.group);
+        self.0.read_locked().terminating.iter().any(|name| {
+            name.strip_suffix(group)
+                .and_then(|rest| rest.strip_suffix('.'))
+                == Some(plural)
+        })
     }
 
     /// Every served custom kind, grouped by definition.

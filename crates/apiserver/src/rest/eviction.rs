@@ -5,6 +5,7 @@
 //! `status.disruptedPods` so the disruption controller does not count it healthy while it
 //! goes) with a compare-and-swap on the budget, then deletes the pod. A budget with no
 //! disruption left answers 429 TooManyRequests, which `kubectl drain` retries.
+
 use bytes::Bytes;
 use http::StatusCode;
 use krust_api::selector::LabelSelector;
