@@ -1,5 +1,5 @@
 //! A kube-rs operator written the way operators are written, run unchanged against
-//! krust (`tests/operator.rs` runs it): a `Greeting` kind from
+//! krust (`tests/e2e/operator.rs` runs it): a `Greeting` kind from
 //! `#[derive(CustomResource)]`, its CustomResourceDefinition installed with server-side
 //! apply, and a kube-runtime controller that keeps one ConfigMap per Greeting (owned
 //! by it), reports progress in the status subresource, and cleans up behind a

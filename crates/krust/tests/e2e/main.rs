@@ -1,0 +1,45 @@
+//! krust's end-to-end tests, one module per area, in one test binary (one link instead of
+//! one per file, a fraction of the disk): each test starts real `krust` processes in its
+//! own temp dir and drives them with the real kubectl, curl and clients. `common` is the
+//! harness; `https` an HTTPS test server for webhooks and aggregated apiservers.
+
+mod common;
+mod https;
+
+mod agent;
+mod aggregation;
+mod architecture;
+mod audit;
+mod autoscaling;
+mod controllers;
+mod custom_resources;
+mod daemonsets;
+mod disruption;
+mod dns;
+mod durability;
+mod encryption;
+mod endpoints;
+mod errors;
+mod etcd;
+mod gc;
+mod history;
+mod images;
+mod ingress;
+mod jobs;
+mod kubectl;
+mod kubelet;
+mod lifecycle;
+mod namespaces;
+mod operator;
+mod policy_admission;
+mod proxy;
+mod python_client;
+mod rbac;
+mod scheduler;
+mod sim;
+mod statefulsets;
+mod streams;
+mod tokens;
+mod volumes;
+mod watch;
+mod webhooks;

@@ -1,0 +1,177 @@
+//! `krust sim` end to end against a real `krust server`: simulated nodes register with
+//! their labels, taints, capacity and Leases, get pod ranges from node IPAM, and run the
+//! pods bound to them without containers — pods annotated to exit end as their restart
+//! policy says, so Jobs complete and fail on simulated nodes.
+
+use std::time::Duration;
+
+use crate::common::{Component, Server, wait_for};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn condition<'a>(obj: &'a Value, ty: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+}
+
+#[test]
+fn simulated_nodes_register_keep_their_leases_and_run_bound_pods() {
+    let s = Server::start();
+    let _sim = Component::start(
+        &s,
+        "sim",
+        "sim",
+        &[
+            "--nodes=3",
+            "--zones=2",
+            "--node-cpu=4",
+            "--node-label=tier=sim",
+            "--node-taint=dedicated=sim:PreferNoSchedule",
+            "--node-resource=example.com/gpu=2",
+            "--lease-interval=1s",
+        ],
+    );
+    let nodes = wait_for("three nodes with pod ranges", DEADLINE, || {
+        let nodes = s.get_json(&["nodes", "-l", "node.krust.io/simulated=true"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        (nodes.len() == 3 && nodes.iter().all(|n| n["spec"]["podCIDR"].is_string()))
+            .then_some(nodes)
+    });
+    for n in &nodes {
+        let labels = &n["metadata"]["labels"];
+        let name = n["metadata"]["name"].as_str().unwrap();
+        assert_eq!(labels["kubernetes.io/hostname"], name);
+        assert_eq!(labels["tier"], "sim");
+        assert!(
+            labels["topology.kubernetes.io/zone"]
+                .as_str()
+                .unwrap()
+                .starts_with("zone-")
+        );
+        assert_eq!(n["spec"]["taints"][0]["effect"], "PreferNoSchedule");
+        assert_eq!(n["status"]["allocatable"]["cpu"], "4");
+        assert_eq!(n["status"]["allocatable"]["example.com/gpu"], "2");
+        assert_eq!(condition(n, "Ready").unwrap()["status"], "True");
+        assert_eq!(condition(n, "MemoryPressure").unwrap()["status"], "False");
+    }
+    let out = s.ok(&["get", "nodes"]);
+    assert_eq!(out.matches(" Ready ").count(), 3, "{out}");
+
+    // Each node renews its Lease like a kubelet.
+    let renew = |node: &str| {
+        s.get_json(&["lease", "-n", "kube-node-lease", node])["spec"]["renewTime"].to_string()
+    };
+    let first = wait_for("a lease", DEADLINE, || {
+        let (code, _) = s.curl(
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/sim-node-1",
+            None,
+            None,
+        );
+        (code == 200).then(|| renew("sim-node-1"))
+    });
+    wait_for("a renewal", DEADLINE, || {
+        (renew("sim-node-1") != first).then_some(())
+    });
+    let lease = s.get_json(&["lease", "-n", "kube-node-lease", "sim-node-1"]);
+    assert_eq!(lease["spec"]["holderIdentity"], "sim-node-1");
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["kind"], "Node");
+
+    // A pod bound to a simulated node runs, with an IP from the node's range.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"nodeName": "sim-node-1", "containers": [{"name": "c", "image": "busybox"}]}})
+        .to_string(),
+    );
+    s.ok(&["wait", "--for=condition=Ready", "pod/p", "--timeout=30s"]);
+    let pod = s.get_json(&["pod", "p"]);
+    assert_eq!(pod["status"]["phase"], "Running");
+    let cidr = s.get_json(&["node", "sim-node-1"])["spec"]["podCIDR"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let prefix = cidr.rsplit_once(".0/").unwrap().0;
+    let ip = pod["status"]["podIP"].as_str().unwrap();
+    assert!(ip.starts_with(&format!("{prefix}.")), "{ip} in {cidr}");
+    assert_eq!(pod["status"]["containerStatuses"][0]["ready"], true);
+    assert!(pod["status"]["containerStatuses"][0]["state"]["running"].is_object());
+    assert!(pod["status"]["hostIP"].is_string());
+
+    // Deleting it completes: the simulated kubelet finishes the termination.
+    s.ok(&["delete", "pod", "p", "--timeout=30s"]);
+    let (code, _) = s.curl("GET", "/api/v1/namespaces/default/pods/p", None, None);
+    assert_eq!(code, 404);
+}
+
+fn sim_job(name: &str, spec: Value, annotations: Value, restart: &str) -> String {
+    let mut spec = spec;
+    spec["template"] = json!({"metadata": {"annotations": annotations},
+        "spec": {"restartPolicy": restart, "containers": [{"name": "c", "image": "busybox"}]}});
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec})
+        .to_string()
+}
+
+#[test]
+fn annotated_pods_exit_so_jobs_run_to_the_end_on_simulated_nodes() {
+    let s = Server::start();
+    let _sim = Component::start(&s, "sim", "sim", &["--nodes=2"]);
+    let exit_ok = json!({"sim.krust.io/exit-after": "500ms"});
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &sim_job(
+            "ok",
+            json!({"completions": 4, "parallelism": 2}),
+            exit_ok,
+            "Never",
+        ),
+    );
+    let failing = json!({"sim.krust.io/exit-after": "200ms", "sim.krust.io/exit-code": "2"});
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &sim_job("bad", json!({"backoffLimit": 0}), failing.clone(), "Never"),
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &sim_job("restarts", json!({"backoffLimit": 1}), failing, "OnFailure"),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=complete",
+        "job/ok",
+        "--timeout=60s",
+    ]);
+    let ok = s.get_json(&["job", "ok"]);
+    assert_eq!(ok["status"]["succeeded"], 4);
+    let pod = &s.get_json(&["pods", "-l", "job-name=ok"])["items"][0];
+    assert_eq!(pod["status"]["phase"], "Succeeded");
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    for job in ["bad", "restarts"] {
+        s.ok(&[
+            "wait",
+            "--for=condition=failed",
+            &format!("job/{job}"),
+            "--timeout=60s",
+        ]);
+        let failed = s.get_json(&["job", job]);
+        let reason = failed["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Failed")
+            .map(|c| c["reason"].clone());
+        assert_eq!(
+            reason,
+            Some(json!("BackoffLimitExceeded")),
+            "{job}: {failed}"
+        );
+    }
+}

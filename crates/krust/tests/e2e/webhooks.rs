@@ -1,0 +1,224 @@
+//! Admission webhooks end to end with the real kubectl against a real `krust server`:
+//! a mutating webhook reached through its Service's endpoint and a validating webhook
+//! reached by URL, both over HTTPS with their caBundle, selected by rules and
+//! namespaceSelector, with upstream's refusal and failure messages, failurePolicy,
+//! dry run and DELETE reviews.
+
+mod hook_server;
+
+use crate::common;
+use crate::common::Server;
+use crate::https::HttpsServer;
+use serde_json::{Value, json};
+
+fn configmap(ns: &str, name: &str, data: Value) -> String {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data})
+        .to_string()
+}
+
+fn rules(operations: &[&str]) -> Value {
+    json!([{"operations": operations, "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}])
+}
+
+/// The webhook configurations: mutating through the Service `hooks/hook`, validating by
+/// URL for namespaces labelled `webhooks: on`.
+fn install(s: &Server, hooks: &HttpsServer) {
+    s.ok(&["create", "namespace", "hooks"]);
+    // A Service without a selector and its EndpointSlice by hand: the endpoint is the
+    // test process.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "hook", "namespace": "hooks"},
+             "spec": {"ports": [{"name": "https", "port": 443, "targetPort": hooks.port}]}},
+            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {"name": "hook-1", "namespace": "hooks", "labels": {"kubernetes.io/service-name": "hook"}},
+             "addressType": "IPv4",
+             "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+             "ports": [{"name": "https", "port": hooks.port, "protocol": "TCP"}]}
+        ]})
+        .to_string(),
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "label-configmaps"},
+            "webhooks": [{
+                "name": "label.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"service": {"namespace": "hooks", "name": "hook", "path": "/mutate"}, "caBundle": hooks.ca_bundle()},
+                "rules": rules(&["CREATE"]),
+                "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["hooks"]}]}
+            }]
+        })
+        .to_string(),
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "check-configmaps"},
+            "webhooks": [{
+                "name": "check.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1", "v1beta1"],
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/validate", hooks.port), "caBundle": hooks.ca_bundle()},
+                "rules": rules(&["CREATE", "UPDATE", "DELETE"]),
+                "namespaceSelector": {"matchLabels": {"webhooks": "on"}}
+            }]
+        })
+        .to_string(),
+    );
+}
+
+#[test]
+fn webhooks_mutate_and_validate_writes_as_upstream() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    install(&s, &hooks);
+    s.ok(&["create", "namespace", "guarded"]);
+    s.ok(&["label", "namespace", "guarded", "webhooks=on"]);
+    s.ok(&["create", "namespace", "free"]);
+
+    // Refused by the validating webhook, in upstream's words and with its code.
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &configmap("guarded", "bad", json!({"forbidden": "x"})),
+    );
+    assert!(
+        err.contains(r#"Error from server (Forbidden): error when creating "STDIN": admission webhook "check.hooks.example.com" denied the request: forbidden key"#),
+        "{err}"
+    );
+    // Allowed, mutated (the label) and warned about.
+    let out = s.kubectl_with(
+        "kubectl",
+        &["create", "-f", "-"],
+        Some(&configmap("guarded", "good", json!({"k": "v"}))),
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Warning: checked by hook"),
+        "{out:?}"
+    );
+    let good = s.get_json(&["configmap", "-n", "guarded", "good"]);
+    assert_eq!(good["metadata"]["labels"]["mutated-by"], "hook");
+    let review = hook_server::requests(&hooks, "/mutate")
+        .into_iter()
+        .find(|r| r["name"] == "good")
+        .expect("the mutating webhook saw the create");
+    assert_eq!(review["operation"], "CREATE");
+    assert_eq!(
+        review["kind"],
+        json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+    );
+    assert_eq!(review["namespace"], "guarded");
+    let me = s.ok(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(review["userInfo"]["username"], me.as_str());
+    assert_eq!(review["dryRun"], false);
+    // The validating webhook saw the mutated object.
+    let validated = hook_server::requests(&hooks, "/validate")
+        .into_iter()
+        .find(|r| r["name"] == "good")
+        .unwrap();
+    assert_eq!(
+        validated["object"]["metadata"]["labels"]["mutated-by"],
+        "hook"
+    );
+
+    // The namespaceSelector keeps the validating webhook out of `free`.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &configmap("free", "anything", json!({"forbidden": "x"})),
+    );
+    assert_eq!(
+        s.get_json(&["configmap", "-n", "free", "anything"])["metadata"]["labels"]["mutated-by"],
+        "hook"
+    );
+    // Dry run reaches webhooks without side effects, marked as such.
+    s.ok_stdin(
+        &["create", "--dry-run=server", "-f", "-"],
+        &configmap("guarded", "dry", json!({"k": "v"})),
+    );
+    assert!(
+        hook_server::requests(&hooks, "/validate")
+            .iter()
+            .any(|r| r["name"] == "dry" && r["dryRun"] == true)
+    );
+    // Updates and deletes are reviewed too.
+    let err = s.fails(&[
+        "patch",
+        "configmap",
+        "-n",
+        "guarded",
+        "good",
+        "-p",
+        r#"{"data":{"forbidden":"y"}}"#,
+    ]);
+    assert!(err.contains("denied the request: forbidden key"), "{err}");
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &configmap("guarded", "keep", json!({})),
+    );
+    let err = s.fails(&["delete", "configmap", "-n", "guarded", "keep"]);
+    assert!(
+        err.contains(
+            r#"admission webhook "check.hooks.example.com" denied the request: keep stays"#
+        ),
+        "{err}"
+    );
+    let delete = hook_server::requests(&hooks, "/validate")
+        .into_iter()
+        .find(|r| r["operation"] == "DELETE")
+        .unwrap();
+    assert!(delete["object"].is_null());
+    assert_eq!(delete["oldObject"]["metadata"]["name"], "keep");
+}
+
+#[test]
+fn a_webhook_that_cannot_be_called_fails_closed_or_open_as_configured() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    let closed = common::free_port();
+    let config = |policy: &str| {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "unreachable"},
+            "webhooks": [{
+                "name": "down.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "failurePolicy": policy, "timeoutSeconds": 2,
+                "clientConfig": {"url": format!("https://127.0.0.1:{closed}/validate"), "caBundle": hooks.ca_bundle()},
+                "rules": rules(&["CREATE"])
+            }]
+        })
+        .to_string()
+    };
+    s.ok_stdin(&["apply", "-f", "-"], &config("Fail"));
+    let err = s.fails(&["create", "configmap", "blocked"]);
+    assert!(
+        err.contains(&format!(
+            r#"Internal error occurred: failed calling webhook "down.hooks.example.com": failed to call webhook: Post "https://127.0.0.1:{closed}/validate?timeout=2s""#
+        )),
+        "{err}"
+    );
+    s.ok_stdin(&["apply", "-f", "-"], &config("Ignore"));
+    s.ok(&["create", "configmap", "through"]);
+    // A bad configuration is refused with upstream's messages.
+    let err = s.fails_stdin(
+        &["apply", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "bad"},
+            "webhooks": [{"name": "bad", "sideEffects": "Unknown", "admissionReviewVersions": ["v1"],
+                          "clientConfig": {"url": "http://example.com/"}}]
+        })
+        .to_string(),
+    );
+    assert!(
+        err.contains("should be a domain with at least three segments separated by dots")
+            && err.contains("'https' is the only allowed URL scheme"),
+        "{err}"
+    );
+}
