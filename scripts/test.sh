@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --workspace --all-targets
+# kube-rs's cluster tests (run by the e2e test kube_rs) are built here, not inside a test.
+scripts/kube-rs-suite.sh build
 cargo nextest run --workspace --no-fail-fast "$@"

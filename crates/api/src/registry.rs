@@ -15,6 +15,12 @@ pub enum Subresource {
     Eviction,
     /// `token` (serviceaccounts): create an authentication.k8s.io/v1 TokenRequest.
     Token,
+    /// `approval` (certificatesigningrequests): get, update and patch of the approval
+    /// conditions (Approved, Denied) only.
+    Approval,
+    /// `ephemeralcontainers` (pods): get, update and patch of
+    /// `spec.ephemeralContainers` only.
+    EphemeralContainers,
     /// The connect subresources of pods, served by the node's kubelet through the
     /// apiserver: `log`, `exec`, `attach`, `portforward`.
     Log,
@@ -31,6 +37,8 @@ impl Subresource {
             Subresource::Binding => "binding",
             Subresource::Eviction => "eviction",
             Subresource::Token => "token",
+            Subresource::Approval => "approval",
+            Subresource::EphemeralContainers => "ephemeralcontainers",
             Subresource::Log => "log",
             Subresource::Exec => "exec",
             Subresource::Attach => "attach",
@@ -45,6 +53,8 @@ impl Subresource {
             Self::Binding,
             Self::Eviction,
             Self::Token,
+            Self::Approval,
+            Self::EphemeralContainers,
             Self::Log,
             Self::Exec,
             Self::Attach,
@@ -58,7 +68,7 @@ impl Subresource {
     /// not the parent kind.
     pub fn kind(self) -> Option<(&'static str, &'static str, &'static str)> {
         match self {
-            Subresource::Status => None,
+            Subresource::Status | Subresource::Approval | Subresource::EphemeralContainers => None,
             Subresource::Scale => Some(("autoscaling", "v1", "Scale")),
             Subresource::Binding => Some(("", "v1", "Binding")),
             Subresource::Eviction => Some(("policy", "v1", "Eviction")),
@@ -73,7 +83,10 @@ impl Subresource {
     /// The verbs discovery advertises for this subresource.
     pub fn verbs(self) -> &'static [&'static str] {
         match self {
-            Subresource::Status | Subresource::Scale => &["get", "patch", "update"],
+            Subresource::Status
+            | Subresource::Scale
+            | Subresource::Approval
+            | Subresource::EphemeralContainers => &["get", "patch", "update"],
             Subresource::Binding | Subresource::Eviction | Subresource::Token => &["create"],
             Subresource::Log => &["get"],
             Subresource::Exec | Subresource::Attach | Subresource::PortForward => {
@@ -186,6 +199,7 @@ macro_rules! resources {
 
 resources! {
     "" "v1" "Binding" "bindings" "binding" [] [] true [] "bindings";
+    "" "v1" "ComponentStatus" "componentstatuses" "componentstatus" ["cs"] [] false [] "";
     "" "v1" "ConfigMap" "configmaps" "configmap" ["cm"] [] true [] "configmaps";
     "" "v1" "Endpoints" "endpoints" "endpoints" ["ep"] [] true [] "services/endpoints";
     "" "v1" "Event" "events" "event" ["ev"] [] true [] "events";
@@ -194,7 +208,7 @@ resources! {
     "" "v1" "Node" "nodes" "node" ["no"] [] false [Status] "minions";
     "" "v1" "PersistentVolumeClaim" "persistentvolumeclaims" "persistentvolumeclaim" ["pvc"] [] true [Status] "persistentvolumeclaims";
     "" "v1" "PersistentVolume" "persistentvolumes" "persistentvolume" ["pv"] [] false [Status] "persistentvolumes";
-    "" "v1" "Pod" "pods" "pod" ["po"] ["all"] true [Status, Binding, Eviction, Log, Exec, Attach, PortForward] "pods";
+    "" "v1" "Pod" "pods" "pod" ["po"] ["all"] true [Status, Binding, Eviction, EphemeralContainers, Log, Exec, Attach, PortForward] "pods";
     "" "v1" "PodTemplate" "podtemplates" "podtemplate" [] [] true [] "podtemplates";
     "" "v1" "ReplicationController" "replicationcontrollers" "replicationcontroller" ["rc"] ["all"] true [Status, Scale] "controllers";
     "" "v1" "ResourceQuota" "resourcequotas" "resourcequota" ["quota"] [] true [Status] "resourcequotas";
@@ -220,6 +234,7 @@ resources! {
     "autoscaling" "v1" "HorizontalPodAutoscaler" "horizontalpodautoscalers" "horizontalpodautoscaler" ["hpa"] ["all"] true [Status] "horizontalpodautoscalers";
     "batch" "v1" "CronJob" "cronjobs" "cronjob" ["cj"] ["all"] true [Status] "cronjobs";
     "batch" "v1" "Job" "jobs" "job" [] ["all"] true [Status] "jobs";
+    "certificates.k8s.io" "v1" "CertificateSigningRequest" "certificatesigningrequests" "certificatesigningrequest" ["csr"] [] false [Status, Approval] "certificatesigningrequests";
     "coordination.k8s.io" "v1" "Lease" "leases" "lease" [] [] true [] "leases";
     "discovery.k8s.io" "v1" "EndpointSlice" "endpointslices" "endpointslice" [] [] true [] "endpointslices";
     "events.k8s.io" "v1" "Event" "events" "event" ["ev"] [] true [] "events";

@@ -32,6 +32,7 @@ API_GROUPS = {
     "authorization": "authorization.k8s.io/v1",
     "autoscaling": "autoscaling/v1",
     "batch": "batch/v1",
+    "certificates": "certificates.k8s.io/v1",
     "coordination": "coordination.k8s.io/v1",
     "discovery": "discovery.k8s.io/v1",
     "events": "events.k8s.io/v1",
@@ -80,6 +81,7 @@ ROOTS = [
     ("autoscaling/v2", "HorizontalPodAutoscaler", "autoscaling.v2.HorizontalPodAutoscaler"),
     ("batch/v1", "CronJob", "batch.v1.CronJob"),
     ("batch/v1", "Job", "batch.v1.Job"),
+    ("certificates.k8s.io/v1", "CertificateSigningRequest", "certificates.v1.CertificateSigningRequest"),
     ("coordination.k8s.io/v1", "Lease", "coordination.v1.Lease"),
     ("discovery.k8s.io/v1", "EndpointSlice", "discovery.v1.EndpointSlice"),
     ("events.k8s.io/v1", "Event", "events.v1.Event"),
@@ -116,6 +118,7 @@ SPECIAL = {
     # `type ExtraValue []string`, wrapped as `{repeated string items = 1}`.
     "k8s.io.api.authentication.v1.ExtraValue": "StringList",
     "k8s.io.api.authorization.v1.ExtraValue": "StringList",
+    "k8s.io.api.certificates.v1.ExtraValue": "StringList",
 }
 
 SCALARS = {"string": "Str", "bool": "Bool", "int32": "I32", "int64": "I64", "bytes": "Bytes"}

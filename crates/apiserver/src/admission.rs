@@ -16,6 +16,7 @@ use crate::allocator::{ClaimError, ServiceAllocator, claim, claim_keys, unclaim}
 use crate::rest::Call;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const CERTIFICATES_GROUP: &str = "certificates.k8s.io";
 
 /// LimitRanger for a new pod: defaults from the namespace's LimitRanges (its QoS class
 /// follows them), then their bounds.
@@ -249,6 +250,9 @@ impl Admission {
             self.allocate_service(call, obj, None).await?;
         }
         crate::authz::node::restrict(&call.user, info.plural, None, obj, None)?;
+        if info.group == CERTIFICATES_GROUP {
+            crate::authz::signers::admit(call, obj, None).await?;
+        }
         if info.group == RBAC_GROUP {
             crate::authz::escalation::check(call.api, &call.user, info.plural, obj)?;
         }
@@ -290,6 +294,9 @@ impl Admission {
         }
         if info.group == RBAC_GROUP {
             crate::authz::escalation::check(call.api, &call.user, info.plural, new)?;
+        }
+        if info.group == CERTIFICATES_GROUP {
+            crate::authz::signers::admit(call, new, Some(old)).await?;
         }
         if info.plural == "services" && info.group.is_empty() {
             // Keep what was allocated; allocate what a type change now needs.

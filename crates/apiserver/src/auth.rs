@@ -13,6 +13,9 @@ pub struct Credentials<'a> {
     pub client_cert: Option<&'a CertificateDer<'static>>,
     /// The token of an `Authorization: Bearer` header, if any.
     pub bearer: Option<&'a str>,
+    /// The audiences a token must be meant for (one of them); empty: the apiserver's own.
+    /// Only a TokenReview names others.
+    pub audiences: &'a [String],
 }
 
 /// One way of authenticating.
@@ -96,6 +99,7 @@ mod tests {
             .authenticate(&Credentials {
                 client_cert: Some(&cert),
                 bearer: None,
+                audiences: &[],
             })
             .unwrap();
         assert_eq!(user.name, "admin");
@@ -104,6 +108,7 @@ mod tests {
             .authenticate(&Credentials {
                 client_cert: None,
                 bearer: None,
+                audiences: &[],
             })
             .unwrap();
         assert!(anon.is_anonymous());
@@ -111,6 +116,7 @@ mod tests {
             .authenticate(&Credentials {
                 client_cert: None,
                 bearer: Some("x"),
+                audiences: &[],
             })
             .unwrap_err();
         assert_eq!(err.code, 401);

@@ -282,8 +282,17 @@ fn container(pod: &Value, pod_name: &str, wanted: Option<&str>) -> Result<String
             .collect()
     };
     let (containers, init) = (names("containers"), names("initContainers"));
+    let ephemeral = names("ephemeralContainers");
     match wanted.filter(|w| !w.is_empty()) {
-        Some(w) if containers.iter().chain(&init).any(|c| c == w) => Ok(w.to_string()),
+        Some(w)
+            if containers
+                .iter()
+                .chain(&init)
+                .chain(&ephemeral)
+                .any(|c| c == w) =>
+        {
+            Ok(w.to_string())
+        }
         Some(w) => Err(ApiError::bad_request(format!(
             "container {w} is not valid for pod {pod_name}"
         ))),
@@ -299,6 +308,12 @@ fn container(pod: &Value, pod_name: &str, wanted: Option<&str>) -> Result<String
                     init.join(" ")
                 ));
             }
+            if !ephemeral.is_empty() {
+                message.push_str(&format!(
+                    " or one of the ephemeral containers: [{}]",
+                    ephemeral.join(" ")
+                ));
+            }
             Err(ApiError::bad_request(message))
         }
     }
@@ -312,11 +327,15 @@ fn check_logs(
     container: &str,
     previous: bool,
 ) -> Result<(), ApiError> {
-    let status = ["containerStatuses", "initContainerStatuses"]
-        .iter()
-        .filter_map(|f| pod["status"][f].as_array())
-        .flatten()
-        .find(|s| s["name"] == container);
+    let status = [
+        "containerStatuses",
+        "initContainerStatuses",
+        "ephemeralContainerStatuses",
+    ]
+    .iter()
+    .filter_map(|f| pod["status"][f].as_array())
+    .flatten()
+    .find(|s| s["name"] == container);
     let Some(status) = status else {
         return Err(ApiError::bad_request(format!(
             "container \"{container}\" in pod \"{pod_name}\" is waiting to start: ContainerCreating"

@@ -191,6 +191,8 @@ impl Catalog {
 fn verbs_of(r: &ResourceInfo) -> Vec<&'static str> {
     if r.group == crate::resource_metrics::GROUP {
         crate::resource_metrics::VERBS.to_vec()
+    } else if r.group.is_empty() && r.plural == "componentstatuses" {
+        crate::component_status::VERBS.to_vec()
     } else if r.plural == "bindings" || r.is_virtual() {
         vec!["create"]
     } else {

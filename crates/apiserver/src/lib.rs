@@ -13,6 +13,7 @@ pub mod auth;
 pub mod authz;
 mod bootstrap;
 mod compactor;
+mod component_status;
 pub mod connect;
 pub mod custom;
 pub mod discovery;

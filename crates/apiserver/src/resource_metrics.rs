@@ -456,13 +456,7 @@ fn pod_metrics(api: &Api, pod: &Value) -> Option<PodMetrics> {
 /// GET and LIST of NodeMetrics and PodMetrics (`labelSelector` honoured), from the
 /// nodes and pods in the watch cache and the scraped samples.
 pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
-    let verb = call.info.verb;
-    if !matches!(verb, Verb::Get | Verb::List) {
-        return Err(ApiError::method_not_allowed(
-            verb.as_str(),
-            call.kind.info.plural,
-        ));
-    }
+    let verb = call.read_only_verb()?;
     let selector = LabelSelector::parse(call.query.get("labelSelector").unwrap_or_default())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let nodes = call.kind.info.plural == "nodes";

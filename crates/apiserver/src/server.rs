@@ -148,6 +148,7 @@ pub async fn serve(
                     .authenticate(&Credentials {
                         client_cert,
                         bearer: None,
+                        audiences: &[],
                     })
                     .unwrap_or_else(|_| User::anonymous()),
             );
@@ -354,6 +355,7 @@ async fn identify(
             api.authenticators.authenticate(&Credentials {
                 client_cert: None,
                 bearer: Some(token),
+                audiences: &[],
             })?
         }
         _ => connection_user.clone(),
@@ -464,6 +466,9 @@ async fn serve_resource(
     };
     if kind.info.group == crate::resource_metrics::GROUP {
         return crate::resource_metrics::serve(&mut call).await;
+    }
+    if kind.info.group.is_empty() && kind.info.plural == "componentstatuses" {
+        return crate::component_status::serve(&mut call).await;
     }
     if kind.info.is_virtual() {
         return crate::authz::reviews::serve(&mut call).await;

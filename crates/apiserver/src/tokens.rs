@@ -71,11 +71,12 @@ impl TokenIssuer {
             .map_err(|e| ApiError::internal(format!("signing the token: {e}")))
     }
 
-    /// The claims of a token signed here, issued by us for `audience` and not expired.
-    fn verify(&self, token: &str, audience: &str) -> Option<Claims> {
+    /// The claims of a token signed here, issued by us for one of `audiences` and not
+    /// expired.
+    fn verify<A: ToString>(&self, token: &str, audiences: &[A]) -> Option<Claims> {
         let mut validation = Validation::new(Algorithm::ES256);
         validation.set_issuer(&[ISSUER]);
-        validation.set_audience(&[audience]);
+        validation.set_audience(audiences);
         validation.leeway = 0;
         jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation)
             .ok()
@@ -159,6 +160,26 @@ impl TokenIssuer {
     }
 }
 
+/// The audiences a token says it is meant for, read without checking its signature: for
+/// a token an authenticator has already accepted.
+pub fn audiences_of(token: &str) -> Vec<String> {
+    use base64::Engine;
+    let claims = token
+        .split('.')
+        .nth(1)
+        .and_then(|payload| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(payload)
+                .ok()
+        })
+        .and_then(|json| serde_json::from_slice::<Value>(&json).ok())
+        .unwrap_or_default();
+    match &claims["aud"] {
+        Value::String(one) => vec![one.clone()],
+        many => crate::json::strings(many),
+    }
+}
+
 /// Bearer tokens from [`TokenIssuer`], checked against the objects they name.
 pub struct ServiceAccountTokens {
     pub issuer: Arc<TokenIssuer>,
@@ -176,7 +197,11 @@ impl ServiceAccountTokens {
 
 impl Authenticator for ServiceAccountTokens {
     fn authenticate(&self, creds: &Credentials<'_>) -> Option<User> {
-        let claims = self.issuer.verify(creds.bearer?, ISSUER)?;
+        let claims = if creds.audiences.is_empty() {
+            self.issuer.verify(creds.bearer?, &[ISSUER])?
+        } else {
+            self.issuer.verify(creds.bearer?, creds.audiences)?
+        };
         let k = &claims.kubernetes;
         if !self.exists("serviceaccounts", &k.namespace, &k.serviceaccount) {
             return None;
@@ -220,7 +245,7 @@ mod tests {
         assert_eq!(answer["spec"]["expirationSeconds"], 3600);
         assert_eq!(answer["spec"]["audiences"], json!([ISSUER]));
         let token = answer["status"]["token"].as_str().unwrap();
-        let claims = issuer.verify(token, ISSUER).unwrap();
+        let claims = issuer.verify(token, &[ISSUER]).unwrap();
         assert_eq!(claims.sub, "system:serviceaccount:ns:default");
         assert_eq!(claims.exp - claims.iat, 3600);
         assert_eq!(
@@ -230,12 +255,12 @@ mod tests {
                 uid: "pod-uid".into()
             })
         );
-        assert!(issuer.verify(token, "vault").is_none());
+        assert!(issuer.verify(token, &["vault"]).is_none());
         let other = self::issuer();
-        assert!(other.verify(token, ISSUER).is_none(), "another key");
+        assert!(other.verify(token, &[ISSUER]).is_none(), "another key");
         let mut tampered = token.to_string();
         tampered.insert(tampered.len() / 2, 'x');
-        assert!(issuer.verify(&tampered, ISSUER).is_none());
+        assert!(issuer.verify(&tampered, &[ISSUER]).is_none());
     }
 
     #[test]
@@ -259,7 +284,7 @@ mod tests {
             )
             .unwrap();
         let token = audience["status"]["token"].as_str().unwrap();
-        assert!(issuer.verify(token, "vault").is_some());
-        assert!(issuer.verify(token, ISSUER).is_none());
+        assert!(issuer.verify(token, &["vault"]).is_some());
+        assert!(issuer.verify(token, &[ISSUER]).is_none());
     }
 }

@@ -18,6 +18,9 @@ pub enum Error {
     /// An object's spec holds a value the controller cannot act on.
     #[error("invalid spec of {object}: {reason}")]
     InvalidSpec { object: String, reason: String },
+    /// The controller manager was started with something a controller cannot use.
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 impl Error {

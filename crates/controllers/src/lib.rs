@@ -27,6 +27,7 @@
 //! [`clusterroleaggregation`] (the rules of aggregated
 //! ClusterRoles such as `admin`, `edit` and `view`). [`run`] puts them together.
 
+pub mod certificates;
 pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod daemonset;
@@ -83,6 +84,8 @@ pub struct Config {
     /// How often each HorizontalPodAutoscaler is evaluated (upstream's
     /// `--horizontal-pod-autoscaler-sync-period`).
     pub hpa_sync_period: std::time::Duration,
+    /// The CA that issues approved certificate signing requests; `None` issues none.
+    pub signing: Option<certificates::SigningConfig>,
 }
 
 /// Starts the controllers (after winning the lease, if leader election is on) and runs
@@ -139,6 +142,11 @@ async fn run_controllers(client: Client, config: &Config) {
         krust_client::events::EventRecorder::new(client.clone(), "job-controller");
     let (jobs, job_pods) = job::JobController::new(client.clone(), &informers, j_events);
     let ttl = ttlafterfinished::TtlAfterFinishedController::new(client.clone(), &informers);
+    let signing = config.signing.as_ref().and_then(|signing| {
+        certificates::CsrSigningController::new(client.clone(), &informers, signing)
+            .inspect_err(|err| tracing::error!(error = %err, "not signing certificates"))
+            .ok()
+    });
     let (cj_events, cj_sender) =
         krust_client::events::EventRecorder::new(client.clone(), "cronjob-controller");
     let cronjobs = cronjob::CronJobController::new(client.clone(), &informers, cj_events);
@@ -198,7 +206,7 @@ async fn run_controllers(client: Client, config: &Config) {
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -214,6 +222,9 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(quotas, workers));
     tasks.spawn(queue::run(jobs, workers));
     tasks.spawn(queue::run(ttl, workers));
+    if let Some(signing) = signing {
+        tasks.spawn(queue::run(signing, workers));
+    }
     tasks.spawn(queue::run(cronjobs, workers));
     tasks.spawn(queue::run(daemonsets, workers));
     tasks.spawn(queue::run(statefulsets, workers));

@@ -21,6 +21,9 @@ use crate::Error;
 pub const PAUSE_IMAGE: &str = "krust.local/pause:3.10";
 /// A busybox image from the machine's busybox-static (`busybox` in a pod spec).
 pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:latest";
+/// The same image under the tag many manifests pin (`busybox:stable`, as kube-rs's
+/// cluster tests do).
+pub const BUSYBOX_STABLE_IMAGE: &str = "docker.io/library/busybox:stable";
 /// Debian's busybox-static.
 pub const BUSYBOX: &str = "/usr/bin/busybox";
 
@@ -42,7 +45,7 @@ enum Entry {
 
 /// A single-layer image under construction.
 pub struct ImageBuilder {
-    reference: String,
+    references: Vec<String>,
     entries: Vec<Entry>,
     entrypoint: Vec<String>,
     cmd: Vec<String>,
@@ -53,12 +56,18 @@ impl ImageBuilder {
     /// An image to be tagged `reference` (e.g. `docker.io/library/busybox:latest`).
     pub fn new(reference: &str) -> Self {
         ImageBuilder {
-            reference: reference.to_string(),
+            references: vec![reference.to_string()],
             entries: Vec::new(),
             entrypoint: Vec::new(),
             cmd: Vec::new(),
             env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
         }
+    }
+
+    /// One more name for the same image.
+    pub fn tag(mut self, reference: &str) -> Self {
+        self.references.push(reference.to_string());
+        self
     }
 
     pub fn dir(mut self, path: &str) -> Self {
@@ -150,7 +159,7 @@ impl ImageBuilder {
         let config_digest = format!("{:x}", Sha256::digest(&config));
         let manifest = json!([{
             "Config": format!("{config_digest}.json"),
-            "RepoTags": [self.reference],
+            "RepoTags": self.references,
             "Layers": [format!("{layer_digest}/layer.tar")],
         }]);
         let manifest = serde_json::to_vec(&manifest).expect("manifest encodes");
@@ -222,7 +231,9 @@ pub fn pause() -> Result<ImageBuilder, Error> {
 
 /// Busybox, for tests and demos (`sh` by default, as the upstream image).
 pub fn busybox() -> Result<ImageBuilder, Error> {
-    Ok(busybox_base(BUSYBOX_IMAGE)?.cmd(&["sh"]))
+    Ok(busybox_base(BUSYBOX_IMAGE)?
+        .tag(BUSYBOX_STABLE_IMAGE)
+        .cmd(&["sh"]))
 }
 
 /// Imports a docker-archive or OCI tarball into the containerd at `socket`, in the

@@ -155,7 +155,8 @@ async fn server(args: ServerArgs) -> Result<()> {
     let mut components = Vec::new();
     if !args.disable_controllers {
         let kubeconfig = apiserver.kubeconfig_for(identity::CONTROLLER_MANAGER, &[])?;
-        let controller_args = args.controllers.clone();
+        let mut controller_args = args.controllers.clone();
+        controller_args.sign_with_cluster_ca(&apiserver::tls_dir(&args.api.data_dir));
         components.push(InProcess::spawn("controllers", move |stop| async move {
             controller_manager::run_with_kubeconfig(&kubeconfig, &controller_args, stop).await
         }));

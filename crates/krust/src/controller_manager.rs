@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use krust_api::cidr::Ipv4Cidr;
 
@@ -38,9 +38,47 @@ pub struct ControllerArgs {
     /// How often each HorizontalPodAutoscaler measures its target and scales it.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     horizontal_pod_autoscaler_sync_period: std::time::Duration,
+    /// PEM CA certificate that issues approved certificate signing requests (`krust
+    /// server`: the cluster CA).
+    #[arg(long)]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// Its PEM private key.
+    #[arg(long)]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest validity of an issued certificate.
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    cluster_signing_duration: std::time::Duration,
 }
 
 impl ControllerArgs {
+    /// Signs with the CA in `tls_dir` unless the signing flags name another.
+    pub fn sign_with_cluster_ca(&mut self, tls_dir: &std::path::Path) {
+        if self.cluster_signing_cert_file.is_none() && self.cluster_signing_key_file.is_none() {
+            self.cluster_signing_cert_file = Some(tls_dir.join("ca.crt"));
+            self.cluster_signing_key_file = Some(tls_dir.join("ca.key"));
+        }
+    }
+
+    fn signing(&self) -> Result<Option<krust_controllers::certificates::SigningConfig>> {
+        let read = |path: &PathBuf| {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+        };
+        match (
+            &self.cluster_signing_cert_file,
+            &self.cluster_signing_key_file,
+        ) {
+            (Some(cert), Some(key)) => Ok(Some(krust_controllers::certificates::SigningConfig {
+                ca_cert_pem: read(cert)?,
+                ca_key_pem: read(key)?,
+                duration: self.cluster_signing_duration,
+            })),
+            (None, None) => Ok(None),
+            _ => anyhow::bail!(
+                "--cluster-signing-cert-file and --cluster-signing-key-file go together"
+            ),
+        }
+    }
+
     fn config(&self) -> Result<krust_controllers::Config> {
         let mut config = self.leader.config()?;
         if self.allocate_node_cidrs {
@@ -54,6 +92,7 @@ impl ControllerArgs {
             config.node_ipam = Some((self.cluster_cidr, self.node_cidr_mask_size));
         }
         config.hpa_sync_period = self.horizontal_pod_autoscaler_sync_period;
+        config.signing = self.signing()?;
         Ok(config)
     }
 }
@@ -108,6 +147,7 @@ impl LeaderElectionArgs {
             node_ipam: None,
             root_ca: None,
             hpa_sync_period: krust_controllers::podautoscaler::SYNC_PERIOD,
+            signing: None,
         })
     }
 }

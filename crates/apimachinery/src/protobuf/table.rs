@@ -22,6 +22,7 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("autoscaling/v2", "HorizontalPodAutoscaler", &AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER),
     ("batch/v1", "CronJob", &BATCH_V1_CRON_JOB),
     ("batch/v1", "Job", &BATCH_V1_JOB),
+    ("certificates.k8s.io/v1", "CertificateSigningRequest", &CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST),
     ("coordination.k8s.io/v1", "Lease", &COORDINATION_V1_LEASE),
     ("discovery.k8s.io/v1", "EndpointSlice", &DISCOVERY_V1_ENDPOINT_SLICE),
     ("events.k8s.io/v1", "Event", &EVENTS_V1_EVENT),
@@ -699,6 +700,37 @@ static BATCH_V1_SUCCESS_POLICY_RULE: Message = Message::new("batch.v1.SuccessPol
 static BATCH_V1_UNCOUNTED_TERMINATED_PODS: Message = Message::new("batch.v1.UncountedTerminatedPods", &[
     Field::new(1, "succeeded", 0, List, Str, Omit),
     Field::new(2, "failed", 1, List, Str, Omit),
+]);
+
+static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST: Message = Message::new("certificates.v1.CertificateSigningRequest", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_STATUS)), Keep),
+]);
+
+static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_CONDITION: Message = Message::new("certificates.v1.CertificateSigningRequestCondition", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "reason", 2, One, Str, Omit),
+    Field::new(3, "message", 3, One, Str, Omit),
+    Field::new(4, "lastUpdateTime", 4, One, Obj(Time), Keep),
+    Field::new(5, "lastTransitionTime", 5, One, Obj(Time), Keep),
+    Field::new(6, "status", 1, One, Str, Keep),
+]);
+
+static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_SPEC: Message = Message::new("certificates.v1.CertificateSigningRequestSpec", &[
+    Field::new(1, "request", 0, One, Bytes, Keep),
+    Field::new(2, "username", 4, One, Str, Omit),
+    Field::new(3, "uid", 5, One, Str, Omit),
+    Field::new(4, "groups", 6, List, Str, Omit),
+    Field::new(5, "usages", 3, List, Str, Omit),
+    Field::new(6, "extra", 7, Map, Obj(StringList), Omit),
+    Field::new(7, "signerName", 1, One, Str, Keep),
+    Field::new(8, "expirationSeconds", 2, One, I32, Ptr),
+]);
+
+static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_STATUS: Message = Message::new("certificates.v1.CertificateSigningRequestStatus", &[
+    Field::new(1, "conditions", 0, List, Obj(Msg(&CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_CONDITION)), Omit),
+    Field::new(2, "certificate", 1, One, Bytes, Omit),
 ]);
 
 static COORDINATION_V1_LEASE: Message = Message::new("coordination.v1.Lease", &[

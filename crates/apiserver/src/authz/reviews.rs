@@ -162,22 +162,39 @@ fn rules(call: &Call<'_>, namespace: Option<&str>) -> Value {
 /// apiserver's own audience only: a review naming other audiences is answered
 /// unauthenticated (upstream accepts tokens for any audience the review names).
 fn token(call: &Call<'_>, spec: &Value) -> Value {
-    let audiences = strings(&spec["audiences"]);
-    let own = crate::tokens::ISSUER.to_string();
-    if !audiences.is_empty() && !audiences.contains(&own) {
-        return json!({"user": {}, "error": "token audiences is invalid for the target audiences"});
-    }
+    let requested = strings(&spec["audiences"]);
     let token = spec["token"].as_str().unwrap_or_default();
     let creds = Credentials {
         client_cert: None,
         bearer: Some(token),
+        audiences: &requested,
     };
     match call.api.authenticators.authenticate(&creds) {
-        Ok(user) if !user.is_anonymous() => json!({
-            "authenticated": true,
-            "user": user_info(&user),
-            "audiences": [own],
-        }),
+        Ok(user) if !user.is_anonymous() => {
+            // The audiences both the review and the token name (upstream's intersection);
+            // without any in the review, the apiserver's own.
+            let audiences = if requested.is_empty() {
+                vec![crate::tokens::ISSUER.to_string()]
+            } else {
+                let meant_for = crate::tokens::audiences_of(token);
+                requested
+                    .into_iter()
+                    .filter(|a| meant_for.contains(a))
+                    .collect()
+            };
+            json!({
+                "authenticated": true,
+                "user": user_info(&user),
+                "audiences": audiences,
+            })
+        }
+        _ if !requested.is_empty()
+            && !crate::tokens::audiences_of(token)
+                .iter()
+                .any(|a| requested.contains(a)) =>
+        {
+            json!({"user": {}, "error": "token audiences is invalid for the target audiences"})
+        }
         _ => json!({"user": {}, "error": "invalid bearer token"}),
     }
 }

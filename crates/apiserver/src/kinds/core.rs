@@ -402,3 +402,47 @@ fn quota_cell(o: &Value, limits: bool) -> Value {
 pub fn ready_of(o: &Value, ready: &str, desired: &str) -> Value {
     json!(format!("{}/{}", int_at(o, ready), int_at(o, desired)))
 }
+
+/// ComponentStatus: served by [`crate::component_status`]; only its columns live here.
+pub struct ComponentStatus;
+pub static COMPONENT_STATUS: ComponentStatus = ComponentStatus;
+impl Strategy for ComponentStatus {
+    fn columns(&self) -> &'static [Column] {
+        fn healthy(o: &Value) -> &Value {
+            o["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Healthy"))
+                .unwrap_or(&Value::Null)
+        }
+        static C: &[Column] = &[
+            Column {
+                name: "Status",
+                ty: "string",
+                priority: 0,
+                description: "Status of the component conditions",
+                cell: &|o| {
+                    json!(match healthy(o)["status"].as_str() {
+                        Some("True") => "Healthy",
+                        Some(_) => "Unhealthy",
+                        None => "Unknown",
+                    })
+                },
+            },
+            Column {
+                name: "Message",
+                ty: "string",
+                priority: 0,
+                description: "Message of the component conditions",
+                cell: &|o| json!(healthy(o)["message"].as_str().unwrap_or_default()),
+            },
+            Column {
+                name: "Error",
+                ty: "string",
+                priority: 0,
+                description: "Error of the component conditions",
+                cell: &|o| json!(healthy(o)["error"].as_str().unwrap_or_default()),
+            },
+        ];
+        C
+    }
+}

@@ -8,6 +8,7 @@ mod apiregistration;
 mod apps;
 mod autoscaling;
 mod batch;
+mod certificates;
 mod coordination;
 mod core;
 mod discovery;
@@ -75,8 +76,21 @@ pub trait Strategy: Sync {
     /// Adjusts a new object before validation (for example clearing status).
     fn prepare_for_create(&self, _obj: &mut Value) {}
 
+    /// Records who created the object, for kinds that say (a certificate signing
+    /// request's `spec.username` and `spec.groups`).
+    fn record_requester(&self, _obj: &mut Value, _user: &crate::auth::User) {}
+
+    /// Adjusts an update of `part` after the generic split (which took only that part from
+    /// `new`): what else that endpoint may not change comes from `old`, as upstream's
+    /// `PrepareForUpdate` of each (sub)resource strategy.
+    fn prepare_for_update(&self, _part: crate::rest::Part, _new: &mut Value, _old: &Value) {}
+
     /// Checks a new object; each problem is one cause.
     fn validate(&self, _obj: &Value, _errs: &mut Vec<Cause>) {}
+
+    /// Checks only a new object gets, in addition to [`Strategy::validate`] (fields that
+    /// are set through a subresource later).
+    fn validate_create(&self, _obj: &Value, _errs: &mut Vec<Cause>) {}
 
     /// Warnings about a valid object being written (upstream's `WarningsOnCreate` and
     /// `WarningsOnUpdate`), for the `Warning` response header.
@@ -87,6 +101,18 @@ pub trait Strategy: Sync {
     /// Checks an update against the old object (immutable fields and the like), in addition
     /// to [`Strategy::validate`] of the new object.
     fn validate_update(&self, _new: &Value, _old: &Value, _errs: &mut Vec<Cause>) {}
+
+    /// [`Strategy::validate_update`] for kinds whose subresources may change different
+    /// things (`None`: the main resource).
+    fn validate_update_of(
+        &self,
+        _subresource: Option<&str>,
+        new: &Value,
+        old: &Value,
+        errs: &mut Vec<Cause>,
+    ) {
+        self.validate_update(new, old, errs);
+    }
 
     /// The values of the kind's selectable fields beyond metadata.name/namespace.
     fn fields(&self, _obj: &Value) -> Vec<(&'static str, String)> {
@@ -236,6 +262,7 @@ pub fn all() -> &'static [Kind] {
         use api::core::v1 as corev1;
         let mut kinds = vec![
             kind::<corev1::Binding>("", "bindings", &Plain),
+            kind::<corev1::ComponentStatus>("", "componentstatuses", &core::COMPONENT_STATUS),
             kind::<corev1::ConfigMap>("", "configmaps", &core::CONFIG_MAP),
             kind::<corev1::Endpoints>("", "endpoints", &core::ENDPOINTS),
             kind::<corev1::Event>("", "events", &event::CORE),
@@ -334,6 +361,11 @@ pub fn all() -> &'static [Kind] {
             },
             kind::<api::batch::v1::CronJob>("batch", "cronjobs", &batch::CRON_JOB),
             kind::<api::batch::v1::Job>("batch", "jobs", &batch::JOB),
+            kind::<api::certificates::v1::CertificateSigningRequest>(
+                "certificates.k8s.io",
+                "certificatesigningrequests",
+                &certificates::CERTIFICATE_SIGNING_REQUEST,
+            ),
             kind::<api::coordination::v1::Lease>(
                 "coordination.k8s.io",
                 "leases",

@@ -26,7 +26,7 @@ pub fn default_pod_spec(spec: &mut Value) {
     {
         set_default(spec, "/serviceAccount", sa);
     }
-    for list in ["initContainers", "containers"] {
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
         for c in each_mut(spec, &format!("/{list}")) {
             default_container(c);
         }
@@ -206,6 +206,97 @@ pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Vec<Cause>) {
     }
 }
 
+/// The fields an ephemeral container may not set (upstream's
+/// `validateEphemeralContainers`): it is a debugging aid, never part of the pod's service.
+const EPHEMERAL_FORBIDDEN: &[&str] = &[
+    "ports",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+];
+
+/// Checks `spec.ephemeralContainers`: names unique among every container of the pod, an
+/// image each, none of the fields only long-running containers have.
+fn validate_ephemeral_containers(spec: &Value, errs: &mut Vec<Cause>) {
+    let mut names: HashSet<&str> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|list| spec[*list].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for (i, c) in spec["ephemeralContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("spec.ephemeralContainers[{i}]");
+        match c["name"].as_str() {
+            None | Some("") => errs.push(Cause::required(format!("{at}.name"))),
+            Some(n) if !is_dns1123_label(n) => {
+                check_name(NameRule::Label, &format!("{at}.name"), n, errs)
+            }
+            Some(n) if !names.insert(n) => {
+                errs.push(Cause::duplicate(format!("{at}.name"), &c["name"]))
+            }
+            _ => {}
+        }
+        if c["image"].as_str().is_none_or(str::is_empty) {
+            errs.push(Cause::required(format!("{at}.image")));
+        }
+        for field in EPHEMERAL_FORBIDDEN {
+            let set = match &c[*field] {
+                Value::Null => false,
+                Value::Object(m) => !m.is_empty(),
+                Value::Array(a) => !a.is_empty(),
+                _ => true,
+            };
+            if set {
+                errs.push(Cause::forbidden(
+                    format!("{at}.{field}"),
+                    "cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+    }
+}
+
+/// An update may add ephemeral containers, never remove or change one (upstream's
+/// `ValidatePodEphemeralContainersUpdate`).
+fn validate_ephemeral_update(new: &Value, old: &Value, errs: &mut Vec<Cause>) {
+    let by_name = |spec: &Value| -> Vec<(String, Value)> {
+        spec["ephemeralContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default().to_string(),
+                    c.clone(),
+                )
+            })
+            .collect()
+    };
+    let current = by_name(&new["spec"]);
+    for (name, before) in by_name(&old["spec"]) {
+        match current.iter().find(|(n, _)| *n == name) {
+            None => errs.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                format!("existing ephemeral containers \"{name}\" may not be removed\n"),
+            )),
+            Some((_, now)) if *now != before => errs.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                format!("existing ephemeral containers \"{name}\" may not be changed\n"),
+            )),
+            Some(_) => {}
+        }
+    }
+    validate_ephemeral_containers(&new["spec"], errs);
+}
+
 pub struct Pod;
 pub static POD: Pod = Pod;
 impl Strategy for Pod {
@@ -236,9 +327,36 @@ impl Strategy for Pod {
     fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
         validate_pod_spec(&obj["spec"], "spec", errs);
     }
+    fn validate_create(&self, obj: &Value, errs: &mut Vec<Cause>) {
+        if obj["spec"]["ephemeralContainers"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
+            errs.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                "cannot be set on create",
+            ));
+        }
+    }
+    /// `/ephemeralcontainers` changes only `spec.ephemeralContainers` (the generic split
+    /// took nothing else): only additions are allowed there.
+    fn validate_update_of(
+        &self,
+        subresource: Option<&str>,
+        new: &Value,
+        old: &Value,
+        errs: &mut Vec<Cause>,
+    ) {
+        if subresource == Some("ephemeralcontainers") {
+            validate_ephemeral_update(new, old, errs);
+        } else {
+            self.validate_update(new, old, errs);
+        }
+    }
     fn validate_update(&self, new: &Value, old: &Value, errs: &mut Vec<Cause>) {
         // Only images, activeDeadlineSeconds, tolerations (additions) and scheduling gates
-        // may change in a running pod's spec.
+        // may change in a running pod's spec; ephemeral containers only through their
+        // subresource.
         let mut n = new["spec"].clone();
         let mut o = old["spec"].clone();
         for list in ["containers", "initContainers"] {

@@ -113,6 +113,10 @@ pub enum Part {
     Status,
     /// Only `spec.finalizers` (namespaces' `/finalize`).
     Finalize,
+    /// Only the approval conditions (certificate signing requests' `/approval`).
+    Approval,
+    /// Only `spec.ephemeralContainers` (pods' `/ephemeralcontainers`).
+    EphemeralContainers,
 }
 
 impl Call<'_> {
@@ -168,6 +172,8 @@ impl Call<'_> {
                 e.reset_fields = &[&["spec"]];
             }
             Part::Finalize => e.subresource = Some("finalize"),
+            Part::Approval => e.subresource = Some("approval"),
+            Part::EphemeralContainers => e.subresource = Some("ephemeralcontainers"),
         }
         e
     }
@@ -402,10 +408,28 @@ impl Call<'_> {
     pub fn reply(&self, code: StatusCode, obj: &Value) -> Response {
         let bytes = Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
         // `obj` is already in the served version: encode without converting again.
-        let mut resp = match self.output {
+        let resp = match self.output {
             Output::Json => response::full(code, bytes, "application/json"),
             _ => response::object(self.kind, self.output, code, &bytes),
         };
+        self.with_warnings(resp)
+    }
+
+    /// The verb of a request to a resource computed on read (get and list only), or
+    /// upstream's 405 for any other.
+    pub fn read_only_verb(&self) -> Result<crate::request::Verb, ApiError> {
+        use crate::request::Verb;
+        match self.info.verb {
+            verb @ (Verb::Get | Verb::List) => Ok(verb),
+            verb => Err(ApiError::method_not_allowed(
+                verb.as_str(),
+                self.kind.info.plural,
+            )),
+        }
+    }
+
+    /// Adds this call's warnings to a response as `Warning` headers.
+    pub fn with_warnings(&self, mut resp: Response) -> Response {
         for w in &self.warnings.all() {
             if let Ok(v) =
                 http::HeaderValue::from_str(&format!("299 - \"{}\"", w.replace('"', "\\\"")))

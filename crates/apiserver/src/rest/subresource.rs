@@ -1,6 +1,7 @@
 //! Subresources: `status` (and namespaces' `finalize`), `scale` (an autoscaling/v1 Scale
-//! view of `spec.replicas`), pods' `binding` (the scheduler's write) and `eviction`
-//! ([`super::eviction`]).
+//! view of `spec.replicas`), pods' `binding` (the scheduler's write), `eviction`
+//! ([`super::eviction`]) and `ephemeralcontainers`, and the `approval` of certificate
+//! signing requests.
 
 use http::StatusCode;
 use krust_api::registry::Subresource;
@@ -37,9 +38,20 @@ pub async fn serve(call: &mut Call<'_>, sub: &str) -> Result<Response, ApiError>
         ));
     }
     match (sub, verb) {
-        (Subresource::Status, Verb::Get) => super::read::get(call).await,
+        (
+            Subresource::Status | Subresource::Approval | Subresource::EphemeralContainers,
+            Verb::Get,
+        ) => super::read::get(call).await,
         (Subresource::Status, Verb::Update) => update(call, Part::Status).await,
         (Subresource::Status, Verb::Patch) => patch(call, Part::Status).await,
+        (Subresource::Approval, Verb::Update) => update(call, Part::Approval).await,
+        (Subresource::Approval, Verb::Patch) => patch(call, Part::Approval).await,
+        (Subresource::EphemeralContainers, Verb::Update) => {
+            update(call, Part::EphemeralContainers).await
+        }
+        (Subresource::EphemeralContainers, Verb::Patch) => {
+            patch(call, Part::EphemeralContainers).await
+        }
         (Subresource::Scale, Verb::Get) => {
             let (obj, rev) = call.current(call.name()).await?;
             Ok(response::json(StatusCode::OK, &scale_of(call, &obj, rev)))

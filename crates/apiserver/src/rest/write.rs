@@ -100,6 +100,7 @@ pub async fn create_object(
     call.kind.strategy.default(&mut obj);
     drop_empty_metadata(&mut obj);
     call.kind.strategy.prepare_for_create(&mut obj);
+    call.kind.strategy.record_requester(&mut obj, &call.user);
     if ownership == Ownership::Record {
         call.record_update(Part::Main, None, &mut obj);
     }
@@ -158,8 +159,14 @@ pub(crate) fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Res
         &mut errs,
     );
     call.kind.strategy.validate(obj, &mut errs);
-    if let Some(old) = old {
-        call.kind.strategy.validate_update(obj, old, &mut errs);
+    match old {
+        Some(old) => call.kind.strategy.validate_update_of(
+            call.info.subresource.as_deref(),
+            obj,
+            old,
+            &mut errs,
+        ),
+        None => call.kind.strategy.validate_create(obj, &mut errs),
     }
     if errs.is_empty() {
         for warning in call.kind.strategy.warnings(obj) {
@@ -189,12 +196,24 @@ pub async fn update(call: &mut Call<'_>, part: Part) -> Result<Response, ApiErro
         Some(rv) => Some(parse_rv(rv)?),
         None => None,
     };
-    let (old, old_rev) = call.current(&name).await?;
-    if precondition.is_some_and(|rv| rv != old_rev) {
-        return Err(ApiError::stale(call.target(&name)));
+    // Without a resourceVersion the update is unconditional: one that loses a race with
+    // another writer (a kubelet's status, say) is made again on the fresh object, as
+    // upstream's `GuaranteedUpdate` does.
+    const ATTEMPTS: usize = 5;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (old, old_rev) = call.current(&name).await?;
+        if precondition.is_some_and(|rv| rv != old_rev) {
+            return Err(ApiError::stale(call.target(&name)));
+        }
+        match update_object(call, part, body.clone(), old, old_rev, Ownership::Record).await {
+            Err(e) if e.code == 409 && precondition.is_none() && attempt < ATTEMPTS => continue,
+            updated => {
+                return Ok(call.reply(StatusCode::OK, &call.kind.strategy.to_served(updated?)));
+            }
+        }
     }
-    let updated = update_object(call, part, body, old, old_rev, Ownership::Record).await?;
-    Ok(call.reply(StatusCode::OK, &call.kind.strategy.to_served(updated)))
 }
 
 /// Applies an update of `part` from `new` onto `old` (at `old_rev`) and stores it.
@@ -226,7 +245,18 @@ pub async fn update_object(
             new = old.clone();
             new["spec"]["finalizers"] = finalizers;
         }
+        Part::Approval => {
+            let conditions = new["status"]["conditions"].take();
+            new = old.clone();
+            new["status"]["conditions"] = conditions;
+        }
+        Part::EphemeralContainers => {
+            let containers = new["spec"]["ephemeralContainers"].take();
+            new = old.clone();
+            new["spec"]["ephemeralContainers"] = containers;
+        }
     }
+    call.kind.strategy.prepare_for_update(part, &mut new, &old);
     // System-owned metadata comes from the stored object.
     for f in [
         "uid",
@@ -243,7 +273,8 @@ pub async fn update_object(
             }
         }
     }
-    if part == Part::Main {
+    // What the request brought is defaulted (a new ephemeral container too).
+    if matches!(part, Part::Main | Part::EphemeralContainers) {
         call.kind.strategy.default(&mut new);
         drop_empty_metadata(&mut new);
     }

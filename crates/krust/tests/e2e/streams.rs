@@ -348,3 +348,106 @@ fn the_kubelet_server_answers_only_cluster_certificates() {
         stdout(&anonymous)
     );
 }
+
+/// `kubectl debug` adds an ephemeral container through `pods/ephemeralcontainers`: it
+/// starts at once in the running pod, runs once (never restarted), reports its status
+/// apart, never ready, and serves logs and attach; only additions are allowed.
+#[test]
+fn kubectl_debug_runs_an_ephemeral_container_once_in_a_running_pod() {
+    let s = Server::with_agent(&["--cluster-cidr=10.74.0.0/16"]);
+    create(&s, pod("web", "Always", "sleep 3600"));
+    wait_running(&s, "web");
+
+    s.ok(&[
+        "debug",
+        "web",
+        "--image=busybox",
+        "-c",
+        "dbg",
+        "--",
+        "sh",
+        "-c",
+        "echo from-debug",
+    ]);
+    let status = wait_for("the ephemeral container to finish", DEADLINE, || {
+        let pod = s.get_json(&["pod", "web"]);
+        let st = pod["status"]["ephemeralContainerStatuses"][0].clone();
+        st["state"]["terminated"].is_object().then_some(st)
+    });
+    assert_eq!(status["name"], "dbg");
+    assert_eq!(status["ready"], false);
+    assert_eq!(status["restartCount"], 0);
+    assert_eq!(status["state"]["terminated"]["exitCode"], 0);
+    assert_eq!(s.ok(&["logs", "web", "-c", "dbg"]), "from-debug\n");
+    let spec = s.get_json(&["pod", "web"])["spec"]["ephemeralContainers"][0].clone();
+    assert_eq!(spec["imagePullPolicy"], "Always", "defaulted: {spec}");
+    assert_eq!(spec["terminationMessagePolicy"], "File");
+    // The pod itself is untouched: its container kept running, and stays Ready.
+    let pod = s.get_json(&["pod", "web"]);
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(pod["status"]["containerStatuses"][0]["ready"], true);
+
+    // Interactive: kubectl attaches to the new container's stdin.
+    let out = s.kubectl_with(
+        KUBECTL,
+        &[
+            "debug",
+            "-i",
+            "web",
+            "--image=busybox",
+            "-c",
+            "shell",
+            "--",
+            "sh",
+        ],
+        Some("echo via-attach\nexit\n"),
+    );
+    assert!(
+        stdout(&out).contains("via-attach"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+
+    // Removing or changing an ephemeral container, or adding one through the main
+    // resource, is refused with upstream's messages.
+    let mut removed = s.get_json(&["pod", "web"]);
+    removed["spec"]["ephemeralContainers"] = json!([]);
+    let path = "/api/v1/namespaces/default/pods/web/ephemeralcontainers";
+    let (code, body) = s.curl(
+        "PUT",
+        path,
+        Some("application/json"),
+        Some(removed.to_string().as_bytes()),
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains(
+            "spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be removed"
+        ),
+        "{body}"
+    );
+    let patch =
+        json!({"spec": {"ephemeralContainers": [{"name": "via-main", "image": "busybox"}]}});
+    let err = s.fails(&["patch", "pod", "web", "-p", &patch.to_string()]);
+    assert!(
+        err.contains("pod updates may not change fields other than"),
+        "{err}"
+    );
+    let forbidden = json!({"spec": {"ephemeralContainers": [
+        {"name": "ports", "image": "busybox", "ports": [{"containerPort": 80}]}]}});
+    let (code, body) = s.curl(
+        "PATCH",
+        path,
+        Some("application/strategic-merge-patch+json"),
+        Some(forbidden.to_string().as_bytes()),
+    );
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("].ports: Forbidden: cannot be set for an Ephemeral Container"),
+        "{body}"
+    );
+}

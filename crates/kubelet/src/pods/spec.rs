@@ -29,6 +29,16 @@ pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 const CPU_PERIOD: i64 = 100_000;
 
 /// The pod's QoS class, as upstream computes it.
+/// A pod's ephemeral containers as containers (the same fields; `targetContainerName`
+/// aside), so they start like any other.
+pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .filter_map(|e| serde_json::from_value(serde_json::to_value(e).ok()?).ok())
+        .collect()
+}
+
 pub fn qos_class(pod: &Pod) -> &'static str {
     let containers = pod
         .spec

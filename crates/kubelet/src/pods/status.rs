@@ -215,6 +215,18 @@ pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
     if !init_statuses.is_empty() {
         status["initContainerStatuses"] = json!(init_statuses);
     }
+    // Never ready: an ephemeral container serves no traffic.
+    let ephemeral_statuses: Vec<Value> = crate::pods::spec::ephemeral_containers(pod)
+        .iter()
+        .map(|c| {
+            let (mut s, _) = container_status(c, observed, true);
+            s["ready"] = json!(false);
+            s
+        })
+        .collect();
+    if !ephemeral_statuses.is_empty() {
+        status["ephemeralContainerStatuses"] = json!(ephemeral_statuses);
+    }
     if let Some(ip) = observed.pod_ip.as_ref().filter(|ip| !ip.is_empty()) {
         status["podIP"] = json!(ip);
         status["podIPs"] = json!([{"ip": ip}]);

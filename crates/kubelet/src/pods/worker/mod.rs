@@ -429,7 +429,7 @@ impl Worker {
                 Some(container) => Some(lifecycle::message(
                     &lifecycle::message_file(&self.config, pod, &meta.name, meta.attempt),
                     std::path::Path::new(&status.log_path),
-                    container,
+                    &container,
                     status.exit_code,
                 ))
                 .filter(|m| !m.is_empty())
@@ -492,6 +492,12 @@ impl Worker {
             self.sync_container(pod, init, &instances, init_policy, now)
                 .await;
             break;
+        }
+        // Ephemeral containers start as soon as they are added, init or not, and are
+        // never restarted.
+        for container in spec::ephemeral_containers(pod) {
+            self.sync_container(pod, &container, &instances, "Never", now)
+                .await;
         }
         if !self.observed.initialized {
             if let Ok(fresh) = self.instances(pod).await {
@@ -844,13 +850,19 @@ impl Worker {
 /// The waiting reason of a container whose postStart hook failed.
 const POST_START_HOOK_ERROR: &str = "PostStartHookError";
 
-/// The spec of a pod's (init) container by name.
-fn spec_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+/// The spec of a pod's (init or ephemeral) container by name.
+fn spec_container(pod: &Pod, name: &str) -> Option<Container> {
     let spec = pod.spec.as_ref()?;
     spec.containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
         .find(|c| c.name == name)
+        .cloned()
+        .or_else(|| {
+            spec::ephemeral_containers(pod)
+                .into_iter()
+                .find(|c| c.name == name)
+        })
 }
 
 fn fmt_secs(d: Duration) -> String {

@@ -22,10 +22,11 @@ impl Worker {
     /// grace period, then SIGTERM with what is left of it (at least 2 s), then SIGKILL.
     pub(super) async fn stop(&self, pod: Option<&Pod>, name: &str, id: &str, grace: i64) {
         let started = Instant::now();
-        let pre_stop = pod
-            .and_then(|p| spec_container(p, name))
-            .and_then(|c| Some((c, c.lifecycle.as_ref()?.pre_stop.as_ref()?)));
-        if let (Some(pod), Some((container, hook))) = (pod, pre_stop) {
+        let pre_stop = pod.and_then(|p| spec_container(p, name)).and_then(|c| {
+            let hook = c.lifecycle.as_ref()?.pre_stop.clone()?;
+            Some((c, hook))
+        });
+        if let (Some(pod), Some((container, hook))) = (pod, pre_stop.as_ref()) {
             let ip = self.observed.pod_ip.clone().unwrap_or_default();
             let budget = Duration::from_secs(grace.max(0) as u64);
             let hooked = tokio::time::timeout(
