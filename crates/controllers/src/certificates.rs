@@ -1,5 +1,6 @@
-//! `CsrSigningController`: issues the certificates of approved CertificateSigningRequests
-//! for the signers the cluster CA stands behind, as upstream's csrsigning controllers:
+//! Certificate signing requests: [`approver`] approves kubelets' client certificates, and
+//! `CsrSigningController` issues the certificates of approved requests for the signers
+//! the cluster CA stands behind, as upstream's csrsigning controllers:
 //! `kubernetes.io/kube-apiserver-client` (any client), `kube-apiserver-client-kubelet`
 //! (`system:node:<name>` in `system:nodes`) and `kubelet-serving` (a node's serving
 //! certificate, for its addresses). A request its signer may not honour gets a `Failed`
@@ -28,6 +29,8 @@ use x509_parser::pem::Pem;
 use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509CertificationRequest};
 
 use crate::Error;
+
+pub mod approver;
 
 const CLIENT: &str = "kubernetes.io/kube-apiserver-client";
 const KUBELET_CLIENT: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -87,22 +90,28 @@ impl CsrSigningController {
             ca_not_after,
             duration: config.duration,
         });
-        requests.add_handler(Arc::new(RequestEvents(controller.clone())));
+        requests.add_handler(Arc::new(Enqueue {
+            queue: controller.queue.clone(),
+            wants: to_sign,
+        }));
         Ok(controller)
     }
 }
 
-struct RequestEvents(Arc<CsrSigningController>);
+/// Queues the requests a controller acts on (by name), as `wants` tells.
+struct Enqueue {
+    queue: Arc<WorkQueue>,
+    wants: fn(&CertificateSigningRequest) -> bool,
+}
 
-impl EventHandler<CertificateSigningRequest> for RequestEvents {
+impl EventHandler<CertificateSigningRequest> for Enqueue {
     fn on_apply(
         &self,
         _old: Option<&CertificateSigningRequest>,
         new: &Arc<CertificateSigningRequest>,
     ) {
-        if to_sign(new) {
-            self.0
-                .queue
+        if (self.wants)(new) {
+            self.queue
                 .add(new.metadata.name.clone().unwrap_or_default());
         }
     }
@@ -116,16 +125,19 @@ fn has(csr: &CertificateSigningRequest, ty: &str) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == ty && c.status == "True"))
 }
 
+fn issued(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .is_some_and(|c| !c.0.is_empty())
+}
+
 /// Approved, neither denied nor failed, not issued yet, and for one of our signers.
 fn to_sign(csr: &CertificateSigningRequest) -> bool {
     has(csr, "Approved")
         && !has(csr, "Denied")
         && !has(csr, "Failed")
-        && csr
-            .status
-            .as_ref()
-            .and_then(|s| s.certificate.as_ref())
-            .is_none_or(|c| c.0.is_empty())
+        && !issued(csr)
         && [CLIENT, KUBELET_CLIENT, KUBELET_SERVING].contains(&csr.spec.signer_name.as_str())
 }
 
@@ -185,13 +197,7 @@ impl CsrSigningController {
         &self,
         spec: &k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec,
     ) -> Result<String, Refusal> {
-        let refuse = |m: &str| Refusal(m.to_string());
-        let der = Pem::iter_from_buffer(&spec.request.0)
-            .next()
-            .and_then(Result::ok)
-            .filter(|p| p.label == "CERTIFICATE REQUEST")
-            .ok_or_else(|| refuse("PEM block type must be CERTIFICATE REQUEST"))?
-            .contents;
+        let der = request_der(&spec.request.0)?;
         let (_, request) =
             X509CertificationRequest::from_der(&der).map_err(|e| Refusal(e.to_string()))?;
         check_signer_rules(&spec.signer_name, &request, &spec.usages)?;
@@ -246,6 +252,16 @@ impl CsrSigningController {
         }
         Ok((not_before, not_after))
     }
+}
+
+/// The DER of a request's PEM `CERTIFICATE REQUEST`.
+fn request_der(pem: &[u8]) -> Result<Vec<u8>, Refusal> {
+    Pem::iter_from_buffer(pem)
+        .next()
+        .and_then(Result::ok)
+        .filter(|p| p.label == "CERTIFICATE REQUEST")
+        .map(|p| p.contents)
+        .ok_or_else(|| Refusal("PEM block type must be CERTIFICATE REQUEST".into()))
 }
 
 /// The key usage a `spec.usages` entry names, if it is one.

@@ -142,6 +142,7 @@ async fn run_controllers(client: Client, config: &Config) {
         krust_client::events::EventRecorder::new(client.clone(), "job-controller");
     let (jobs, job_pods) = job::JobController::new(client.clone(), &informers, j_events);
     let ttl = ttlafterfinished::TtlAfterFinishedController::new(client.clone(), &informers);
+    let approving = certificates::approver::CsrApprovingController::new(client.clone(), &informers);
     let signing = config.signing.as_ref().and_then(|signing| {
         certificates::CsrSigningController::new(client.clone(), &informers, signing)
             .inspect_err(|err| tracing::error!(error = %err, "not signing certificates"))
@@ -206,7 +207,7 @@ async fn run_controllers(client: Client, config: &Config) {
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -222,6 +223,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(quotas, workers));
     tasks.spawn(queue::run(jobs, workers));
     tasks.spawn(queue::run(ttl, workers));
+    tasks.spawn(queue::run(approving, workers));
     if let Some(signing) = signing {
         tasks.spawn(queue::run(signing, workers));
     }

@@ -245,6 +245,22 @@ impl Call<'_> {
         }
     }
 
+    /// The stored object read from the store itself, not the cache: for a write that
+    /// just lost a compare-and-swap, which must not wait for the cache to catch up with
+    /// a busy writer before trying again (upstream's GuaranteedUpdate reads afresh too).
+    pub async fn fresh(&self, name: &str) -> Result<(Value, Revision), ApiError> {
+        let (kv, _) = self
+            .api
+            .store
+            .get(&self.key(name), 0)
+            .await
+            .map_err(store_error)?;
+        let kv = kv.ok_or_else(|| ApiError::not_found(self.target(name)))?;
+        let obj = serde_json::from_slice(&kv.value)
+            .map_err(|e| ApiError::internal(format!("decoding the stored object: {e}")))?;
+        Ok((obj, kv.mod_revision))
+    }
+
     pub fn resource_cache(
         &self,
     ) -> Result<std::sync::Arc<crate::watch_cache::ResourceCache>, ApiError> {

@@ -203,7 +203,11 @@ pub async fn update(call: &mut Call<'_>, part: Part) -> Result<Response, ApiErro
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let (old, old_rev) = call.current(&name).await?;
+        let (old, old_rev) = if attempt == 1 {
+            call.current(&name).await?
+        } else {
+            call.fresh(&name).await?
+        };
         if precondition.is_some_and(|rv| rv != old_rev) {
             return Err(ApiError::stale(call.target(&name)));
         }
@@ -395,7 +399,12 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
         ));
     }
     for attempt in 0.. {
-        let current = match call.current(&name).await {
+        let read = if attempt == 0 {
+            call.current(&name).await
+        } else {
+            call.fresh(&name).await
+        };
+        let current = match read {
             Ok(c) => Some(c),
             Err(e) if e.code == 404 && ty == PatchType::Apply && part == Part::Main => None,
             Err(e) => return Err(e),

@@ -248,3 +248,97 @@ fn component_statuses_report_each_component_by_its_lease() {
         "{err}"
     );
 }
+
+/// The `Approved` condition's reason and message, once there.
+fn approval(s: &Server, name: &str) -> (String, String) {
+    wait_for(
+        &format!("{name} to be approved"),
+        std::time::Duration::from_secs(30),
+        || {
+            let obj = s.get_json(&["csr", name]);
+            let c = obj["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Approved")?
+                .clone();
+            Some((
+                c["reason"].as_str()?.to_string(),
+                c["message"].as_str()?.to_string(),
+            ))
+        },
+    )
+}
+
+#[test]
+fn kubelet_client_requests_are_approved_after_a_subject_access_review() {
+    let s = Server::start();
+    let kubelet = |name: &str| {
+        let (_, req) = request(&format!("system:node:{name}"), &["system:nodes"]);
+        csr(
+            name,
+            &req,
+            "kubernetes.io/kube-apiserver-client-kubelet",
+            &["digital signature", "client auth"],
+        )
+    };
+    // A node renewing its own certificate: selfnodeclient, granted to system:nodes.
+    s.ok_stdin(
+        &[
+            "create",
+            "-f",
+            "-",
+            "--as=system:node:n1",
+            "--as-group=system:nodes",
+        ],
+        &kubelet("n1"),
+    );
+    assert_eq!(
+        approval(&s, "n1"),
+        (
+            "AutoApproved".into(),
+            "Auto approving self kubelet client certificate after SubjectAccessReview.".into()
+        )
+    );
+    // Someone allowed to create nodeclient requests (the admin) asking for a node.
+    s.ok_stdin(&["create", "-f", "-"], &kubelet("n2"));
+    assert_eq!(
+        approval(&s, "n2").1,
+        "Auto approving kubelet client certificate after SubjectAccessReview."
+    );
+    wait_for(
+        "n2's certificate",
+        std::time::Duration::from_secs(30),
+        || (condition_column(&s, "n2") == "Approved,Issued").then_some(()),
+    );
+
+    // A user who may create requests but neither nodeclient nor selfnodeclient, and a
+    // request that breaks the signer's rules, stay Pending.
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "csr-creator"},
+        "rules": [{"apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests"], "verbs": ["create", "get"]}]});
+    s.ok_stdin(&["create", "-f", "-"], &role.to_string());
+    s.ok(&[
+        "create",
+        "clusterrolebinding",
+        "mallory",
+        "--clusterrole=csr-creator",
+        "--user=mallory",
+    ]);
+    s.ok_stdin(&["create", "-f", "-", "--as=mallory"], &kubelet("n3"));
+    let (_, req) = request("system:node:n4", &["system:nodes"]);
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &csr(
+            "n4",
+            &req,
+            "kubernetes.io/kube-apiserver-client-kubelet",
+            &["client auth"],
+        ),
+    );
+    // The controller decides within milliseconds; three seconds without a decision is
+    // the sign that it made none.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(condition_column(&s, "n3"), "Pending");
+    assert_eq!(condition_column(&s, "n4"), "Pending");
+}
