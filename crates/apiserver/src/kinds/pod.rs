@@ -227,6 +227,7 @@ fn validate_ephemeral_containers(spec: &Value, errs: &mut Vec<Cause>) {
         .flat_map(|list| spec[*list].as_array().into_iter().flatten())
         .filter_map(|c| c["name"].as_str())
         .collect();
+    let targets = names.clone();
     for (i, c) in spec["ephemeralContainers"]
         .as_array()
         .into_iter()
@@ -246,6 +247,15 @@ fn validate_ephemeral_containers(spec: &Value, errs: &mut Vec<Cause>) {
         }
         if c["image"].as_str().is_none_or(str::is_empty) {
             errs.push(Cause::required(format!("{at}.image")));
+        }
+        if let Some(target) = c["targetContainerName"].as_str()
+            && !targets.contains(target)
+        {
+            errs.push(Cause {
+                reason: "FieldValueNotFound",
+                message: format!("Not found: {target:?}"),
+                field: format!("{at}.targetContainerName"),
+            });
         }
         for field in EPHEMERAL_FORBIDDEN {
             let set = match &c[*field] {

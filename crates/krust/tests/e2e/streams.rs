@@ -387,7 +387,10 @@ fn kubectl_debug_runs_an_ephemeral_container_once_in_a_running_pod() {
     assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
     assert_eq!(pod["status"]["containerStatuses"][0]["ready"], true);
 
-    // Interactive: kubectl attaches to the new container's stdin.
+    // Interactive: kubectl attaches to the new container's stdin, the only way the
+    // commands reach its shell. (Its output is read from the log: kubectl debug does
+    // not set stdinOnce, so containerd detaches stdout as soon as stdin ends, before
+    // the shell has answered.)
     let out = s.kubectl_with(
         KUBECTL,
         &[
@@ -400,13 +403,56 @@ fn kubectl_debug_runs_an_ephemeral_container_once_in_a_running_pod() {
             "--",
             "sh",
         ],
-        Some("echo via-attach\nexit\n"),
+        Some("echo via-attach\nexit 3\n"),
     );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let shell = wait_for("the interactive shell to exit", DEADLINE, || {
+        let pod = s.get_json(&["pod", "web"]);
+        pod["status"]["ephemeralContainerStatuses"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == "shell" && c["state"]["terminated"].is_object())
+            .cloned()
+    });
+    assert_eq!(shell["state"]["terminated"]["exitCode"], 3, "{shell}");
+    assert_eq!(s.ok(&["logs", "web", "-c", "shell"]), "via-attach\n");
+
+    // `--target`: the container joins the target's process namespace and sees its
+    // processes (a container of its own would see only itself).
+    s.ok(&[
+        "debug",
+        "web",
+        "--image=busybox",
+        "-c",
+        "peek",
+        "--target=c",
+        "--",
+        "ps",
+        "-o",
+        "args",
+    ]);
+    let seen = wait_for("the targeting container's output", DEADLINE, || {
+        let pod = s.get_json(&["pod", "web"]);
+        let done = pod["status"]["ephemeralContainerStatuses"]
+            .as_array()?
+            .iter()
+            .any(|c| c["name"] == "peek" && c["state"]["terminated"].is_object());
+        done.then(|| s.ok(&["logs", "web", "-c", "peek"]))
+    });
+    assert!(seen.contains("sleep 3600"), "{seen}");
+    let err = s.fails(&[
+        "debug",
+        "web",
+        "--image=busybox",
+        "-c",
+        "lost",
+        "--target=nope",
+        "--",
+        "true",
+    ]);
     assert!(
-        stdout(&out).contains("via-attach"),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
+        err.contains("].targetContainerName: Not found: \"nope\""),
+        "{err}"
     );
 
     // Removing or changing an ephemeral container, or adding one through the main

@@ -39,6 +39,39 @@ pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
         .collect()
 }
 
+/// The container whose processes an ephemeral container `name` joins
+/// (`targetContainerName`, `kubectl debug --target`).
+pub fn ephemeral_target(pod: &Pod, name: &str) -> Option<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .find(|e| e.name == name)?
+        .target_container_name
+        .clone()
+}
+
+/// Puts a container in the process namespace of the container `target_id` (CRI's
+/// TARGET mode), network and IPC staying the pod's.
+pub fn share_processes_with(config: &mut ContainerConfig, pod: &Pod, target_id: &str) {
+    if let Some(security) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+    {
+        security.namespace_options = Some(NamespaceOption {
+            network: if host_network(pod) {
+                NamespaceMode::Node as i32
+            } else {
+                NamespaceMode::Pod as i32
+            },
+            pid: NamespaceMode::Target as i32,
+            ipc: NamespaceMode::Pod as i32,
+            target_id: target_id.to_string(),
+            ..NamespaceOption::default()
+        });
+    }
+}
+
 pub fn qos_class(pod: &Pod) -> &'static str {
     let containers = pod
         .spec

@@ -759,7 +759,23 @@ impl Worker {
             lifecycle::message_mount(&message, container)
                 .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?,
         );
-        let config = spec::container_config(pod, container, attempt, env, mounts, &hosts);
+        let mut config = spec::container_config(pod, container, attempt, env, mounts, &hosts);
+        if let Some(target) = spec::ephemeral_target(pod, &container.name) {
+            match self
+                .observed
+                .containers
+                .get(&target)
+                .filter(|i| i.running())
+            {
+                Some(instance) => spec::share_processes_with(&mut config, pod, &instance.id),
+                None => {
+                    return Err((
+                        "CreateContainerConfigError".to_string(),
+                        format!("target container {target:?} is not running"),
+                    ));
+                }
+            }
+        }
         let mut rt = self.runtime.runtime.clone();
         let created = rt
             .create_container(CreateContainerRequest {
