@@ -76,13 +76,7 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
 fn lease_health(call: &Call<'_>, lease: &str) -> Result<(), String> {
     let info = krust_api::registry::find("coordination.k8s.io", "v1", "leases")
         .expect("leases are served");
-    let found = call
-        .api
-        .cache
-        .cache(&info.storage_prefix())
-        .and_then(|c| c.get(&info.storage_key(Some("kube-system"), lease)))
-        .map(|o| o.value());
-    let Some(obj) = found else {
+    let Some(obj) = call.api.cache.object(info, Some("kube-system"), lease) else {
         return Err(format!(
             "no Lease kube-system/{lease}: the component has not started"
         ));

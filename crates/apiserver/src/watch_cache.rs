@@ -475,7 +475,20 @@ impl WatchCache {
     /// The cached object `name` (in `namespace`) of a core/v1 resource (`pods`,
     /// `serviceaccounts`, ...), as admission and connect requests look them up.
     pub fn core_object(&self, plural: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
-        let info = krust_api::registry::find("", "v1", plural)?;
+        self.object(
+            krust_api::registry::find("", "v1", plural)?,
+            namespace,
+            name,
+        )
+    }
+
+    /// The cached object `name` (in `namespace`) of any built-in resource.
+    pub fn object(
+        &self,
+        info: &krust_api::registry::ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
         self.cache(&info.storage_prefix())?
             .get(&info.storage_key(namespace, name))
             .map(|obj| obj.value())

@@ -257,6 +257,21 @@ fn validate_ephemeral_containers(spec: &Value, errs: &mut Vec<Cause>) {
                 field: format!("{at}.targetContainerName"),
             });
         }
+        for (j, m) in c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            for field in ["subPath", "subPathExpr"] {
+                if m[field].as_str().is_some_and(|p| !p.is_empty()) {
+                    errs.push(Cause::forbidden(
+                        format!("{at}.volumeMounts[{j}].{field}"),
+                        "cannot be set for an Ephemeral Container",
+                    ));
+                }
+            }
+        }
         for field in EPHEMERAL_FORBIDDEN {
             let set = match &c[*field] {
                 Value::Null => false,

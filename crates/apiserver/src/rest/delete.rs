@@ -95,11 +95,7 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
     // only a precondition the client set may refuse the delete.
     let mut attempts = 0;
     let outcome = loop {
-        let (old, rev) = if attempts == 0 {
-            call.current(&name).await?
-        } else {
-            call.fresh(&name).await?
-        };
+        let (old, rev) = call.current_for_write(&name, attempts > 0).await?;
         check_preconditions(&call, &name, &opts, &old, rev)?;
         call.api.admission.admit_delete(&call, &old)?;
         crate::webhook::validate(&call, crate::webhook::Operation::Delete, None, Some(&old))

@@ -119,6 +119,20 @@ pub enum Part {
     EphemeralContainers,
 }
 
+impl Part {
+    /// The one field a subresource writes, as its path from the object's root; `None`
+    /// for the main resource.
+    pub fn field(self) -> Option<&'static [&'static str]> {
+        match self {
+            Part::Main => None,
+            Part::Status => Some(&["status"]),
+            Part::Finalize => Some(&["spec", "finalizers"]),
+            Part::Approval => Some(&["status", "conditions"]),
+            Part::EphemeralContainers => Some(&["spec", "ephemeralContainers"]),
+        }
+    }
+}
+
 impl Call<'_> {
     pub fn namespace(&self) -> Option<&str> {
         self.info
@@ -245,10 +259,18 @@ impl Call<'_> {
         }
     }
 
-    /// The stored object read from the store itself, not the cache: for a write that
-    /// just lost a compare-and-swap, which must not wait for the cache to catch up with
-    /// a busy writer before trying again (upstream's GuaranteedUpdate reads afresh too).
-    pub async fn fresh(&self, name: &str) -> Result<(Value, Revision), ApiError> {
+    /// The object a write starts from: the cached one on the first try; after a lost
+    /// compare-and-swap the stored one, read from the store itself — a retry must not
+    /// wait for the cache to catch up with a busy writer (upstream's GuaranteedUpdate
+    /// reads afresh too).
+    pub async fn current_for_write(
+        &self,
+        name: &str,
+        retry: bool,
+    ) -> Result<(Value, Revision), ApiError> {
+        if !retry {
+            return self.current(name).await;
+        }
         let (kv, _) = self
             .api
             .store

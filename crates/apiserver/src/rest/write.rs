@@ -203,11 +203,7 @@ pub async fn update(call: &mut Call<'_>, part: Part) -> Result<Response, ApiErro
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let (old, old_rev) = if attempt == 1 {
-            call.current(&name).await?
-        } else {
-            call.fresh(&name).await?
-        };
+        let (old, old_rev) = call.current_for_write(&name, attempt > 1).await?;
         if precondition.is_some_and(|rv| rv != old_rev) {
             return Err(ApiError::stale(call.target(&name)));
         }
@@ -239,25 +235,12 @@ pub async fn update_object(
                 }
             }
         }
-        Part::Status => {
-            let status = new["status"].take();
+        // A subresource writes one field of the stored object and nothing else.
+        Part::Status | Part::Finalize | Part::Approval | Part::EphemeralContainers => {
+            let path = part.field().unwrap_or_default();
+            let value = at_path(&mut new, path).take();
             new = old.clone();
-            new["status"] = status;
-        }
-        Part::Finalize => {
-            let finalizers = new["spec"]["finalizers"].take();
-            new = old.clone();
-            new["spec"]["finalizers"] = finalizers;
-        }
-        Part::Approval => {
-            let conditions = new["status"]["conditions"].take();
-            new = old.clone();
-            new["status"]["conditions"] = conditions;
-        }
-        Part::EphemeralContainers => {
-            let containers = new["spec"]["ephemeralContainers"].take();
-            new = old.clone();
-            new["spec"]["ephemeralContainers"] = containers;
+            *at_path(&mut new, path) = value;
         }
     }
     call.kind.strategy.prepare_for_update(part, &mut new, &old);
@@ -322,6 +305,11 @@ pub async fn update_object(
     }
     let (stored, _) = call.put(&name, new, Compare::ModRevision(old_rev)).await?;
     Ok(stored)
+}
+
+/// The value at `path` in `obj`, made (null) if missing.
+fn at_path<'a>(obj: &'a mut Value, path: &[&str]) -> &'a mut Value {
+    path.iter().fold(obj, |v, key| &mut v[*key])
 }
 
 /// Whether anything but metadata (and status, when it has its own subresource) differs.
@@ -399,12 +387,7 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
         ));
     }
     for attempt in 0.. {
-        let read = if attempt == 0 {
-            call.current(&name).await
-        } else {
-            call.fresh(&name).await
-        };
-        let current = match read {
+        let current = match call.current_for_write(&name, attempt > 0).await {
             Ok(c) => Some(c),
             Err(e) if e.code == 404 && ty == PatchType::Apply && part == Part::Main => None,
             Err(e) => return Err(e),
