@@ -20,6 +20,7 @@ pub mod discovery;
 pub mod encryption;
 pub mod endpoints;
 pub mod internal;
+pub mod join;
 mod json;
 pub mod kinds;
 pub mod limit_ranger;
@@ -85,6 +86,9 @@ pub struct Config {
     /// How often kubelets are scraped for the metrics API (metrics-server's
     /// `--metric-resolution`); zero serves no metrics.
     pub metric_resolution: std::time::Duration,
+    /// The secret of the server's join token (`server:<secret>` authenticates a
+    /// bootstrapper); `None` accepts only bootstrap tokens.
+    pub join_secret: Option<String>,
 }
 
 /// Everything a request handler needs.
@@ -114,6 +118,9 @@ pub struct Api {
     pub webhooks: outbound::Client,
     /// The aggregated apiservers available now, and the client that reaches them.
     pub aggregator: aggregator::Aggregator,
+    /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` for agents
+    /// that pin it by the hash in their join token.
+    pub ca_bundle: String,
 }
 
 /// A started apiserver.
@@ -182,19 +189,28 @@ impl Api {
             Some(audit) => Some(Arc::new(audit::Auditor::start(audit)?)),
             None => None,
         };
+        let mut authenticators: Vec<Box<dyn auth::Authenticator>> = vec![
+            Box::new(ClientCertificates),
+            Box::new(tokens::ServiceAccountTokens {
+                issuer: tokens.clone(),
+                cache: cache.clone(),
+            }),
+            Box::new(join::BootstrapTokens {
+                cache: cache.clone(),
+            }),
+        ];
+        if let Some(secret) = &config.join_secret {
+            authenticators.push(Box::new(join::ServerToken {
+                secret: secret.clone(),
+            }));
+        }
         let api = Arc::new(Api {
             store,
             cache: cache.clone(),
             admission: Admission {
                 services: services.clone(),
             },
-            authenticators: Authenticators(vec![
-                Box::new(ClientCertificates),
-                Box::new(tokens::ServiceAccountTokens {
-                    issuer: tokens.clone(),
-                    cache: cache.clone(),
-                }),
-            ]),
+            authenticators: Authenticators(authenticators),
             authorizers: Authorizers(vec![
                 Box::new(PrivilegedGroups),
                 Box::new(authz::node::NodeAuthorizer {
@@ -215,6 +231,7 @@ impl Api {
             resource_metrics: Default::default(),
             webhooks: outbound::Client::new(&pki.ca_cert, None),
             aggregator: aggregator::Aggregator::new(&pki),
+            ca_bundle: pki.ca_cert.clone(),
         });
         bootstrap::run(&api, &pki, services.first_ip(), port).await?;
         authz::policy::reconcile(&api)

@@ -136,7 +136,14 @@ impl Pki {
     ) -> Result<String> {
         let owned = self.issuer()?;
         let (cert, key) = client_cert(&owned.as_ref()?, user, groups)?;
-        Ok(kubeconfig(&self.ca_cert, server_url, &cert, &key))
+        Ok(kubeconfig(
+            &self.ca_cert,
+            server_url,
+            KubeconfigUser::Certificate {
+                cert: &cert,
+                key: &key,
+            },
+        ))
     }
 
     /// The CA's key and certificate, read from the data dir (only the CA's own
@@ -287,13 +294,36 @@ fn write_atomic(path: &Path, contents: &str, mode: u32) -> Result<()> {
 
 /// The admin kubeconfig for a server at `server_url`.
 pub fn admin_kubeconfig(pki: &Pki, server_url: &str) -> String {
-    kubeconfig(&pki.ca_cert, server_url, &pki.admin_cert, &pki.admin_key)
+    kubeconfig(
+        &pki.ca_cert,
+        server_url,
+        KubeconfigUser::Certificate {
+            cert: &pki.admin_cert,
+            key: &pki.admin_key,
+        },
+    )
 }
 
-/// A kubeconfig trusting `ca` and presenting a client certificate (all PEM).
-fn kubeconfig(ca: &str, server_url: &str, cert: &str, key: &str) -> String {
+/// How a kubeconfig's user authenticates.
+pub enum KubeconfigUser<'a> {
+    /// A client certificate and its key (PEM).
+    Certificate { cert: &'a str, key: &'a str },
+    /// A bearer token.
+    Token(&'a str),
+}
+
+/// A kubeconfig trusting `ca` (PEM) for the server at `server_url`.
+pub fn kubeconfig(ca: &str, server_url: &str, user: KubeconfigUser<'_>) -> String {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let user = match user {
+        KubeconfigUser::Certificate { cert, key } => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(cert),
+            b64(key)
+        ),
+        KubeconfigUser::Token(token) => format!("    token: {token}\n"),
+    };
     format!(
         "apiVersion: v1
 kind: Config
@@ -312,12 +342,8 @@ preferences: {{}}
 users:
 - name: default
   user:
-    client-certificate-data: {cert}
-    client-key-data: {key}
-",
+{user}",
         ca = b64(ca),
-        cert = b64(cert),
-        key = b64(key),
     )
 }
 

@@ -215,6 +215,11 @@ async fn handle(
     let started = Instant::now();
     let (parts, mut body) = req.into_parts();
     let path = parts.uri.path().to_string();
+    if path == "/cacerts" && parts.method == Method::GET {
+        // Before authentication, as k3s serves it: a joining agent has no trust yet and
+        // checks what it gets against the hash in its token.
+        return response::full(StatusCode::OK, api.ca_bundle.clone(), "text/plain");
+    }
     let query = Query::parse(parts.uri.query());
     let parsed = request::parse(&parts.method, &path, &query);
     let (verb, resource) = match &parsed {

@@ -63,9 +63,16 @@ impl AgentArgs {
 
 #[derive(Args)]
 pub struct AgentCommand {
-    /// Kubeconfig of the apiserver.
-    #[arg(long)]
-    kubeconfig: PathBuf,
+    /// The server to join (k3s's flag), e.g. https://10.0.0.1:6443; with `--token` the
+    /// agent obtains its own credentials. Without it, `--kubeconfig` says whom to reach.
+    #[arg(long, env = "KRUST_URL", requires = "token")]
+    server: Option<String>,
+    /// The token to join with: the server's `<data-dir>/server/token` or one from
+    /// `krust token create` (`K10<CA hash>::<credential>`).
+    #[arg(long, env = "KRUST_TOKEN", requires = "server")]
+    token: Option<String>,
+    #[command(flatten)]
+    kubeconfig: crate::cli::Kubeconfig,
     #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
     data_dir: PathBuf,
     /// The pods' address range (the server's `--cluster-cidr`): the Service proxy
@@ -78,7 +85,18 @@ pub struct AgentCommand {
 
 /// `krust agent`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: AgentCommand) -> Result<()> {
-    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let yaml = match (&args.server, &args.token) {
+        (Some(server), Some(token)) => {
+            crate::join::node_kubeconfig(
+                server,
+                token,
+                &args.data_dir.join("agent"),
+                &args.agent.node_name(),
+            )
+            .await?
+        }
+        _ => args.kubeconfig.read()?,
+    };
     let kubeconfigs = Kubeconfigs {
         kubelet: yaml.clone(),
         proxy: yaml,

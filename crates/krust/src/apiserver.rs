@@ -14,7 +14,7 @@ use krust_store::embedded::EmbeddedStore;
 use krust_store::encrypted::{EncryptedStore, rewrite_stale};
 use krust_store::etcd::{EtcdStore, EtcdTls};
 
-use crate::cli::{parse_duration, shutdown_signal, write_kubeconfig};
+use crate::cli::{parse_duration, shutdown_signal, write_private_file};
 
 #[derive(Args, Clone)]
 pub struct ApiserverArgs {
@@ -96,6 +96,10 @@ pub struct ApiserverArgs {
     /// Remove rotated audit logs older than this many days (0: never).
     #[arg(long, default_value_t = 0)]
     pub audit_log_maxage: u64,
+    /// The secret agents join with (k3s's flag): a whole `K10...` token or a bare
+    /// secret. Default: the one kept in `<data-dir>/server/token`, else a new one.
+    #[arg(long, env = "KRUST_TOKEN")]
+    pub token: Option<String>,
 }
 
 pub fn tls_dir(data_dir: &Path) -> PathBuf {
@@ -206,6 +210,7 @@ impl ApiserverArgs {
                     },
                 }),
             endpoint_reconcile_interval: self.endpoint_reconcile_interval,
+            join_secret: None,
         }
     }
 }
@@ -238,10 +243,16 @@ impl Started {
 pub async fn start(args: &ApiserverArgs) -> Result<Started> {
     let store = args.open_store().await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = krust_apiserver::start(args.config(), store, async {
+    let join_secret = crate::token::server_secret(&args.data_dir, args.token.as_deref())?;
+    let config = krust_apiserver::Config {
+        join_secret: Some(join_secret.clone()),
+        ..args.config()
+    };
+    let running = krust_apiserver::start(config, store, async {
         let _ = stopped.await;
     })
     .await?;
+    crate::token::write_server_token(&args.data_dir, &running.pki.ca_cert, &join_secret)?;
     let host = if args.bind_address.is_unspecified() {
         "127.0.0.1".to_string()
     } else {
@@ -249,7 +260,7 @@ pub async fn start(args: &ApiserverArgs) -> Result<Started> {
     };
     let url = format!("https://{host}:{}", running.addr.port());
     let kubeconfig = admin_kubeconfig(&running.pki, &url);
-    write_kubeconfig(&args.write_kubeconfig, &kubeconfig)?;
+    write_private_file(&args.write_kubeconfig, &kubeconfig)?;
     Ok(Started {
         running,
         kubeconfig,

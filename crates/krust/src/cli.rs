@@ -42,6 +42,9 @@ enum Command {
     Ingress(crate::ingress::IngressCommand),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
     Sim(crate::sim::SimArgs),
+    /// Manage the bootstrap tokens agents join with.
+    #[command(subcommand)]
+    Token(crate::token::TokenCommand),
     /// Manage the node's container images (offline: import tarballs).
     #[command(subcommand)]
     Images(ImagesCommand),
@@ -120,6 +123,7 @@ impl Cli {
             Command::Dns(args) => crate::dns::run(args).await,
             Command::Ingress(args) => crate::ingress::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
+            Command::Token(command) => crate::token::run(command).await,
             Command::Images(ImagesCommand::Import { files, data_dir }) => {
                 let socket = krust_cri::containerd::Layout::new(
                     krust_cri::containerd::default_dir(&data_dir),
@@ -304,11 +308,40 @@ pub(crate) fn hostname() -> String {
 }
 
 /// The kubeconfig a component was pointed at, as YAML.
-pub(crate) fn read_kubeconfig(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+/// Where a component finds its kubeconfig, as kubectl does: `--kubeconfig`, else the
+/// first file of `$KUBECONFIG` that exists, else `~/.kube/config`.
+#[derive(Args, Clone, Debug)]
+pub struct Kubeconfig {
+    /// Kubeconfig of the apiserver (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long = "kubeconfig", value_name = "PATH")]
+    path: Option<PathBuf>,
 }
 
-pub(crate) fn write_kubeconfig(path: &Path, contents: &str) -> Result<()> {
+impl Kubeconfig {
+    pub fn path(&self) -> Result<PathBuf> {
+        if let Some(path) = &self.path {
+            return Ok(path.clone());
+        }
+        if let Some(list) = std::env::var_os("KUBECONFIG") {
+            let paths: Vec<PathBuf> = std::env::split_paths(&list)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect();
+            if let Some(path) = paths.iter().find(|p| p.exists()).or(paths.first()) {
+                return Ok(path.clone());
+            }
+        }
+        let home = std::env::var_os("HOME").context("no --kubeconfig, $KUBECONFIG or $HOME")?;
+        Ok(PathBuf::from(home).join(".kube").join("config"))
+    }
+
+    /// The kubeconfig's YAML.
+    pub fn read(&self) -> Result<String> {
+        let path = self.path()?;
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+pub(crate) fn write_private_file(path: &Path, contents: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

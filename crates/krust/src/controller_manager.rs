@@ -14,9 +14,8 @@ use crate::cli::parse_duration;
 
 #[derive(Args)]
 pub struct ControllerManagerArgs {
-    /// Kubeconfig of the apiserver to watch and write.
-    #[arg(long)]
-    kubeconfig: PathBuf,
+    #[command(flatten)]
+    kubeconfig: crate::cli::Kubeconfig,
     #[command(flatten)]
     pub controllers: ControllerArgs,
 }
@@ -167,7 +166,7 @@ pub fn identity() -> String {
 
 /// `krust controller-manager`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: ControllerManagerArgs) -> Result<()> {
-    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let yaml = args.kubeconfig.read()?;
     run_with_kubeconfig(&yaml, &args.controllers, crate::cli::shutdown_signal()).await
 }
 

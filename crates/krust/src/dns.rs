@@ -2,7 +2,6 @@
 //! through a kubeconfig. `krust server` runs the same in-process unless `--disable-dns`.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -54,9 +53,8 @@ impl DnsArgs {
 
 #[derive(Args)]
 pub struct DnsCommand {
-    /// Kubeconfig of the apiserver to watch.
-    #[arg(long)]
-    kubeconfig: PathBuf,
+    #[command(flatten)]
+    kubeconfig: crate::cli::Kubeconfig,
     /// The address to listen on (default: the default route's source).
     #[arg(long)]
     node_ip: Option<Ipv4Addr>,
@@ -71,7 +69,7 @@ pub struct DnsCommand {
 
 /// `krust dns`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: DnsCommand) -> Result<()> {
-    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let yaml = args.kubeconfig.read()?;
     let node_ip = args.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip);
     let config = args
         .dns

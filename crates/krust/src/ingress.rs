@@ -3,7 +3,6 @@
 //! unless `--disable-ingress`.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -35,9 +34,8 @@ impl IngressArgs {
 
 #[derive(Args)]
 pub struct IngressCommand {
-    /// Kubeconfig of the apiserver to watch.
-    #[arg(long)]
-    kubeconfig: PathBuf,
+    #[command(flatten)]
+    kubeconfig: crate::cli::Kubeconfig,
     /// The address reported in Ingress status (default: the default route's source).
     #[arg(long)]
     node_ip: Option<Ipv4Addr>,
@@ -47,7 +45,7 @@ pub struct IngressCommand {
 
 /// `krust ingress`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: IngressCommand) -> Result<()> {
-    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let yaml = args.kubeconfig.read()?;
     let node_ip = args.node_ip.unwrap_or_else(krust_kubelet::machine::node_ip);
     let config = args
         .ingress

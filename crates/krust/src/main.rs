@@ -8,9 +8,11 @@ mod cli;
 mod controller_manager;
 mod dns;
 mod ingress;
+mod join;
 mod proxy;
 mod scheduler;
 mod sim;
+mod token;
 
 use anyhow::Result;
 use clap::Parser;

@@ -2,8 +2,6 @@
 //! apiserver reachable through a kubeconfig. `krust agent` and `krust server` run the
 //! same in-process unless `--disable-kube-proxy`.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result};
 use clap::Args;
 use krust_api::cidr::Ipv4Cidr;
@@ -40,9 +38,8 @@ impl ProxyArgs {
 
 #[derive(Args)]
 pub struct ProxyCommand {
-    /// Kubeconfig of the apiserver to watch.
-    #[arg(long)]
-    kubeconfig: PathBuf,
+    #[command(flatten)]
+    kubeconfig: crate::cli::Kubeconfig,
     /// The pods' address range: traffic from outside it is masqueraded.
     #[arg(long, default_value = "10.42.0.0/16")]
     cluster_cidr: Ipv4Cidr,
@@ -52,7 +49,7 @@ pub struct ProxyCommand {
 
 /// `krust proxy`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: ProxyCommand) -> Result<()> {
-    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let yaml = args.kubeconfig.read()?;
     let config = args
         .proxy
         .config(args.cluster_cidr)

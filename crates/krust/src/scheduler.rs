@@ -15,9 +15,8 @@ pub const LEASE: &str = "kube-scheduler";
 
 #[derive(Args)]
 pub struct SchedulerArgs {
-    /// Kubeconfig of the apiserver to watch and write.
-    #[arg(long)]
-    kubeconfig: PathBuf,
+    #[command(flatten)]
+    kubeconfig: crate::cli::Kubeconfig,
     /// A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file: profiles,
     /// plugins and their weights, percentageOfNodesToScore.
     #[arg(long)]
@@ -42,7 +41,7 @@ pub fn configuration(path: Option<&std::path::Path>) -> Result<SchedulerConfigur
 /// `krust scheduler`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: SchedulerArgs) -> Result<()> {
     let config = configuration(args.config.as_deref())?;
-    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let yaml = args.kubeconfig.read()?;
     run_with_kubeconfig(&yaml, config, &args.leader, crate::cli::shutdown_signal()).await
 }
 

@@ -2,7 +2,6 @@
 //! through a kubeconfig.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -14,9 +13,8 @@ use crate::cli::parse_duration;
 
 #[derive(Args)]
 pub struct SimArgs {
-    /// Kubeconfig of the apiserver to register the nodes with.
-    #[arg(long)]
-    kubeconfig: PathBuf,
+    #[command(flatten)]
+    kubeconfig: crate::cli::Kubeconfig,
     /// How many nodes to simulate.
     #[arg(long, default_value_t = 1)]
     nodes: usize,
@@ -120,7 +118,7 @@ fn taint(s: &str) -> Result<Taint> {
 /// `krust sim`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: SimArgs) -> Result<()> {
     let config = args.config()?;
-    let yaml = crate::cli::read_kubeconfig(&args.kubeconfig)?;
+    let yaml = args.kubeconfig.read()?;
     let client = krust_client::connect::from_kubeconfig(&yaml).await?.0;
     krust_sim::run(client, config, crate::cli::shutdown_signal())
         .await

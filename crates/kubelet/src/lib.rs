@@ -11,6 +11,7 @@
 //!
 //! It talks only to the apiserver, the container runtime and CSI drivers.
 
+pub mod certificate;
 pub mod csi;
 pub mod eviction;
 pub mod logfile;

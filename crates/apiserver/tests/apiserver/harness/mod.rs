@@ -38,6 +38,7 @@ impl Harness {
             compaction_interval: Duration::ZERO,
             audit: None,
             metric_resolution: Duration::ZERO,
+            join_secret: None,
         };
         let (api, _) = Api::new(&config, store, 6443).await.unwrap();
         let admin = User {

@@ -451,10 +451,17 @@ pub struct Component {
 impl Component {
     /// `krust <command> --kubeconfig <admin> <args>`, logging to `<log_name>.log`.
     pub fn start(s: &Server, command: &str, log_name: &str, args: &[&str]) -> Component {
+        let kubeconfig = s.kubeconfig();
+        let mut all = vec!["--kubeconfig", kubeconfig.to_str().expect("utf-8 path")];
+        all.extend(args);
+        Self::spawn(s, command, log_name, &all)
+    }
+
+    /// `krust <command> <args>` (no credentials given), logging to `<log_name>.log`.
+    pub fn spawn(s: &Server, command: &str, log_name: &str, args: &[&str]) -> Component {
         let log = s.dir.path().join(format!("{log_name}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_krust"))
-            .args([command, "--kubeconfig"])
-            .arg(s.kubeconfig())
+            .arg(command)
             .args(args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log"))

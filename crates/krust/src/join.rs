@@ -1,0 +1,103 @@
+//! `krust agent --server URL --token TOKEN`: joining a cluster with nothing but a token,
+//! as a k3s agent does. The agent downloads the cluster CA from `/cacerts`, checks it
+//! against the hash the token pins, then authenticates with the token as a bootstrapper
+//! and obtains the node's client certificate through a CertificateSigningRequest (the
+//! kubelet's TLS bootstrap). The certificate is kept in the agent's data dir and used
+//! again at the next start while it stays valid, so a restart needs no token round.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use krust_apiserver::join::{JoinToken, ca_hash};
+use krust_apiserver::pki::{KubeconfigUser, kubeconfig};
+use krust_kubelet::certificate::{self, CertificateError};
+
+/// How long a kept certificate must still be valid to be used again.
+const RENEW_MARGIN: Duration = Duration::from_secs(24 * 3600);
+/// How long the agent waits for its request to be approved and signed.
+const ISSUE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The kubeconfig (YAML) of the node `node_name` in the cluster at `server`, joined
+/// with `token`.
+pub async fn node_kubeconfig(
+    server: &str,
+    token: &str,
+    agent_dir: &Path,
+    node_name: &str,
+) -> Result<String> {
+    let token: JoinToken = token.parse().context("--token")?;
+    let ca = fetch_ca(server).await?;
+    if !token.pins(&ca) {
+        bail!(
+            "the server's CA (sha256 {}) is not the one the token pins ({}): the token \
+             belongs to another cluster, or {server} is not the server it came from",
+            ca_hash(&ca),
+            token.ca_hash.as_deref().unwrap_or_default()
+        );
+    }
+    if token.ca_hash.is_none() {
+        tracing::warn!("the token pins no CA (not in K10 form): trusting the CA {server} presents");
+    }
+    let (cert_path, key_path) = (
+        agent_dir.join("client-kubelet.crt"),
+        agent_dir.join("client-kubelet.key"),
+    );
+    if let (Ok(cert), Ok(key)) = (
+        std::fs::read_to_string(&cert_path),
+        std::fs::read_to_string(&key_path),
+    ) && certificate::still_valid(&cert, &ca, node_name, RENEW_MARGIN)
+    {
+        tracing::info!(cert = %cert_path.display(), "using the node's kept client certificate");
+        return Ok(kubeconfig(
+            &ca,
+            server,
+            KubeconfigUser::Certificate {
+                cert: &cert,
+                key: &key,
+            },
+        ));
+    }
+    let bootstrap = kubeconfig(&ca, server, KubeconfigUser::Token(&token.credential));
+    let (client, _) = krust_client::connect::from_kubeconfig(&bootstrap).await?;
+    let issued =
+        match certificate::request_client_certificate(&client, node_name, ISSUE_TIMEOUT).await {
+            Ok(issued) => issued,
+            Err(CertificateError::Create(kube::Error::Api(status))) if status.code == 401 => bail!(
+                "{server} refused the join token (401 Unauthorized): check --token, or create \
+             a new one with `krust token create` on the server"
+            ),
+            Err(e) => return Err(e).context("obtaining the node's client certificate"),
+        };
+    std::fs::create_dir_all(agent_dir)
+        .with_context(|| format!("creating {}", agent_dir.display()))?;
+    crate::cli::write_private_file(&key_path, &issued.key)?;
+    crate::cli::write_private_file(&cert_path, &issued.cert)?;
+    tracing::info!(node = node_name, "the node's client certificate was issued");
+    Ok(kubeconfig(
+        &ca,
+        server,
+        KubeconfigUser::Certificate {
+            cert: &issued.cert,
+            key: &issued.key,
+        },
+    ))
+}
+
+/// The CA bundle the server at `url` publishes, fetched without trusting anything yet
+/// (the caller checks it against the token's hash).
+async fn fetch_ca(url: &str) -> Result<String> {
+    let uri: http::Uri = url.parse().with_context(|| format!("--server {url:?}"))?;
+    let mut config = kube::Config::new(uri);
+    config.accept_invalid_certs = true;
+    let client = krust_client::connect::client(config)?;
+    let request = http::Request::get("/cacerts").body(Vec::new())?;
+    let ca = client
+        .request_text(request)
+        .await
+        .with_context(|| format!("fetching the cluster CA from {url}/cacerts"))?;
+    if !ca.contains("BEGIN CERTIFICATE") {
+        bail!("{url}/cacerts answered something that is not a certificate");
+    }
+    Ok(ca)
+}
