@@ -92,14 +92,14 @@ fn rules() -> Result {
         let text = krust_proxy::nft::render("krust-bench", cidr, &ports);
         let rendered = started.elapsed();
         let started = Instant::now();
-        krust_proxy::nft::apply(&text)?;
+        krust_net::nft::apply(&text)?;
         let loaded = started.elapsed();
         println!(
             "rules for {n} Service ports: rendered in {rendered:.2?} ({} KB), loaded in {loaded:.2?}",
             text.len() / 1024
         );
     }
-    krust_proxy::nft::delete_table("krust-bench")?;
+    krust_net::nft::delete_table("krust-bench")?;
     Ok(())
 }
 

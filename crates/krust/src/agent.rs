@@ -45,6 +45,12 @@ pub struct AgentArgs {
     /// flag; default `<data-dir>/storage`).
     #[arg(long)]
     default_local_storage_path: Option<PathBuf>,
+    /// How pods on different nodes reach each other (k3s's flag): `vxlan` (an overlay,
+    /// works across any network), `host-gw` (routes via the nodes' addresses; nodes
+    /// share a link) or `none` (another CNI joins the nodes). Every node must use the
+    /// same.
+    #[arg(long, default_value = "vxlan")]
+    flannel_backend: krust_net::cluster::Backend,
     #[command(flatten)]
     proxy: crate::proxy::ProxyArgs,
 }
@@ -175,6 +181,7 @@ pub async fn run_with_kubeconfig(
         cluster_dns: args.cluster_dns,
         cluster_domain: args.cluster_domain.clone(),
         fallback_pod_cidr,
+        pod_mtu: krust_net::cluster::pod_mtu(args.flannel_backend, node_ip),
         cni_conf_dir: layout.cni_conf_dir(),
         kubelet_port: args.kubelet_port,
         client_ca,
@@ -189,6 +196,16 @@ pub async fn run_with_kubeconfig(
                 .unwrap_or_else(|| data_dir.join("storage")),
         ),
     };
+    let network = krust_net::cluster::run(
+        client.clone(),
+        krust_net::cluster::Config {
+            node_name: node_name.clone(),
+            node_ip,
+            cluster_cidr,
+            backend: args.flannel_backend,
+            resync: std::time::Duration::from_secs(30),
+        },
+    );
     let proxy = args.proxy.config(cluster_cidr);
     let proxy = async move {
         if let Some(config) = proxy {
@@ -224,6 +241,7 @@ pub async fn run_with_kubeconfig(
     };
     tokio::select! {
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,
+        _ = network => {}
         _ = proxy => {}
         _ = provisioner => {}
         _ = supervised => {}

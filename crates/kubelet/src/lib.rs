@@ -45,6 +45,8 @@ pub struct Config {
     pub cluster_domain: String,
     /// The pod range to use if node IPAM gives none (a single-node server).
     pub fallback_pod_cidr: Option<Ipv4Cidr>,
+    /// The MTU of pods' interfaces (lowered under VXLAN); `None`: the CNI default.
+    pub pod_mtu: Option<u32>,
     /// Where containerd reads the CNI configuration.
     pub cni_conf_dir: PathBuf,
     /// The port of the kubelet's HTTPS server (0: any free port).
@@ -114,13 +116,14 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     let node = node::register(&client, &config, &status).await?;
     let node_uid = node.metadata.uid.clone();
     let cidr = node::pod_cidr(&client, &config, POD_CIDR_WAIT).await?;
-    krust_net::write_conflist(
-        &config.cni_conf_dir,
-        &krust_net::bridge_name(cidr),
-        cidr,
-        &config.data_dir.join("ipam"),
-    )
-    .map_err(Error::Cni)?;
+    let ipam_dir = config.data_dir.join("ipam");
+    let network = krust_net::BridgeNetwork {
+        bridge: &krust_net::bridge_name(cidr),
+        pod_cidr: cidr,
+        ipam_dir: &ipam_dir,
+        mtu: config.pod_mtu,
+    };
+    krust_net::write_conflist(&config.cni_conf_dir, &network).map_err(Error::Cni)?;
     tracing::info!(node = config.node_name, %cidr, runtime = runtime_version, "kubelet running");
     let (events, sender) = krust_client::events::EventRecorder::new(client.clone(), "kubelet");
     let events = events.on_host(&config.node_name);

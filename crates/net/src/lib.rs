@@ -1,7 +1,12 @@
 //! Node networking: the pod network of one node is a Linux bridge with the node's
 //! podCIDR, wired by the standard CNI plugins (bridge with hairpin mode so a pod can
 //! reach itself through its Service, host-local IPAM, portmap for hostPort), which
-//! containerd's CRI plugin runs for every sandbox.
+//! containerd's CRI plugin runs for every sandbox; [`cluster`] joins the nodes' ranges
+//! (routes, VXLAN) and masquerades what leaves the cluster.
+
+pub mod cluster;
+pub mod ip;
+pub mod nft;
 
 use std::path::{Path, PathBuf};
 
@@ -11,12 +16,30 @@ use serde_json::json;
 /// The file name containerd reads (it takes the first conflist in its conf dir).
 pub const CONFLIST: &str = "10-krust.conflist";
 
-/// The CNI configuration list for a node whose pods get addresses from `pod_cidr`, on
-/// the bridge `bridge`; host-local keeps its leases in `ipam_dir`. The bridge takes
-/// the range's first address and is the pods' default gateway.
-pub fn bridge_conflist(bridge: &str, pod_cidr: Ipv4Cidr, ipam_dir: &Path) -> serde_json::Value {
+/// How a node's pods are wired to its bridge.
+#[derive(Debug, Clone)]
+pub struct BridgeNetwork<'a> {
+    pub bridge: &'a str,
+    pub pod_cidr: Ipv4Cidr,
+    /// Where host-local keeps its leases.
+    pub ipam_dir: &'a Path,
+    /// The pods' MTU (lower than the link's under VXLAN); `None`: the plugin's default.
+    pub mtu: Option<u32>,
+}
+
+/// The CNI configuration list of `net`. The bridge takes the range's first address and
+/// is the pods' default gateway. The bridge plugin does not masquerade: its rule would
+/// hide pods' addresses from pods on other nodes; [`cluster`] masquerades only traffic
+/// that leaves the cluster CIDR.
+pub fn bridge_conflist(net: &BridgeNetwork<'_>) -> serde_json::Value {
+    let BridgeNetwork {
+        bridge,
+        pod_cidr,
+        ipam_dir,
+        mtu,
+    } = net;
     let gateway = std::net::Ipv4Addr::from(u32::from(pod_cidr.network()) + 1);
-    json!({
+    let mut conflist = json!({
         "cniVersion": "1.0.0",
         "name": "krust",
         "plugins": [
@@ -24,7 +47,7 @@ pub fn bridge_conflist(bridge: &str, pod_cidr: Ipv4Cidr, ipam_dir: &Path) -> ser
                 "type": "bridge",
                 "bridge": bridge,
                 "isGateway": true,
-                "ipMasq": true,
+                "ipMasq": false,
                 "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
@@ -35,21 +58,19 @@ pub fn bridge_conflist(bridge: &str, pod_cidr: Ipv4Cidr, ipam_dir: &Path) -> ser
             },
             {"type": "portmap", "capabilities": {"portMappings": true}}
         ]
-    })
+    });
+    if let Some(mtu) = mtu {
+        conflist["plugins"][0]["mtu"] = json!(mtu);
+    }
+    conflist
 }
 
 /// Writes the conflist into `conf_dir` (atomically: containerd watches the directory).
-pub fn write_conflist(
-    conf_dir: &Path,
-    bridge: &str,
-    pod_cidr: Ipv4Cidr,
-    ipam_dir: &Path,
-) -> std::io::Result<PathBuf> {
+pub fn write_conflist(conf_dir: &Path, net: &BridgeNetwork<'_>) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(conf_dir)?;
     let path = conf_dir.join(CONFLIST);
     let tmp = conf_dir.join(format!(".{CONFLIST}.tmp"));
-    let body = serde_json::to_vec_pretty(&bridge_conflist(bridge, pod_cidr, ipam_dir))
-        .expect("conflist encodes");
+    let body = serde_json::to_vec_pretty(&bridge_conflist(net)).expect("conflist encodes");
     std::fs::write(&tmp, body)?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
@@ -60,11 +81,17 @@ pub fn write_conflist(
 /// without netns) never share a bridge, while a restarted node finds its own again.
 /// Linux bridge names have at most 15 characters.
 pub fn bridge_name(pod_cidr: Ipv4Cidr) -> String {
+    format!("krust{}", range_tag(pod_cidr))
+}
+
+/// Six hex digits of an FNV-1a hash of a pod range: what names a node's per-range
+/// objects (bridge, egress table).
+fn range_tag(pod_cidr: Ipv4Cidr) -> String {
     let mut h: u32 = 0x811c_9dc5;
     for b in pod_cidr.to_string().bytes() {
         h = (h ^ b as u32).wrapping_mul(0x0100_0193);
     }
-    format!("krust{:06x}", h & 0xff_ffff)
+    format!("{:06x}", h & 0xff_ffff)
 }
 
 #[cfg(test)]
@@ -75,12 +102,19 @@ mod tests {
     fn the_conflist_uses_the_nodes_range_with_the_bridge_as_gateway() {
         let dir = tempfile::tempdir().unwrap();
         let cidr: Ipv4Cidr = "10.42.3.0/24".parse().unwrap();
-        let path =
-            write_conflist(dir.path(), "krust0", cidr, Path::new("/var/lib/x/ipam")).unwrap();
+        let net = BridgeNetwork {
+            bridge: "krust0",
+            pod_cidr: cidr,
+            ipam_dir: Path::new("/var/lib/x/ipam"),
+            mtu: Some(1450),
+        };
+        let path = write_conflist(dir.path(), &net).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let bridge = &v["plugins"][0];
         assert_eq!(bridge["bridge"], "krust0");
         assert_eq!(bridge["hairpinMode"], true);
+        assert_eq!(bridge["ipMasq"], false);
+        assert_eq!(bridge["mtu"], 1450);
         assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "10.42.3.0/24");
         assert_eq!(bridge["ipam"]["ranges"][0][0]["gateway"], "10.42.3.1");
         assert_eq!(v["plugins"][1]["type"], "portmap");

@@ -81,9 +81,9 @@ async fn sync(
             && !table_exists(&config.table).await;
         if !unchanged || repair {
             let text = ruleset.clone();
-            let result = tokio::task::spawn_blocking(move || nft::apply(&text))
+            let result = tokio::task::spawn_blocking(move || krust_net::nft::apply(&text))
                 .await
-                .unwrap_or_else(|e| Err(nft::NftError::Rejected(e.to_string())));
+                .unwrap_or_else(|e| Err(krust_net::nft::NftError::Rejected(e.to_string())));
             match result {
                 Ok(()) => {
                     tracing::debug!(service_ports = ports.len(), "service rules loaded");
@@ -114,7 +114,7 @@ async fn sync(
 /// Whether the table is there; when nft cannot say, assume not (a reload tells more).
 async fn table_exists(table: &str) -> bool {
     let table = table.to_string();
-    tokio::task::spawn_blocking(move || nft::table_exists(&table).unwrap_or(false))
+    tokio::task::spawn_blocking(move || krust_net::nft::table_exists(&table).unwrap_or(false))
         .await
         .unwrap_or(false)
 }

@@ -1,5 +1,5 @@
 //! The nftables ruleset of the Service data plane, written as `nft -f` text and loaded
-//! atomically (the whole table is replaced in one transaction, so a packet sees either
+//! atomically by [`krust_net::nft`] (the whole table is replaced in one transaction, so a packet sees either
 //! the old rules or the new ones).
 //!
 //! The shape follows kube-proxy's nftables mode (checked with Debian 12's nft 1.0.6): a
@@ -12,8 +12,6 @@
 //! of timing out.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
 
 use krust_api::cidr::Ipv4Cidr;
 
@@ -21,14 +19,6 @@ use crate::model::ServicePort;
 
 /// The packet mark that asks for masquerading (kube-proxy's bit).
 const MASQUERADE_MARK: &str = "0x4000";
-
-#[derive(Debug, thiserror::Error)]
-pub enum NftError {
-    #[error("running nft: {0}")]
-    Spawn(#[source] std::io::Error),
-    #[error("nft rejected the ruleset: {0}")]
-    Rejected(String),
-}
 
 /// The whole table for `ports`: its first two lines make loading it replace any
 /// previous version.
@@ -160,64 +150,11 @@ fn map(out: &mut String, name: &str, key: &str, elements: &[String]) {
     out.push_str("\t}\n");
 }
 
-/// Loads `ruleset` with `nft -f -` (one atomic transaction).
-pub fn apply(ruleset: &str) -> Result<(), NftError> {
-    run(&["-f", "-"], ruleset)
-}
-
-/// Removes the table, if there is one.
-pub fn delete_table(table: &str) -> Result<(), NftError> {
-    run(
-        &["-f", "-"],
-        &format!("table ip {table}\ndelete table ip {table}\n"),
-    )
-}
-
-/// Whether the table exists (`nft list tables ip`).
-pub fn table_exists(table: &str) -> Result<bool, NftError> {
-    let output = Command::new("nft")
-        .args(["list", "tables", "ip"])
-        .output()
-        .map_err(NftError::Spawn)?;
-    if !output.status.success() {
-        return Err(NftError::Rejected(
-            String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        ));
-    }
-    let wanted = format!("table ip {table}");
-    Ok(String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .any(|l| l.trim() == wanted))
-}
-
-fn run(args: &[&str], input: &str) -> Result<(), NftError> {
-    let mut child = Command::new("nft")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(NftError::Spawn)?;
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(input.as_bytes())
-        .map_err(NftError::Spawn)?;
-    let output = child.wait_with_output().map_err(NftError::Spawn)?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(NftError::Rejected(
-            String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::Protocol;
+    use krust_net::nft::{apply, check, delete_table, table_exists};
 
     fn port(name: &str, endpoints: &[&str], node_port: Option<u16>) -> ServicePort {
         ServicePort {
@@ -283,9 +220,9 @@ mod tests {
         ];
         let text = render("krust-check", "10.42.0.0/16".parse().unwrap(), &ports);
         // Check mode: parsed and validated by the kernel, nothing committed.
-        run(&["-c", "-f", "-"], &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let empty = render("krust-check", "10.42.0.0/16".parse().unwrap(), &[]);
-        run(&["-c", "-f", "-"], &empty).unwrap_or_else(|e| panic!("{e}\n{empty}"));
+        check(&empty).unwrap_or_else(|e| panic!("{e}\n{empty}"));
     }
 
     #[test]

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# A multi-node krust cluster on one machine: `krust server` (no node of its own) on a
+# bridge, and N nodes, each a network namespace on that bridge running `krust agent`
+# (its own containerd, data dir and pod range) that joins with the server's token.
+#
+#   scripts/multinode.sh up [N]    start the server and N nodes (default 3); prints
+#                                  the kubeconfig to use
+#   scripts/multinode.sh down      stop everything, remove the namespaces and the state
+#
+# Settings (environment): KRUST (the binary; default target/debug/krust, else krust on
+# PATH), MN_DIR (state, default /tmp/krust-multinode), MN_NAME (prefix of the bridge,
+# namespaces and links, default mn), MN_SUBNET (first three octets of the node network,
+# default 10.99.8; the server is .1, node i is .(10+i)), MN_PORT (apiserver port,
+# default 6443), MN_BACKEND (vxlan or host-gw, default vxlan), MN_CLUSTER_CIDR (default
+# 10.42.0.0/16). Needs root.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+KRUST="${KRUST:-$here/target/debug/krust}"
+[ -x "$KRUST" ] || KRUST="$(command -v krust)"
+DIR="${MN_DIR:-/tmp/krust-multinode}"
+NAME="${MN_NAME:-mn}"
+SUBNET="${MN_SUBNET:-10.99.8}"
+PORT="${MN_PORT:-6443}"
+BACKEND="${MN_BACKEND:-vxlan}"
+CLUSTER_CIDR="${MN_CLUSTER_CIDR:-10.42.0.0/16}"
+SERVICE_CIDR="10.43.0.0/16"
+BRIDGE="${NAME}br"
+SERVER_IP="$SUBNET.1"
+
+node_ns() { echo "$NAME-n$1"; }
+
+up() {
+  local n="${1:-3}"
+  mkdir -p "$DIR"
+  ip link add "$BRIDGE" type bridge 2>/dev/null || true
+  ip addr replace "$SERVER_IP/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  "$KRUST" server --disable-agent --bind-address "$SERVER_IP" --advertise-address "$SERVER_IP" \
+    --node-ip "$SERVER_IP" --https-listen-port "$PORT" --data-dir "$DIR/server" \
+    --write-kubeconfig "$DIR/kubeconfig" --cluster-cidr "$CLUSTER_CIDR" \
+    --service-cidr "$SERVICE_CIDR" >"$DIR/server.log" 2>&1 &
+  echo $! >"$DIR/server.pid"
+  for _ in $(seq 100); do [ -s "$DIR/server/server/token" ] && break; sleep 0.2; done
+  [ -s "$DIR/server/server/token" ] || { echo "the server did not start: $DIR/server.log" >&2; exit 1; }
+  local token
+  token="$(cat "$DIR/server/server/token")"
+  for i in $(seq "$n"); do
+    local ns ip
+    ns="$(node_ns "$i")"
+    ip="$SUBNET.$((10 + i))"
+    ip netns add "$ns"
+    ip link add "${NAME}n$i" type veth peer name eth0 netns "$ns"
+    ip link set "${NAME}n$i" master "$BRIDGE" up
+    ip -n "$ns" addr add "$ip/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    # No default route out of the machine; Service addresses are reached on-link
+    # (the node's Service rules rewrite them before they leave).
+    ip -n "$ns" route add "$SERVICE_CIDR" dev eth0
+    # `nsenter`, not `ip netns exec`: the latter remounts /sys and hides the cgroups.
+    nsenter --net="/run/netns/$ns" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
+    nsenter --net="/run/netns/$ns" "$KRUST" agent --server "https://$SERVER_IP:$PORT" \
+      --token "$token" --data-dir "$DIR/n$i" --node-name "n$i" --node-ip "$ip" \
+      --cluster-cidr "$CLUSTER_CIDR" --flannel-backend "$BACKEND" >"$DIR/n$i.log" 2>&1 &
+    echo $! >"$DIR/n$i.pid"
+  done
+  for _ in $(seq 300); do
+    local ready
+    ready="$(KUBECONFIG="$DIR/kubeconfig" kubectl get nodes --no-headers 2>/dev/null | grep -c ' Ready ' || true)"
+    if [ "$ready" -ge "$n" ]; then
+      echo "krust: $n nodes Ready; export KUBECONFIG=$DIR/kubeconfig"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "the nodes did not become Ready; logs in $DIR" >&2
+  exit 1
+}
+
+down() {
+  for pidfile in "$DIR"/n*.pid "$DIR"/server.pid; do
+    [ -f "$pidfile" ] || continue
+    kill "$(cat "$pidfile")" 2>/dev/null || true
+  done
+  sleep 1
+  for node in "$DIR"/n*/; do
+    [ -d "$node" ] || continue
+    local root="$node/agent/containerd/runc/k8s.io"
+    for id in $(runc --root "$root" list -q 2>/dev/null); do
+      runc --root "$root" delete --force "$id" 2>/dev/null || true
+    done
+    pkill -KILL -f "${node%/}/agent/containerd" 2>/dev/null || true
+    grep -o " ${node%/}[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  done
+  for pidfile in "$DIR"/n*.pid "$DIR"/server.pid; do
+    [ -f "$pidfile" ] || continue
+    kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+    rm -f "$pidfile"
+  done
+  for ns in $(ip netns list | awk '{print $1}' | grep "^$NAME-n" || true); do
+    ip netns delete "$ns"
+  done
+  # The pods' namespaces (containerd pins them under /run/netns): those of the
+  # containers removed above have no process left.
+  for ns in $(ip netns list | awk '{print $1}' | grep '^cni-' || true); do
+    [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && ip netns delete "$ns"
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  rm -rf "$DIR"
+}
+
+case "${1:-}" in
+  up) up "${2:-3}" ;;
+  down) down ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+esac
