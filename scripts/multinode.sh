@@ -12,7 +12,7 @@
 # namespaces and links, default mn), MN_SUBNET (first three octets of the node network,
 # default 10.99.8; the server is .1, node i is .(10+i)), MN_PORT (apiserver port,
 # default 6443), MN_BACKEND (vxlan or host-gw, default vxlan), MN_CLUSTER_CIDR (default
-# 10.42.0.0/16). Needs root.
+# 10.42.0.0/16), MN_AGENT_ARGS (more flags for every agent). Needs root.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -62,7 +62,8 @@ up() {
     nsenter --net="/run/netns/$ns" sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
     nsenter --net="/run/netns/$ns" "$KRUST" agent --server "https://$SERVER_IP:$PORT" \
       --token "$token" --data-dir "$DIR/n$i" --node-name "n$i" --node-ip "$ip" \
-      --cluster-cidr "$CLUSTER_CIDR" --flannel-backend "$BACKEND" >"$DIR/n$i.log" 2>&1 &
+      --cluster-cidr "$CLUSTER_CIDR" --flannel-backend "$BACKEND" ${MN_AGENT_ARGS:-} \
+      >"$DIR/n$i.log" 2>&1 &
     echo $! >"$DIR/n$i.pid"
   done
   for _ in $(seq 300); do
@@ -98,15 +99,17 @@ down() {
     kill -9 "$(cat "$pidfile")" 2>/dev/null || true
     rm -f "$pidfile"
   done
+  ip link del "$BRIDGE" 2>/dev/null || true
   for ns in $(ip netns list | awk '{print $1}' | grep "^$NAME-n" || true); do
-    ip netns delete "$ns"
+    ip netns delete "$ns" || true
   done
   # The pods' namespaces (containerd pins them under /run/netns): those of the
   # containers removed above have no process left.
   for ns in $(ip netns list | awk '{print $1}' | grep '^cni-' || true); do
-    [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && ip netns delete "$ns"
+    if [ -z "$(ip netns pids "$ns" 2>/dev/null)" ]; then
+      ip netns delete "$ns" 2>/dev/null || true
+    fi
   done
-  ip link del "$BRIDGE" 2>/dev/null || true
   rm -rf "$DIR"
 }
 

@@ -31,6 +31,7 @@ mod kube_rs;
 mod kubectl;
 mod kubelet;
 mod lifecycle;
+mod multinode;
 mod namespaces;
 mod operator;
 mod policy_admission;

@@ -1,0 +1,287 @@
+//! Several real nodes on one machine (`scripts/multinode.sh`): a `krust server` without
+//! a node of its own, and agents in network namespaces on a shared bridge that join with
+//! the server's token. Pods on different nodes reach each other with their own
+//! addresses (VXLAN and host-gw), Services answer from every pod and every node (cluster
+//! IP, NodePort, DNS names), and logs and exec reach pods on every node.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{KUBECTL, TEST_EVICTION_HARD, free_port, wait_for};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// A cluster started by the harness script, torn down (namespaces, containers, state)
+/// on drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Cluster {
+    /// `nodes` agents with `backend`; `name` and `subnet` keep concurrent clusters apart.
+    fn up(nodes: usize, backend: &str, name: &str, subnet: &str, cluster_cidr: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let env = vec![
+            ("KRUST", env!("CARGO_BIN_EXE_krust").to_string()),
+            ("MN_DIR", dir.path().join("cluster").display().to_string()),
+            ("MN_NAME", name.to_string()),
+            ("MN_SUBNET", subnet.to_string()),
+            ("MN_PORT", free_port().to_string()),
+            ("MN_BACKEND", backend.to_string()),
+            ("MN_CLUSTER_CIDR", cluster_cidr.to_string()),
+            (
+                "MN_AGENT_ARGS",
+                format!("--eviction-hard={TEST_EVICTION_HARD}"),
+            ),
+        ];
+        let cluster = Cluster { dir, env };
+        let out = cluster.script(&["up", &nodes.to_string()]);
+        assert!(
+            out.status.success(),
+            "multinode.sh up: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            cluster.logs()
+        );
+        cluster
+    }
+
+    fn script(&self, args: &[&str]) -> std::process::Output {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/multinode.sh");
+        Command::new("bash")
+            .arg(script)
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap()
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("cluster")
+    }
+
+    fn logs(&self) -> String {
+        let mut all = String::new();
+        for entry in std::fs::read_dir(self.state())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                all += &format!("\n--- {}\n", path.display());
+                all += &tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+            }
+        }
+        all
+    }
+
+    /// kubectl as the admin: its output, or a panic with the cluster's logs.
+    fn kubectl(&self, args: &[&str]) -> String {
+        let out = Command::new(KUBECTL)
+            .args(args)
+            .env("KUBECONFIG", self.state().join("kubeconfig"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs a command in node `n`'s network namespace.
+    fn on_node(&self, n: usize, args: &[&str]) -> String {
+        let name = &self.env.iter().find(|(k, _)| *k == "MN_NAME").unwrap().1;
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{name}-n{n}"))
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `(pod, node, pod IP)` of the pods labelled `app=<app>`, once all are Ready.
+    fn ready_pods(&self, app: &str, count: usize) -> Vec<(String, String, String)> {
+        wait_for("the pods Ready", DEADLINE, || {
+            let pods: serde_json::Value = serde_json::from_str(&self.kubectl(&[
+                "get",
+                "pods",
+                "-l",
+                &format!("app={app}"),
+                "-o",
+                "json",
+            ]))
+            .ok()?;
+            let pods: Vec<_> = pods["items"]
+                .as_array()?
+                .iter()
+                .filter(|p| {
+                    p["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                })
+                .map(|p| {
+                    (
+                        p["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        p["spec"]["nodeName"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        p["status"]["podIP"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    )
+                })
+                .collect();
+            (pods.len() == count).then_some(pods)
+        })
+    }
+
+    /// `wget` from inside `pod`: the body, or "" on failure.
+    fn fetch_from(&self, pod: &str, url: &str) -> String {
+        let out = Command::new(KUBECTL)
+            .args(["exec", pod, "--", "timeout", "5", "wget", "-qO-", url])
+            .env("KUBECONFIG", self.state().join("kubeconfig"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.script(&["down"]);
+    }
+}
+
+/// A DaemonSet (one pod per node) serving its pod's name on 8080 and logging every
+/// client's address, behind a NodePort Service.
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: web}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: busybox
+        command: ["sh", "-c", "hostname > /tmp/index.html; exec httpd -f -v -p 8080 -h /tmp"]
+        readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+"#;
+
+#[test]
+fn three_nodes_over_vxlan_serve_pods_services_and_dns_from_every_node() {
+    let c = Cluster::up(3, "vxlan", "kmv", "10.99.21", "10.77.0.0/16");
+    let manifest = c.dir.path().join("web.yaml");
+    std::fs::write(&manifest, WEB).unwrap();
+    c.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    let pods = c.ready_pods("web", 3);
+    let mut nodes: Vec<&str> = pods.iter().map(|(_, node, _)| node.as_str()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2", "n3"], "one pod per node");
+
+    // Pod to pod across nodes, with the client's own address on the server's side.
+    for (client, _, client_ip) in &pods {
+        for (server, _, server_ip) in &pods {
+            let body = c.fetch_from(client, &format!("http://{server_ip}:8080/"));
+            assert_eq!(&body, server, "{client} → {server}{}", c.logs());
+        }
+        for (server, _, _) in &pods {
+            let log = c.kubectl(&["logs", server]);
+            assert!(
+                log.contains(client_ip.as_str()),
+                "{server} saw {client_ip}: {log}"
+            );
+        }
+    }
+
+    // The Service by name (cluster DNS on the server, reached from every node) and its
+    // cluster IP answer from every pod; every node's own address answers the NodePort
+    // and every node reaches the cluster IP.
+    let names: Vec<&str> = pods.iter().map(|(name, _, _)| name.as_str()).collect();
+    for (client, _, _) in &pods {
+        for url in ["http://web/", "http://web.default.svc.cluster.local/"] {
+            let body = wait_for("the Service by name", DEADLINE, || {
+                Some(c.fetch_from(client, url)).filter(|b| !b.is_empty())
+            });
+            assert!(names.contains(&body.as_str()), "{client} {url}: {body:?}");
+        }
+    }
+    let cluster_ip = c.kubectl(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    let node_port = c.kubectl(&[
+        "get",
+        "svc",
+        "web",
+        "-o",
+        "jsonpath={.spec.ports[0].nodePort}",
+    ]);
+    for n in 1..=3 {
+        let body = c.on_node(
+            n,
+            &["curl", "-s", "-m", "5", &format!("http://{cluster_ip}/")],
+        );
+        assert!(
+            names.contains(&body.trim()),
+            "node n{n} → {cluster_ip}: {body:?}"
+        );
+        let node_ip = format!("10.99.21.{}", 10 + n);
+        let out = Command::new("curl")
+            .args(["-s", "-m", "5", &format!("http://{node_ip}:{node_port}/")])
+            .output()
+            .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(names.contains(&body.trim()), "NodePort on n{n}: {body:?}");
+    }
+
+    // logs and exec reach the kubelet of every node.
+    for (pod, _, _) in &pods {
+        assert_eq!(c.kubectl(&["exec", pod, "--", "hostname"]).trim(), pod);
+    }
+    let vxlan = c.on_node(1, &["ip", "-d", "link", "show", "flannel.1"]);
+    assert!(
+        vxlan.contains("vxlan id 1") && vxlan.contains("dstport 8472"),
+        "{vxlan}"
+    );
+    assert!(vxlan.contains("mtu 1450"), "{vxlan}");
+}
+
+#[test]
+fn two_nodes_over_host_gw_route_pods_through_each_others_address() {
+    let c = Cluster::up(2, "host-gw", "kmh", "10.99.22", "10.78.0.0/16");
+    let manifest = c.dir.path().join("web.yaml");
+    std::fs::write(&manifest, WEB).unwrap();
+    c.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    let pods = c.ready_pods("web", 2);
+    let (a, b) = (&pods[0], &pods[1]);
+    assert_ne!(a.1, b.1);
+    assert_eq!(c.fetch_from(&a.0, &format!("http://{}:8080/", b.2)), b.0);
+    assert_eq!(c.fetch_from(&b.0, &format!("http://{}:8080/", a.2)), a.0);
+    let routes = c.on_node(1, &["ip", "route", "show", "proto", "75"]);
+    assert!(routes.contains("via 10.99.22.12"), "{routes}");
+    assert!(
+        c.on_node(1, &["ip", "link", "show", "flannel.1"])
+            .is_empty()
+    );
+}
