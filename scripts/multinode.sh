@@ -12,7 +12,8 @@
 # namespaces and links, default mn), MN_SUBNET (first three octets of the node network,
 # default 10.99.8; the server is .1, node i is .(10+i)), MN_PORT (apiserver port,
 # default 6443), MN_BACKEND (vxlan or host-gw, default vxlan), MN_CLUSTER_CIDR (default
-# 10.42.0.0/16), MN_AGENT_ARGS (more flags for every agent). Needs root.
+# 10.42.0.0/16), MN_SERVER_ARGS and MN_AGENT_ARGS (more flags for the server and for
+# every agent). Needs root.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,7 +40,7 @@ up() {
   "$KRUST" server --disable-agent --bind-address "$SERVER_IP" --advertise-address "$SERVER_IP" \
     --node-ip "$SERVER_IP" --https-listen-port "$PORT" --data-dir "$DIR/server" \
     --write-kubeconfig "$DIR/kubeconfig" --cluster-cidr "$CLUSTER_CIDR" \
-    --service-cidr "$SERVICE_CIDR" >"$DIR/server.log" 2>&1 &
+    --service-cidr "$SERVICE_CIDR" ${MN_SERVER_ARGS:-} >"$DIR/server.log" 2>&1 &
   echo $! >"$DIR/server.pid"
   for _ in $(seq 100); do [ -s "$DIR/server/server/token" ] && break; sleep 0.2; done
   [ -s "$DIR/server/server/token" ] || { echo "the server did not start: $DIR/server.log" >&2; exit 1; }

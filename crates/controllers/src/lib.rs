@@ -52,6 +52,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod taint_eviction;
 pub mod ttlafterfinished;
 pub mod volume;
 
@@ -86,6 +87,8 @@ pub struct Config {
     pub hpa_sync_period: std::time::Duration,
     /// The CA that issues approved certificate signing requests; `None` issues none.
     pub signing: Option<certificates::SigningConfig>,
+    /// When silent nodes are `Unknown` and how fast their pods are evicted.
+    pub node_monitor: nodelifecycle::health::MonitorConfig,
 }
 
 /// Starts the controllers (after winning the lease, if leader election is on) and runs
@@ -135,6 +138,18 @@ async fn run_controllers(client: Client, config: &Config) {
         nodeipam::NodeIpamController::new(client.clone(), &informers, cluster, mask, events)
     });
     let node_lifecycle = nodelifecycle::NodeLifecycleController::new(client.clone(), &informers);
+    let (nl_events, nl_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "node-controller");
+    let node_health = nodelifecycle::health::NodeHealthMonitor::new(
+        client.clone(),
+        &informers,
+        config.node_monitor.clone(),
+        nl_events,
+    );
+    let (te_events, te_sender) =
+        krust_client::events::EventRecorder::new(client.clone(), "taint-eviction-controller");
+    let taint_eviction =
+        taint_eviction::TaintEvictionController::new(client.clone(), &informers, te_events);
     let aggregation =
         clusterroleaggregation::ClusterRoleAggregationController::new(client.clone(), &informers);
     let quotas = resourcequota::ResourceQuotaController::new(client.clone(), &informers);
@@ -192,6 +207,8 @@ async fn run_controllers(client: Client, config: &Config) {
     // The collector keeps its own metadata-only watches of every kind.
     tasks.spawn(gc::GarbageCollector::run(client, GC_WORKERS));
     tasks.spawn(rs_sender);
+    tasks.spawn(nl_sender);
+    tasks.spawn(te_sender);
     tasks.spawn(rc_sender);
     tasks.spawn(d_sender);
     tasks.spawn(j_sender);
@@ -207,7 +224,7 @@ async fn run_controllers(client: Client, config: &Config) {
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, taint-eviction, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -233,6 +250,8 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(disruption, workers));
     tasks.spawn(queue::run(autoscalers, workers));
     tasks.spawn(queue::run(node_lifecycle, workers));
+    tasks.spawn(node_health.run());
+    tasks.spawn(queue::run(taint_eviction, workers));
     tasks.spawn(queue::run(volumes, workers));
     tasks.spawn(queue::run(pvc_protection, workers));
     tasks.spawn(queue::run(pv_protection, workers));

@@ -47,6 +47,21 @@ pub struct ControllerArgs {
     /// The longest validity of an issued certificate.
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     cluster_signing_duration: std::time::Duration,
+    /// How long a node may go without reporting (status or Lease) before it is
+    /// `Unknown` and its pods are marked not ready.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    node_monitor_grace_period: std::time::Duration,
+    /// How often nodes' health is checked.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    node_monitor_period: std::time::Duration,
+    /// Nodes per second given NoExecute taints (their pods then evicted) in a healthy
+    /// zone.
+    #[arg(long, default_value_t = 0.1)]
+    node_eviction_rate: f64,
+    /// The same when most of a zone's nodes are down (large clusters only; small ones
+    /// stop evicting).
+    #[arg(long, default_value_t = 0.01)]
+    secondary_node_eviction_rate: f64,
 }
 
 impl ControllerArgs {
@@ -92,6 +107,12 @@ impl ControllerArgs {
         }
         config.hpa_sync_period = self.horizontal_pod_autoscaler_sync_period;
         config.signing = self.signing()?;
+        config.node_monitor = krust_controllers::nodelifecycle::health::MonitorConfig {
+            period: self.node_monitor_period,
+            grace_period: self.node_monitor_grace_period,
+            eviction_rate: self.node_eviction_rate,
+            secondary_eviction_rate: self.secondary_node_eviction_rate,
+        };
         Ok(config)
     }
 }
@@ -147,6 +168,7 @@ impl LeaderElectionArgs {
             root_ca: None,
             hpa_sync_period: krust_controllers::podautoscaler::SYNC_PERIOD,
             signing: None,
+            node_monitor: Default::default(),
         })
     }
 }

@@ -148,6 +148,10 @@ pub async fn heartbeats(
             _ = lease_tick.tick() => {
                 if let Err(err) = renew_lease(&leases, &config.node_name, &node.uid().unwrap_or_default()).await {
                     tracing::warn!(error = %err, "renewing the node lease failed");
+                } else if !api_agrees(&nodes, &config.node_name, &status).await {
+                    // The node lifecycle controller marked the node Unknown while this
+                    // kubelet could not reach the apiserver: say it is back at once.
+                    report(&nodes, &config, &mut status, None).await;
                 }
             }
             _ = status_tick.tick() => report(&nodes, &config, &mut status, None).await,
@@ -157,6 +161,19 @@ pub async fn heartbeats(
             }
         }
     }
+}
+
+/// Whether the Node in the API shows each of our conditions with our status (upstream's
+/// kubelet compares with the API's Node every update period).
+async fn api_agrees(nodes: &Api<Node>, name: &str, status: &Value) -> bool {
+    let Ok(node) = nodes.get(name).await else {
+        return true; // unreachable now: the next period asks again
+    };
+    let api = node.status.and_then(|s| s.conditions).unwrap_or_default();
+    crate::pods::status::conditions_shown(
+        api.iter().map(|c| (c.type_.as_str(), c.status.as_str())),
+        &status["status"]["conditions"],
+    )
 }
 
 /// Patches the node's status with fresh heartbeat times; with `under`, the pressure

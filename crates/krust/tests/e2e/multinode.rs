@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::common::{KUBECTL, TEST_EVICTION_HARD, free_port, wait_for};
 
@@ -22,6 +22,18 @@ struct Cluster {
 impl Cluster {
     /// `nodes` agents with `backend`; `name` and `subnet` keep concurrent clusters apart.
     fn up(nodes: usize, backend: &str, name: &str, subnet: &str, cluster_cidr: &str) -> Cluster {
+        Self::up_with(nodes, backend, name, subnet, cluster_cidr, "")
+    }
+
+    /// The same, with more flags for the server.
+    fn up_with(
+        nodes: usize,
+        backend: &str,
+        name: &str,
+        subnet: &str,
+        cluster_cidr: &str,
+        server_args: &str,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let env = vec![
             ("KRUST", env!("CARGO_BIN_EXE_krust").to_string()),
@@ -35,6 +47,7 @@ impl Cluster {
                 "MN_AGENT_ARGS",
                 format!("--eviction-hard={TEST_EVICTION_HARD}"),
             ),
+            ("MN_SERVER_ARGS", server_args.to_string()),
         ];
         let cluster = Cluster { dir, env };
         let out = cluster.script(&["up", &nodes.to_string()]);
@@ -106,45 +119,53 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `(pod, node, pod IP)` of the pods labelled `app=<app>`, once all are Ready.
+    /// `(pod, node, pod IP)` of the pods labelled `app=<app>`, once `count` are Ready.
     fn ready_pods(&self, app: &str, count: usize) -> Vec<(String, String, String)> {
         wait_for("the pods Ready", DEADLINE, || {
-            let pods: serde_json::Value = serde_json::from_str(&self.kubectl(&[
-                "get",
-                "pods",
-                "-l",
-                &format!("app={app}"),
-                "-o",
-                "json",
-            ]))
-            .ok()?;
-            let pods: Vec<_> = pods["items"]
-                .as_array()?
-                .iter()
-                .filter(|p| {
-                    p["status"]["conditions"].as_array().is_some_and(|c| {
-                        c.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    })
-                })
-                .map(|p| {
-                    (
-                        p["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
-                        p["spec"]["nodeName"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
-                        p["status"]["podIP"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_string(),
-                    )
-                })
-                .collect();
+            let pods = self.ready_pods_now(app);
             (pods.len() == count).then_some(pods)
+        })
+    }
+
+    /// The pods labelled `app=<app>` that are Ready now and not terminating (those
+    /// that Services send new connections to).
+    fn ready_pods_now(&self, app: &str) -> Vec<(String, String, String)> {
+        let raw = self.kubectl(&["get", "pods", "-l", &format!("app={app}"), "-o", "json"]);
+        let Ok(pods) = serde_json::from_str::<serde_json::Value>(&raw) else {
+            return Vec::new();
+        };
+        pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter(|p| {
+                p["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+            })
+            .map(|p| {
+                let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    s(&p["metadata"]["name"]),
+                    s(&p["spec"]["nodeName"]),
+                    s(&p["status"]["podIP"]),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until `count` pods are Ready, none of them on `node`.
+    fn ready_pods_without(
+        &self,
+        app: &str,
+        count: usize,
+        node: &str,
+    ) -> Vec<(String, String, String)> {
+        wait_for("the pods Ready elsewhere", DEADLINE, || {
+            let pods = self.ready_pods_now(app);
+            (pods.len() == count && pods.iter().all(|(_, n, _)| n != node)).then_some(pods)
         })
     }
 
@@ -283,5 +304,166 @@ fn two_nodes_over_host_gw_route_pods_through_each_others_address() {
     assert!(
         c.on_node(1, &["ip", "link", "show", "flannel.1"])
             .is_empty()
+    );
+}
+
+/// Three replicas spread over the nodes, tolerating a lost node for 5 s (not 300).
+const SPREAD: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: spread}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: spread}}
+  template:
+    metadata: {labels: {app: spread}}
+    spec:
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway,
+         labelSelector: {matchLabels: {app: spread}}}
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: app
+        image: busybox
+        command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#;
+
+#[test]
+fn lost_nodes_become_unknown_and_their_pods_move_to_the_others() {
+    let grace = Duration::from_secs(15);
+    let c = Cluster::up_with(
+        3,
+        "host-gw",
+        "kml",
+        "10.99.23",
+        "10.79.0.0/16",
+        "--node-monitor-grace-period=15s --node-monitor-period=1s --node-eviction-rate=10",
+    );
+    let manifest = c.dir.path().join("spread.yaml");
+    std::fs::write(&manifest, SPREAD).unwrap();
+    c.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    let pods = c.ready_pods("spread", 3);
+    let lost_pod = pods
+        .iter()
+        .find(|(_, node, _)| node == "n3")
+        .expect("a pod on n3")
+        .0
+        .clone();
+
+    // An agent killed outright (the grace period must exceed the kubelet's 10 s Lease
+    // renewal): its node goes Unknown within the grace period plus 10 s, gets the unreachable NoExecute taint, and
+    // its pod is evicted once its 5 s toleration runs out and replaced elsewhere.
+    let pid = std::fs::read_to_string(c.state().join("n3.pid")).unwrap();
+    let killed = Instant::now();
+    Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    let node_status = |node: &str| -> serde_json::Value {
+        serde_json::from_str(&c.kubectl(&["get", "node", node, "-o", "json"])).unwrap()
+    };
+    let ready_of = |node: &serde_json::Value| {
+        node["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+            .unwrap_or_default()
+    };
+    wait_for("n3 Unknown", grace + Duration::from_secs(10), || {
+        (ready_of(&node_status("n3"))["status"] == "Unknown").then_some(())
+    });
+    let detected = killed.elapsed();
+    let n3 = node_status("n3");
+    assert_eq!(ready_of(&n3)["reason"], "NodeStatusUnknown");
+    assert_eq!(
+        ready_of(&n3)["message"],
+        "Kubelet stopped posting node status."
+    );
+    wait_for("the unreachable NoExecute taint", DEADLINE, || {
+        node_status("n3")["spec"]["taints"]
+            .as_array()?
+            .iter()
+            .any(|t| t["key"] == "node.kubernetes.io/unreachable" && t["effect"] == "NoExecute")
+            .then_some(())
+    });
+    let events = c.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=n3",
+    ]);
+    assert!(events.contains("NodeNotReady"), "{events}");
+    let replaced = c.ready_pods_without("spread", 3, "n3");
+    assert!(!replaced.iter().any(|(name, _, _)| *name == lost_pod));
+    let evicted: serde_json::Value =
+        serde_json::from_str(&c.kubectl(&["get", "pod", &lost_pod, "-o", "json"])).unwrap();
+    assert!(evicted["metadata"]["deletionTimestamp"].is_string());
+    let disruption = evicted["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(disruption["reason"], "DeletionByTaintManager", "{evicted}");
+    eprintln!("node failure detected in {detected:?} (grace {grace:?})");
+
+    // A node cut off from the network is handled the same; when it comes back, its old
+    // pods are stopped, and at no moment do more than 3 pods serve (Ready and not
+    // terminating).
+    let before: Vec<String> = c
+        .ready_pods("spread", 3)
+        .into_iter()
+        .filter(|(_, node, _)| node == "n2")
+        .map(|(name, _, _)| name)
+        .collect();
+    assert!(!before.is_empty(), "a pod on n2");
+    Command::new("ip")
+        .args(["link", "set", "kmln2", "down"])
+        .status()
+        .unwrap();
+    let too_many = std::sync::Mutex::new(None);
+    let watch_ready = || {
+        let ready = c.ready_pods_now("spread");
+        if ready.len() > 3 {
+            let pods = c.kubectl(&["get", "pods", "-o", "wide"]);
+            *too_many.lock().unwrap() = Some(format!("{ready:?}\n{pods}"));
+        }
+    };
+    wait_for("n2 Unknown", grace + Duration::from_secs(10), || {
+        watch_ready();
+        (ready_of(&node_status("n2"))["status"] == "Unknown").then_some(())
+    });
+    wait_for("n2's pod replaced", DEADLINE, || {
+        watch_ready();
+        let now = c.ready_pods_now("spread");
+        (now.len() == 3 && now.iter().all(|(_, node, _)| node == "n1")).then_some(())
+    });
+    Command::new("ip")
+        .args(["link", "set", "kmln2", "up"])
+        .status()
+        .unwrap();
+    wait_for("n2 Ready again and its old pods gone", DEADLINE, || {
+        watch_ready();
+        let back = ready_of(&node_status("n2"))["status"] == "True";
+        let gone = before.iter().all(|pod| {
+            Command::new(KUBECTL)
+                .args(["get", "pod", pod])
+                .env("KUBECONFIG", c.state().join("kubeconfig"))
+                .output()
+                .is_ok_and(|o| !o.status.success())
+        });
+        (back && gone).then_some(())
+    });
+    let too_many = too_many.lock().unwrap().take();
+    if let Some(state) = too_many {
+        panic!("more than 3 pods served at once: {state}");
+    }
+    let taints = node_status("n2")["spec"]["taints"].clone();
+    assert!(
+        !taints.to_string().contains("NoExecute"),
+        "the NoExecute taint comes off a node that is back: {taints}"
     );
 }

@@ -257,6 +257,32 @@ pub fn same(a: &Value, b: &Value) -> bool {
     strip(a) == strip(b)
 }
 
+/// Whether the API's copy of the pod shows each condition of `status` as `status` has
+/// it: someone else (the node lifecycle controller marking the pods of a silent node
+/// not ready) may have changed one since the kubelet reported, and the kubelet then
+/// reports again, as upstream's status manager reconciles.
+pub fn api_shows(pod: &Pod, status: &Value) -> bool {
+    let api = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions_shown(
+        api.into_iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str())),
+        &status["conditions"],
+    )
+}
+
+/// Whether `api` (condition type and status pairs) has every condition of `ours` (a
+/// JSON list of conditions) with the same status.
+pub fn conditions_shown<'a>(
+    api: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+    ours: &Value,
+) -> bool {
+    ours.as_array().into_iter().flatten().all(|c| {
+        api.clone()
+            .any(|(type_, status)| c["type"] == type_ && c["status"] == status)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use super::env::{self, ConfigError, Sources};
 use super::pleg::Relisted;
 use super::probe::Prober;
-use super::status::{Instance, Observed, pod_status, same};
+use super::status::{Instance, Observed, api_shows, pod_status, same};
 use super::tokens::Tokens;
 use super::{lifecycle, security, spec, volumes};
 use crate::Config;
@@ -842,7 +842,7 @@ impl Worker {
     /// Writes the status if it says something new.
     async fn report(&mut self, pod: &Pod) {
         let status = pod_status(pod, &self.observed);
-        if self.reported.as_ref().is_some_and(|r| same(r, &status)) {
+        if self.reported.as_ref().is_some_and(|r| same(r, &status)) && api_shows(pod, &status) {
             return;
         }
         let api: Api<Pod> =

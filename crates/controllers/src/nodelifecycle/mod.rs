@@ -4,9 +4,10 @@
 //! `pid-pressure`, `network-unavailable`, `unschedulable` under `node.kubernetes.io/` —
 //! so the scheduler keeps new pods off a node in trouble unless they tolerate it. The
 //! kubelet only reports conditions: NodeRestriction forbids it to change its own taints.
-//! Taints that are not ours are kept as they are. Upstream's controller also puts
-//! NoExecute `not-ready`/`unreachable` taints on (taint-based eviction) and marks nodes
-//! whose kubelet stopped reporting `Unknown`; neither is done here yet.
+//! Taints that are not ours are kept as they are. [`health`] is the controller's other
+//! half: silent nodes become `Unknown` and nodes not Ready get NoExecute taints.
+
+pub mod health;
 
 use std::sync::Arc;
 use std::time::Duration;
