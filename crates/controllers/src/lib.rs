@@ -51,6 +51,7 @@ pub mod pods;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod serviceaccount;
+pub mod servicelb;
 pub mod statefulset;
 pub mod taint_eviction;
 pub mod ttlafterfinished;
@@ -89,6 +90,8 @@ pub struct Config {
     pub signing: Option<certificates::SigningConfig>,
     /// When silent nodes are `Unknown` and how fast their pods are evicted.
     pub node_monitor: nodelifecycle::health::MonitorConfig,
+    /// Give LoadBalancer Services the nodes' addresses (k3s's ServiceLB).
+    pub service_lb: bool,
 }
 
 /// Starts the controllers (after winning the lease, if leader election is on) and runs
@@ -150,6 +153,9 @@ async fn run_controllers(client: Client, config: &Config) {
         krust_client::events::EventRecorder::new(client.clone(), "taint-eviction-controller");
     let taint_eviction =
         taint_eviction::TaintEvictionController::new(client.clone(), &informers, te_events);
+    let service_lb = config
+        .service_lb
+        .then(|| servicelb::ServiceLbController::new(client.clone(), &informers));
     let aggregation =
         clusterroleaggregation::ClusterRoleAggregationController::new(client.clone(), &informers);
     let quotas = resourcequota::ResourceQuotaController::new(client.clone(), &informers);
@@ -224,7 +230,7 @@ async fn run_controllers(client: Client, config: &Config) {
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, taint-eviction, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, taint-eviction, servicelb, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -252,6 +258,9 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(node_lifecycle, workers));
     tasks.spawn(node_health.run());
     tasks.spawn(queue::run(taint_eviction, workers));
+    if let Some(service_lb) = service_lb {
+        tasks.spawn(queue::run(service_lb, workers));
+    }
     tasks.spawn(queue::run(volumes, workers));
     tasks.spawn(queue::run(pvc_protection, workers));
     tasks.spawn(queue::run(pv_protection, workers));

@@ -62,6 +62,16 @@ pub struct ControllerArgs {
     /// stop evicting).
     #[arg(long, default_value_t = 0.01)]
     secondary_node_eviction_rate: f64,
+    /// Built-in parts to leave out (k3s's flag): `servicelb` leaves LoadBalancer
+    /// Services pending for another implementation.
+    #[arg(long, value_delimiter = ',')]
+    disable: Vec<Disable>,
+}
+
+/// What `--disable` can leave out.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disable {
+    Servicelb,
 }
 
 impl ControllerArgs {
@@ -113,6 +123,7 @@ impl ControllerArgs {
             eviction_rate: self.node_eviction_rate,
             secondary_eviction_rate: self.secondary_node_eviction_rate,
         };
+        config.service_lb = !self.disable.contains(&Disable::Servicelb);
         Ok(config)
     }
 }
@@ -169,6 +180,7 @@ impl LeaderElectionArgs {
             hpa_sync_period: krust_controllers::podautoscaler::SYNC_PERIOD,
             signing: None,
             node_monitor: Default::default(),
+            service_lb: true,
         })
     }
 }

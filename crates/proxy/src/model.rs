@@ -87,6 +87,18 @@ pub fn service_ports<'a>(
                 .flatten()
                 .filter_map(|ip| ip.parse::<Ipv4Addr>().ok()),
         );
+        // Load balancer addresses, as kube-proxy programs them (not those whose
+        // balancer proxies the traffic itself: ipMode Proxy).
+        addresses.extend(
+            svc.status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|i| i.ip_mode.as_deref() != Some("Proxy"))
+                .filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()),
+        );
         let slices = by_service
             .get(&(namespace, name))
             .map(Vec::as_slice)
@@ -218,12 +230,15 @@ mod tests {
     }
 
     #[test]
-    fn ports_get_their_cluster_ip_node_port_and_ready_endpoints() {
+    fn ports_get_their_cluster_ip_external_and_balancer_addresses_node_port_and_ready_endpoints() {
         let web = service(json!({
             "metadata": {"namespace": "default", "name": "web"},
-            "spec": {"type": "NodePort", "clusterIP": "10.43.0.20", "externalIPs": ["192.0.2.9"],
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.43.0.20", "externalIPs": ["192.0.2.9"],
                      "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080},
                                {"name": "dns", "port": 53, "protocol": "UDP"}]},
+            "status": {"loadBalancer": {"ingress": [
+                {"ip": "192.0.2.10", "ipMode": "VIP"}, {"ip": "192.0.2.11"},
+                {"ip": "192.0.2.12", "ipMode": "Proxy"}, {"hostname": "lb.example"}]}},
         }));
         let slices = [
             slice(
@@ -257,8 +272,11 @@ mod tests {
             http.addresses,
             [
                 "10.43.0.20".parse::<Ipv4Addr>().unwrap(),
-                "192.0.2.9".parse().unwrap()
-            ]
+                "192.0.2.9".parse().unwrap(),
+                "192.0.2.10".parse().unwrap(),
+                "192.0.2.11".parse().unwrap(),
+            ],
+            "external IPs and load balancer addresses, not those of a proxying balancer"
         );
         assert_eq!(http.node_port, Some(30080));
         assert_eq!(

@@ -2,7 +2,8 @@
 //! a node of its own, and agents in network namespaces on a shared bridge that join with
 //! the server's token. Pods on different nodes reach each other with their own
 //! addresses (VXLAN and host-gw), Services answer from every pod and every node (cluster
-//! IP, NodePort, DNS names), and logs and exec reach pods on every node.
+//! IP, NodePort, LoadBalancer, DNS names), logs and exec reach pods on every node, and
+//! a lost node's pods move to the others.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -274,6 +275,41 @@ fn three_nodes_over_vxlan_serve_pods_services_and_dns_from_every_node() {
             .unwrap();
         let body = String::from_utf8_lossy(&out.stdout);
         assert!(names.contains(&body.trim()), "NodePort on n{n}: {body:?}");
+    }
+
+    // As a LoadBalancer, the Service gets every node's address (ServiceLB) and answers
+    // its own port on each.
+    c.kubectl(&[
+        "patch",
+        "svc",
+        "web",
+        "-p",
+        r#"{"spec":{"type":"LoadBalancer"}}"#,
+    ]);
+    let ingress = wait_for("load balancer addresses", DEADLINE, || {
+        let ips = c.kubectl(&[
+            "get",
+            "svc",
+            "web",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[*].ip}",
+        ]);
+        (ips.split_whitespace().count() == 3).then_some(ips)
+    });
+    assert_eq!(ingress, "10.99.21.11 10.99.21.12 10.99.21.13");
+    for ip in ingress.split_whitespace() {
+        let body = wait_for("the load balancer port", DEADLINE, || {
+            let out = Command::new("curl")
+                .args(["-s", "-m", "5", &format!("http://{ip}:80/")])
+                .output()
+                .ok()?;
+            let body = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            (!body.is_empty()).then_some(body)
+        });
+        assert!(
+            names.contains(&body.as_str()),
+            "LoadBalancer on {ip}: {body:?}"
+        );
     }
 
     // logs and exec reach the kubelet of every node.
