@@ -11,6 +11,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 export MN_NAME=mnb MN_SUBNET=10.99.40 MN_DIR=/tmp/krust-multinode-bench
 export MN_AGENT_ARGS="${MN_AGENT_ARGS:---eviction-hard=memory.available<100Mi}"
 kc() { KUBECONFIG="$MN_DIR/kubeconfig" kubectl "$@"; }
+trap '"$here/multinode.sh" down >/dev/null 2>&1 || true' EXIT
 
 pod() { # name node
   kc run "$1" --image=busybox --restart=Never \
@@ -50,5 +51,4 @@ for backend in vxlan host-gw; do
   printf '%-8s server + 2 nodes Ready in %.1f s | same node: %s MiB/s, %s ms | across nodes: %s MiB/s, %s ms | throughput ratio %s\n' \
     "$backend" "$ready" "$same_tp" "$same_rtt" "$cross_tp" "$cross_rtt" \
     "$(echo "scale=2; $cross_tp / $same_tp" | bc)"
-  "$here/multinode.sh" down >/dev/null 2>&1 || true
 done

@@ -274,14 +274,18 @@ pub fn egress_table(pod_cidr: Ipv4Cidr) -> String {
     format!("krust-egress-{}", crate::range_tag(pod_cidr))
 }
 
+/// Only packets that come from this node's own pod bridge: with `br_netfilter`, packets
+/// merely bridged through a namespace (another node's, on a shared bridge) pass its nat
+/// hooks too, and must not be rewritten.
 fn egress_ruleset(pod_cidr: Ipv4Cidr, cluster_cidr: Ipv4Cidr) -> String {
     let table = egress_table(pod_cidr);
+    let bridge = crate::bridge_name(pod_cidr);
     format!(
         "table ip {table}\ndelete table ip {table}\ntable ip {table} {{\n\
          \tchain postrouting {{\n\
          \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
-         \t\tip saddr {pod_cidr} ip daddr != {cluster_cidr} ip daddr != 224.0.0.0/4 \
-         masquerade fully-random\n\
+         \t\tiifname \"{bridge}\" ip saddr {pod_cidr} ip daddr != {cluster_cidr} \
+         ip daddr != 224.0.0.0/4 masquerade fully-random\n\
          \t}}\n}}\n"
     )
 }
@@ -475,6 +479,8 @@ mod tests {
             "10.42.0.0/16".parse().unwrap(),
         );
         assert!(rules.contains("ip saddr 10.42.1.0/24 ip daddr != 10.42.0.0/16"));
+        let bridge = crate::bridge_name("10.42.1.0/24".parse().unwrap());
+        assert!(rules.contains(&format!("iifname \"{bridge}\"")), "{rules}");
         assert!(rules.contains("masquerade"));
         crate::nft::check(&rules).unwrap_or_else(|e| panic!("{e}\n{rules}"));
     }
