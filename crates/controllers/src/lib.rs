@@ -54,6 +54,7 @@ pub mod serviceaccount;
 pub mod servicelb;
 pub mod statefulset;
 pub mod taint_eviction;
+pub mod tokencleaner;
 pub mod ttlafterfinished;
 pub mod volume;
 
@@ -153,6 +154,7 @@ async fn run_controllers(client: Client, config: &Config) {
         krust_client::events::EventRecorder::new(client.clone(), "taint-eviction-controller");
     let taint_eviction =
         taint_eviction::TaintEvictionController::new(client.clone(), &informers, te_events);
+    let token_cleaner = tokencleaner::TokenCleaner::new(client.clone(), &informers);
     let service_lb = config
         .service_lb
         .then(|| servicelb::ServiceLbController::new(client.clone(), &informers));
@@ -230,7 +232,7 @@ async fn run_controllers(client: Client, config: &Config) {
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, taint-eviction, servicelb, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, taint-eviction, servicelb, tokencleaner, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -258,6 +260,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(queue::run(node_lifecycle, workers));
     tasks.spawn(node_health.run());
     tasks.spawn(queue::run(taint_eviction, workers));
+    tasks.spawn(queue::run(token_cleaner, 1));
     if let Some(service_lb) = service_lb {
         tasks.spawn(queue::run(service_lb, workers));
     }

@@ -184,6 +184,17 @@ fn join_tokens_pin_the_ca_and_bootstrap_tokens_authenticate_until_deleted() {
     let gone = whoami(credential);
     assert!(!gone.status.success());
     assert!(String::from_utf8_lossy(&gone.stderr).contains("Unauthorized"));
+
+    // An expired token is refused, and the token cleaner deletes its Secret.
+    let short = krust(&s, &["token", "create", "--ttl", "2s"]);
+    let (_, credential) = short.trim().split_once("::").unwrap();
+    let (id, _) = credential.split_once('.').unwrap();
+    let secret = format!("bootstrap-token-{id}");
+    wait_for("the expired token deleted", DEADLINE, || {
+        let out = s.kubectl(&["get", "secret", "-n", "kube-system", &secret]);
+        (!out.status.success()).then_some(())
+    });
+    assert!(!whoami(credential).status.success());
 }
 
 /// `krust <args>` with the admin kubeconfig in `$KUBECONFIG`, as a user runs it: its output.
