@@ -1,6 +1,6 @@
 //! Types and helpers shared by every krust component: the resource registry, label and
 //! field selectors, IPv4 CIDRs, generated names, resource quantities, quota accounting,
-//! cron schedules, `metav1.Status` errors and panic messages. Small on purpose: every component compiles it. What only
+//! cron schedules, `metav1.Status` errors, panic messages and well-known names. Small on purpose: every component compiles it. What only
 //! the apiserver needs (patches, server-side apply, protobuf decoding) is in
 //! `krust-apimachinery`.
 
@@ -14,3 +14,4 @@ pub mod registry;
 pub mod selector;
 pub mod status;
 pub mod sync;
+pub mod well_known;

@@ -17,6 +17,8 @@ use base64::Engine;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use krust_api::well_known::BOOTSTRAP_TOKEN_SECRET_TYPE;
+
 use crate::auth::{Authenticator, Credentials, User};
 use crate::watch_cache::WatchCache;
 
@@ -24,8 +26,6 @@ use crate::watch_cache::WatchCache;
 pub const BOOTSTRAPPERS: &str = "system:bootstrappers";
 /// The user of the server token.
 pub const SERVER_TOKEN_USER: &str = "system:bootstrap:server";
-/// The Secret type of bootstrap tokens.
-pub const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
 /// The prefix of a bootstrap token Secret's name (the token id follows).
 pub const BOOTSTRAP_TOKEN_PREFIX: &str = "bootstrap-token-";
 const K10: &str = "K10";
@@ -187,7 +187,7 @@ impl Authenticator for BootstrapTokens {
             Some("kube-system"),
             &format!("{BOOTSTRAP_TOKEN_PREFIX}{id}"),
         )?;
-        if stored["type"] != BOOTSTRAP_TOKEN_TYPE
+        if stored["type"] != BOOTSTRAP_TOKEN_SECRET_TYPE
             || !stored["metadata"]["deletionTimestamp"].is_null()
             || secret_data(&stored, "token-id").as_deref() != Some(id)
             || !same_secret(&secret_data(&stored, "token-secret")?, secret)

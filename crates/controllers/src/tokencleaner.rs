@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
+use krust_api::well_known::BOOTSTRAP_TOKEN_SECRET_TYPE;
 use krust_client::cache::Cache;
 use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
@@ -18,7 +19,6 @@ use kube::{Client, ResourceExt};
 use crate::Error;
 use crate::owner::{key_of, split_key};
 
-const BOOTSTRAP_TOKEN_TYPE: &str = "bootstrap.kubernetes.io/token";
 const NAMESPACE: &str = "kube-system";
 
 pub struct TokenCleaner {
@@ -42,7 +42,7 @@ impl TokenCleaner {
 
 /// When a bootstrap token Secret expires (`None`: not one, or it never expires).
 fn expiry(secret: &Secret) -> Option<Timestamp> {
-    if secret.type_.as_deref() != Some(BOOTSTRAP_TOKEN_TYPE)
+    if secret.type_.as_deref() != Some(BOOTSTRAP_TOKEN_SECRET_TYPE)
         || secret.namespace().as_deref() != Some(NAMESPACE)
     {
         return None;
@@ -127,12 +127,15 @@ mod tests {
         };
         let at = "2026-01-01T00:00:00Z";
         assert_eq!(
-            expiry(&token(NAMESPACE, BOOTSTRAP_TOKEN_TYPE, Some(at))),
+            expiry(&token(NAMESPACE, BOOTSTRAP_TOKEN_SECRET_TYPE, Some(at))),
             Some(at.parse().unwrap())
         );
-        assert_eq!(expiry(&token(NAMESPACE, BOOTSTRAP_TOKEN_TYPE, None)), None);
         assert_eq!(
-            expiry(&token("default", BOOTSTRAP_TOKEN_TYPE, Some(at))),
+            expiry(&token(NAMESPACE, BOOTSTRAP_TOKEN_SECRET_TYPE, None)),
+            None
+        );
+        assert_eq!(
+            expiry(&token("default", BOOTSTRAP_TOKEN_SECRET_TYPE, Some(at))),
             None
         );
         assert_eq!(expiry(&token(NAMESPACE, "Opaque", Some(at))), None);

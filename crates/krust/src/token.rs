@@ -11,9 +11,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use krust_apiserver::join::{
-    BOOTSTRAP_TOKEN_PREFIX, BOOTSTRAP_TOKEN_TYPE, JoinToken, parse_bootstrap_token,
-};
+use krust_api::well_known::BOOTSTRAP_TOKEN_SECRET_TYPE;
+use krust_apiserver::join::{BOOTSTRAP_TOKEN_PREFIX, JoinToken, parse_bootstrap_token};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 
 use crate::cli::{Kubeconfig, parse_duration};
@@ -176,7 +175,7 @@ async fn create(api: &Api<Secret>, ca: &str, args: &CreateArgs) -> Result<JoinTo
             namespace: Some("kube-system".into()),
             ..Default::default()
         },
-        type_: Some(BOOTSTRAP_TOKEN_TYPE.into()),
+        type_: Some(BOOTSTRAP_TOKEN_SECRET_TYPE.into()),
         data: Some(
             data.into_iter()
                 .map(|(k, v)| (k, ByteString(v.into_bytes())))
@@ -193,7 +192,7 @@ async fn create(api: &Api<Secret>, ca: &str, args: &CreateArgs) -> Result<JoinTo
 /// kubeadm's `token list` table.
 async fn list(api: &Api<Secret>) -> Result<String> {
     let secrets = api
-        .list(&ListParams::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}")))
+        .list(&ListParams::default().fields(&format!("type={BOOTSTRAP_TOKEN_SECRET_TYPE}")))
         .await
         .context("listing bootstrap tokens")?;
     let mut out = String::from(

@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Client;
 
 /// The label every simulated node carries.
-pub const SIMULATED_LABEL: &str = "node.krust.io/simulated";
+pub use krust_api::well_known::SIMULATED_NODE_LABEL as SIMULATED_LABEL;
 
 /// What each simulated node looks like and how the simulation behaves.
 #[derive(Clone, Debug)]
