@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::serde_json::json;
+use krust_api::well_known::SIMULATED_NODE_LABEL;
 use krust_client::cache::Cache;
 use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
@@ -24,7 +25,6 @@ use crate::owner::{key_of, split_key};
 
 /// k3s's node label choosing the nodes that serve load balancers.
 const ENABLE_LB_LABEL: &str = "svccontroller.k3s.cattle.io/enablelb";
-const SIMULATED_LABEL: &str = "node.krust.io/simulated";
 
 pub struct ServiceLbController {
     client: Client,
@@ -56,10 +56,7 @@ fn ours(svc: &Service) -> bool {
 }
 
 fn ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    crate::nodelifecycle::health::ready_status(node) == "True"
 }
 
 /// A node's address for load balancers: its ExternalIP, else its InternalIP.
@@ -78,7 +75,7 @@ fn address(node: &Node) -> Option<String> {
 fn ingress(nodes: &[Arc<Node>]) -> Vec<String> {
     let real: Vec<&Arc<Node>> = nodes
         .iter()
-        .filter(|n| !n.labels().contains_key(SIMULATED_LABEL))
+        .filter(|n| !n.labels().contains_key(SIMULATED_NODE_LABEL))
         .collect();
     let labelled = real
         .iter()
@@ -207,7 +204,7 @@ mod tests {
             node("b", "10.0.0.12", true, &[]),
             node("a", "10.0.0.11", true, &[]),
             node("down", "10.0.0.13", false, &[]),
-            node("sim", "10.99.0.1", true, &[(SIMULATED_LABEL, "true")]),
+            node("sim", "10.99.0.1", true, &[(SIMULATED_NODE_LABEL, "true")]),
         ];
         assert_eq!(ingress(&nodes), ["10.0.0.11", "10.0.0.12"]);
         let mut labelled = nodes.clone();

@@ -12,7 +12,7 @@
 //! the fault is assumed to be the control plane's network: nothing is tainted and the
 //! taints come off.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -98,7 +98,7 @@ fn condition<'a>(node: &'a Node, type_: &str) -> Option<&'a NodeCondition> {
 }
 
 /// The Ready condition's status: True, False or Unknown (no condition yet: Unknown).
-fn ready_status(node: &Node) -> &str {
+pub(crate) fn ready_status(node: &Node) -> &str {
     condition(node, "Ready").map_or("Unknown", |c| c.status.as_str())
 }
 
@@ -262,10 +262,15 @@ impl NodeHealthMonitor {
                 }
                 ready = "Unknown".into();
             }
-            if ready != "True" {
-                self.mark_pods_not_ready(&name).await;
-            }
             readiness.push((node, ready));
+        }
+        let not_ready: HashSet<String> = readiness
+            .iter()
+            .filter(|(_, ready)| ready != "True")
+            .map(|(node, _)| node.name_any())
+            .collect();
+        if !not_ready.is_empty() {
+            self.mark_pods_not_ready(&not_ready).await;
         }
         self.taint_pass(&readiness, now).await;
     }
@@ -294,10 +299,14 @@ impl NodeHealthMonitor {
         }
     }
 
-    /// Upstream's `MarkPodsNotReady`: the pods of a node that is not Ready are not ready.
-    async fn mark_pods_not_ready(&self, node_name: &str) {
+    /// Upstream's `MarkPodsNotReady`: the pods of nodes that are not Ready are not ready
+    /// (one scan of the pod cache for all such nodes).
+    async fn mark_pods_not_ready(&self, nodes: &HashSet<String>) {
         let pods = self.pods.state_filter(|p| {
-            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name)
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| nodes.contains(n))
         });
         for pod in pods {
             let mut conditions = pod
