@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use krust_api::cidr::Ipv4Cidr;
+use krust_api::well_known::SIMULATED_NODE_LABEL;
 use krust_client::cache::Cache;
 use krust_client::informer::Informer;
 use kube::api::{Api, Patch, PatchParams};
@@ -49,8 +50,6 @@ pub const VXLAN_OVERHEAD: u32 = 50;
 const BACKEND_DATA: &str = "flannel.alpha.coreos.com/backend-data";
 const BACKEND_TYPE: &str = "flannel.alpha.coreos.com/backend-type";
 const PUBLIC_IP: &str = "flannel.alpha.coreos.com/public-ip";
-/// The label of simulated nodes (`krust sim`): their addresses lead nowhere.
-const SIMULATED_LABEL: &str = "node.krust.io/simulated";
 
 /// How the nodes' pod ranges are joined (k3s's `--flannel-backend`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +132,7 @@ fn peers(nodes: &[Arc<Node>], config: &Config) -> Vec<Peer> {
     nodes
         .iter()
         .filter(|n| n.name_any() != config.node_name)
-        .filter(|n| !n.labels().contains_key(SIMULATED_LABEL))
+        .filter(|n| !n.labels().contains_key(SIMULATED_NODE_LABEL))
         .filter_map(|n| {
             let ip = internal_ip(n).filter(|ip| *ip != config.node_ip)?;
             Some(Peer {
@@ -304,53 +303,53 @@ pub async fn run(client: Client, config: Config) {
 
 async fn sync(client: &Client, config: &Config, cache: &Cache<Node>, changed: &Notify) {
     let nodes_api: Api<Node> = Api::all(client.clone());
+    // What was last made true in the kernel; cleared at every resync so that what was
+    // deleted behind our back comes back.
     let mut applied: Option<Plan> = None;
     let mut egress: Option<Ipv4Cidr> = None;
+    let mut vtep: Option<String> = None;
     loop {
         tokio::select! {
             _ = changed.notified() => {}
-            _ = tokio::time::sleep(config.resync) => applied = None,
+            _ = tokio::time::sleep(config.resync) => (applied, egress, vtep) = (None, None, None),
         }
         let nodes = cache.state();
         let own = nodes.iter().find(|n| n.name_any() == config.node_name);
         let Some(own_cidr) = own.and_then(|n| pod_cidr(n)) else {
             continue; // no range yet: node IPAM gives one
         };
-        if egress != Some(own_cidr) || applied.is_none() {
+        if egress != Some(own_cidr) {
+            vtep = None; // the device's address follows the range
             let ruleset = egress_ruleset(own_cidr, config.cluster_cidr);
-            match crate::nft::apply(&ruleset) {
+            match blocking(move || crate::nft::apply(&ruleset)).await {
                 Ok(()) => egress = Some(own_cidr),
                 Err(e) => tracing::warn!(error = %e, "loading the pods' egress masquerade"),
             }
         }
         let peers = peers(&nodes, config);
         let vxlan = config.backend == Backend::Vxlan && !peers.is_empty();
-        if vxlan {
-            let (node_ip, cidr) = (config.node_ip, own_cidr);
-            match tokio::task::spawn_blocking(move || ensure_vxlan(node_ip, cidr)).await {
-                Ok(Ok(mac)) => {
-                    let published = own.and_then(|n| vtep_mac(n));
-                    if published.as_deref() != Some(mac.as_str()) {
-                        publish_vtep(&nodes_api, config, &mac).await;
-                    }
-                }
-                Ok(Err(e)) => {
+        if vxlan && vtep.is_none() {
+            let node_ip = config.node_ip;
+            match blocking(move || ensure_vxlan(node_ip, own_cidr)).await {
+                Ok(mac) => vtep = Some(mac),
+                Err(e) => {
                     tracing::warn!(error = %e, "setting up the VXLAN device");
                     continue;
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "the VXLAN setup task failed");
-                    continue;
-                }
             }
+        }
+        if let Some(mac) = vtep.as_deref().filter(|_| vxlan)
+            && own.and_then(|n| vtep_mac(n)).as_deref() != Some(mac)
+        {
+            publish_vtep(&nodes_api, config, mac).await;
         }
         let wanted = plan(config.backend, &peers);
         if applied.as_ref() == Some(&wanted) {
             continue;
         }
         let plan = wanted.clone();
-        match tokio::task::spawn_blocking(move || apply(&plan, vxlan)).await {
-            Ok(Ok(())) => {
+        match blocking(move || apply(&plan, vxlan)).await {
+            Ok(()) => {
                 tracing::info!(
                     peers = wanted.routes.len(),
                     backend = ?config.backend,
@@ -358,9 +357,20 @@ async fn sync(client: &Client, config: &Config, cache: &Cache<Node>, changed: &N
                 );
                 applied = Some(wanted);
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "syncing routes to other nodes' pods"),
-            Err(e) => tracing::error!(error = %e, "the route sync task failed"),
+            Err(e) => tracing::warn!(error = %e, "syncing routes to other nodes' pods"),
         }
+    }
+}
+
+/// Runs a kernel-table change (it spawns `ip`, `bridge` or `nft`) off the async threads.
+async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, String>
+where
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the task failed: {e}")),
     }
 }
 
@@ -399,7 +409,7 @@ mod tests {
         }
         let mut labels = BTreeMap::new();
         if simulated {
-            labels.insert(SIMULATED_LABEL.to_string(), "true".to_string());
+            labels.insert(SIMULATED_NODE_LABEL.to_string(), "true".to_string());
         }
         Arc::new(
             serde_json::from_value(json!({
