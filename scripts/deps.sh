@@ -22,8 +22,12 @@ have runc || need_apt+=(runc)
 [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 have nft || need_apt+=(nftables)
-# The CNI bridge (masquerade) and portmap (hostPort) plugins program iptables.
+# The CNI portmap plugin (hostPort) programs iptables.
 have iptables || need_apt+=(iptables)
+# The pod network across nodes drives ip and bridge (iproute2); the multi-node harness
+# enters node namespaces with nsenter (util-linux).
+{ have ip && have bridge; } || need_apt+=(iproute2)
+have nsenter || need_apt+=(util-linux)
 # The official Python client, which the tests drive too (Debian's python3).
 /usr/bin/python3 -c 'import kubernetes' >/dev/null 2>&1 || need_apt+=(python3-kubernetes)
 
