@@ -2,9 +2,10 @@
 //! served by the kubelet of the pod's node: the apiserver checks the pod and container,
 //! then forwards the request to the kubelet's HTTPS port with its own client
 //! certificate and passes the answer back (streamed logs, or a spliced upgraded
-//! connection for SPDY or WebSocket). Upstream does not verify kubelet serving
-//! certificates unless told a CA (`--kubelet-certificate-authority`); nor does krust,
-//! since a standalone agent's certificate is self-signed.
+//! connection for SPDY or WebSocket). The kubelet's serving certificate must chain to
+//! the cluster CA and name the address dialled (upstream's
+//! `--kubelet-certificate-authority`): kubelets obtain theirs through the CSR API, so a
+//! man in the middle of the node network sees no exec session or log.
 
 use std::sync::Arc;
 
@@ -15,9 +16,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use krust_api::status::ApiError;
 use krust_httpstream::params;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use serde_json::Value;
 use tokio_rustls::TlsConnector;
 
@@ -69,60 +68,20 @@ impl KubeletClient {
             CertificateDer::pem_slice_iter(pki.kubelet_client_cert.as_bytes())
                 .collect::<Result<_, _>>()?;
         let key = PrivateKeyDer::from_pem_slice(pki.kubelet_client_key.as_bytes())?;
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(pki.ca_cert.as_bytes()) {
+            roots.add(ca?)?;
+        }
         let provider = rustls::crypto::ring::default_provider();
-        let verifier = Arc::new(AnyServerCertificate(
-            provider.signature_verification_algorithms,
-        ));
         let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
             .with_safe_default_protocol_versions()?
-            .dangerous()
-            .with_custom_certificate_verifier(verifier)
+            .with_root_certificates(roots)
             .with_client_auth_cert(certs, key)?;
         // Upgrades need HTTP/1.1.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(KubeletClient {
             tls: TlsConnector::from(Arc::new(config)),
         })
-    }
-}
-
-/// Accepts any serving certificate (signatures are still checked, so the
-/// handshake proves the key), as upstream does without a kubelet CA.
-#[derive(Debug)]
-pub(crate) struct AnyServerCertificate(pub(crate) rustls::crypto::WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AnyServerCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
     }
 }
 

@@ -12,7 +12,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use krust_api::sync::Unpoisoned;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
+use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_rustls::TlsConnector;
 
 use crate::watch_cache::WatchCache;
@@ -91,7 +93,7 @@ impl Client {
             }
             None => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(crate::connect::AnyServerCertificate(
+                .with_custom_certificate_verifier(Arc::new(AnyServerCertificate(
                     provider.signature_verification_algorithms,
                 ))),
         };
@@ -289,6 +291,46 @@ fn endpoint(cache: &WatchCache, ns: &str, name: &str, port: i64) -> Result<(Stri
         }
     }
     Err(format!("no endpoints available for service \"{name}\""))
+}
+
+/// Accepts any serving certificate (signatures are still checked, so the
+/// handshake proves the key), as upstream does for `insecureSkipTLSVerify`.
+#[derive(Debug)]
+pub(crate) struct AnyServerCertificate(pub(crate) rustls::crypto::WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for AnyServerCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
 }
 
 #[cfg(test)]

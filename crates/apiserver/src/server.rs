@@ -44,6 +44,11 @@ pub fn tls_acceptor(pki: &crate::pki::Pki) -> Result<TlsAcceptor> {
     let mut config = rustls::ServerConfig::builder()
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)?;
+    // No session resumption: a resumed session keeps the client certificate of the
+    // first handshake without checking it again, so a certificate that has since
+    // expired (or been replaced by rotation) would go on authenticating.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

@@ -4,6 +4,7 @@
 //! own and a burst of creates leaves hundreds of idle connections (and their buffers)
 //! in the pool; over HTTP/2 every request and watch shares one connection.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -15,6 +16,8 @@ use kube::client::{Body, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{BoxError, ServiceBuilder};
 
+use crate::certificate::{RotatingCertificate, RotatingConnector};
+
 /// client-go's HTTP/2 health check: a ping after 30 s without frames, and the
 /// connection is dropped (requests fail over to a new one) if no answer comes in 15 s.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -22,14 +25,27 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A client for the apiserver that `config` describes.
 pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    client_with_certificate(config, None)
+}
+
+/// A client for the apiserver that `config` describes that presents `certificate` (when
+/// given, instead of the config's) and dials again whenever it is replaced.
+pub fn client_with_certificate(
+    config: kube::Config,
+    certificate: Option<RotatingCertificate>,
+) -> Result<kube::Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
     // As Go's dialer (client-go) does: without it, Nagle holds a request's second
     // small write (HTTP/2 DATA after HEADERS) until the server's delayed ACK, ~40 ms.
     http.set_nodelay(true);
+    let mut tls_config = config.rustls_client_config()?;
+    if let Some(certificate) = &certificate {
+        tls_config.client_auth_cert_resolver = Arc::new(certificate.clone());
+    }
     let tls = HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
+        .with_tls_config(tls_config)
         .https_or_http();
     let tls = match &config.tls_server_name {
         Some(name) => tls.with_server_name_resolver(FixedServerNameResolver::new(
@@ -39,7 +55,10 @@ pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
         )),
         None => tls,
     };
-    let connector = tls.enable_all_versions().wrap_connector(http);
+    let connector = tls.enable_all_versions().wrap_connector(RotatingConnector {
+        inner: http,
+        certificate,
+    });
     let http_client: HttpClient<_, Body> = HttpClient::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .http2_keep_alive_interval(PING_INTERVAL)
@@ -79,12 +98,20 @@ pub enum KubeconfigError {
 pub async fn from_kubeconfig(
     kubeconfig: &str,
 ) -> Result<(kube::Client, Option<String>), KubeconfigError> {
+    from_kubeconfig_with_certificate(kubeconfig, None).await
+}
+
+/// As [`from_kubeconfig`], presenting `certificate` instead of the kubeconfig's own.
+pub async fn from_kubeconfig_with_certificate(
+    kubeconfig: &str,
+    certificate: Option<RotatingCertificate>,
+) -> Result<(kube::Client, Option<String>), KubeconfigError> {
     let kubeconfig = Kubeconfig::from_yaml(kubeconfig).map_err(KubeconfigError::Parse)?;
     let ca = root_ca(&kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(KubeconfigError::Load)?;
-    let client = client(config).map_err(KubeconfigError::Client)?;
+    let client = client_with_certificate(config, certificate).map_err(KubeconfigError::Client)?;
     Ok((client, ca))
 }
 

@@ -1,6 +1,7 @@
 //! What krust's components share on top of kube-rs, as client-go's `tools` packages
 //! are shared by upstream's:
-//! - [`connect`]: the HTTP/2 API client;
+//! - [`connect`]: the HTTP/2 API client; [`certificate`]: a client or serving
+//!   certificate replaced while in use (rotation);
 //! - the one way to watch, read top to bottom: [`informer`] (a list+watch of a kind
 //!   feeding a [`cache`] and event handlers, shared per kind), [`queue`] (the
 //!   deduplicating, rate-limited work queue between handlers and reconcilers);
@@ -14,6 +15,7 @@
 //! Components depend on this crate, never on each other.
 
 pub mod cache;
+pub mod certificate;
 pub mod connect;
 pub mod endpoints;
 pub mod events;

@@ -427,20 +427,51 @@ struct Names {
 
 fn subject_alt_names(request: &X509CertificationRequest<'_>) -> Names {
     let mut names = Names::default();
-    for ext in request.requested_extensions().into_iter().flatten() {
-        if let ParsedExtension::SubjectAlternativeName(san) = ext {
-            for name in &san.general_names {
-                match name {
-                    GeneralName::DNSName(_) => names.dns = true,
-                    GeneralName::RFC822Name(_) => names.email = true,
-                    GeneralName::IPAddress(_) => names.ip = true,
-                    GeneralName::URI(_) => names.uri = true,
-                    _ => {}
-                }
-            }
+    for name in alt_names(request) {
+        match name {
+            AltName::Dns(_) => names.dns = true,
+            AltName::Email => names.email = true,
+            AltName::Ip(_) => names.ip = true,
+            AltName::Uri => names.uri = true,
+            AltName::Other => {}
         }
     }
     names
+}
+
+/// A subjectAltName a request asks for (the values the approver compares).
+#[derive(Debug)]
+enum AltName {
+    Dns(String),
+    Email,
+    /// `None`: an address of neither 4 nor 16 bytes.
+    Ip(Option<std::net::IpAddr>),
+    Uri,
+    Other,
+}
+
+fn alt_names(request: &X509CertificationRequest<'_>) -> Vec<AltName> {
+    let mut names = Vec::new();
+    for ext in request.requested_extensions().into_iter().flatten() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext {
+            names.extend(san.general_names.iter().map(|name| match name {
+                GeneralName::DNSName(dns) => AltName::Dns(dns.to_string()),
+                GeneralName::RFC822Name(_) => AltName::Email,
+                GeneralName::IPAddress(bytes) => AltName::Ip(ip_address(bytes)),
+                GeneralName::URI(_) => AltName::Uri,
+                _ => AltName::Other,
+            }));
+        }
+    }
+    names
+}
+
+fn ip_address(bytes: &[u8]) -> Option<std::net::IpAddr> {
+    match bytes.len() {
+        4 => Some(<[u8; 4]>::try_from(bytes).ok()?.into()),
+        16 => Some(<[u8; 16]>::try_from(bytes).ok()?.into()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

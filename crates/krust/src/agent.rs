@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use krust_api::cidr::Ipv4Cidr;
+use krust_client::connect;
 use krust_cri::containerd::{Containerd, Layout, default_dir};
 use krust_cri::image;
 
@@ -91,22 +92,24 @@ pub struct AgentCommand {
 
 /// `krust agent`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: AgentCommand) -> Result<()> {
-    let yaml = match (&args.server, &args.token) {
+    let (yaml, client_rotation) = match (&args.server, &args.token) {
         (Some(server), Some(token)) => {
-            crate::join::node_kubeconfig(
+            let (yaml, rotation) = crate::join::node_kubeconfig(
                 server,
                 token,
                 &args.data_dir.join("agent"),
                 &args.agent.node_name(),
             )
-            .await?
+            .await?;
+            (yaml, Some(rotation))
         }
-        _ => args.kubeconfig.read()?,
+        _ => (args.kubeconfig.read()?, None),
     };
     let kubeconfigs = Kubeconfigs {
         kubelet: yaml.clone(),
         proxy: yaml,
         storage: None,
+        client_rotation,
     };
     run_with_kubeconfig(
         &kubeconfigs,
@@ -129,6 +132,9 @@ pub struct Kubeconfigs {
     pub kubelet: String,
     pub proxy: String,
     pub storage: Option<String>,
+    /// A joined agent's client certificate (the kubelet's and the proxy's), which the
+    /// node renews while it runs.
+    pub client_rotation: Option<krust_kubelet::certificate::Rotation>,
 }
 
 /// Runs the node agent (kubelet and Service proxy) against the apiserver of
@@ -166,8 +172,23 @@ pub async fn run_with_kubeconfig(
     let runtime = krust_cri::Runtime::connect(&socket)
         .await
         .context("connecting to the container runtime")?;
-    let (client, ca) = krust_client::connect::from_kubeconfig(&kubeconfigs.kubelet).await?;
-    let (proxy_client, _) = krust_client::connect::from_kubeconfig(&kubeconfigs.proxy).await?;
+    let identity = kubeconfigs
+        .client_rotation
+        .as_ref()
+        .map(|r| r.certificate.clone());
+    let (client, ca) =
+        connect::from_kubeconfig_with_certificate(&kubeconfigs.kubelet, identity.clone()).await?;
+    let (proxy_client, _) =
+        connect::from_kubeconfig_with_certificate(&kubeconfigs.proxy, identity).await?;
+    let client_rotation = {
+        let (rotation, client) = (kubeconfigs.client_rotation.clone(), client.clone());
+        async move {
+            match rotation {
+                Some(rotation) => rotation.run(client).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let client_ca = ca.context("the kubeconfig names no cluster CA for the kubelet server")?;
     let node_name = args.node_name();
     let node_ip = args.node_ip();
@@ -245,6 +266,7 @@ pub async fn run_with_kubeconfig(
         _ = proxy => {}
         _ = provisioner => {}
         _ = supervised => {}
+        _ = client_rotation => {}
         _ = shutdown => {}
     }
     // Containers keep running under their shims; only containerd itself stops.

@@ -198,6 +198,8 @@ async fn server(args: ServerArgs) -> Result<()> {
                 .kubeconfig_for(&identity::node(&instance), &[identity::NODES_GROUP])?,
             proxy: apiserver.kubeconfig_for(identity::PROXY, &[])?,
             storage: Some(apiserver.kubeconfig_for(identity::LOCAL_STORAGE, &[])?),
+            // Issued by the server's own CA at each start.
+            client_rotation: None,
         };
         let agent = args.agent.clone();
         let data_dir = args.api.data_dir.clone();

@@ -2,8 +2,9 @@
 //! as a k3s agent does. The agent downloads the cluster CA from `/cacerts`, checks it
 //! against the hash the token pins, then authenticates with the token as a bootstrapper
 //! and obtains the node's client certificate through a CertificateSigningRequest (the
-//! kubelet's TLS bootstrap). The certificate is kept in the agent's data dir and used
-//! again at the next start while it stays valid, so a restart needs no token round.
+//! kubelet's TLS bootstrap). The certificate is kept in the agent's data dir, used
+//! again at the next start while it stays valid (a restart needs no token round) and
+//! renewed by the node itself before it expires.
 
 use std::path::Path;
 use std::time::Duration;
@@ -11,7 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use krust_apiserver::join::{JoinToken, ca_hash};
 use krust_apiserver::pki::{KubeconfigUser, kubeconfig};
-use krust_kubelet::certificate::{self, CertificateError};
+use krust_client::certificate::RotatingCertificate;
+use krust_kubelet::certificate::{self, CertificateError, Issued, Kept, Purpose, Rotation};
 
 /// How long a kept certificate must still be valid to be used again.
 const RENEW_MARGIN: Duration = Duration::from_secs(24 * 3600);
@@ -19,13 +21,13 @@ const RENEW_MARGIN: Duration = Duration::from_secs(24 * 3600);
 const ISSUE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The kubeconfig (YAML) of the node `node_name` in the cluster at `server`, joined
-/// with `token`.
+/// with `token`, and the rotation that keeps its client certificate renewed.
 pub async fn node_kubeconfig(
     server: &str,
     token: &str,
     agent_dir: &Path,
     node_name: &str,
-) -> Result<String> {
+) -> Result<(String, Rotation)> {
     let token: JoinToken = token.parse().context("--token")?;
     let ca = fetch_ca(server).await?;
     if !token.pins(&ca) {
@@ -39,49 +41,55 @@ pub async fn node_kubeconfig(
     if token.ca_hash.is_none() {
         tracing::warn!("the token pins no CA (not in K10 form): trusting the CA {server} presents");
     }
-    let (cert_path, key_path) = (
-        agent_dir.join("client-kubelet.crt"),
-        agent_dir.join("client-kubelet.key"),
-    );
-    if let (Ok(cert), Ok(key)) = (
-        std::fs::read_to_string(&cert_path),
-        std::fs::read_to_string(&key_path),
-    ) && certificate::still_valid(&cert, &ca, node_name, RENEW_MARGIN)
-    {
-        tracing::info!(cert = %cert_path.display(), "using the node's kept client certificate");
-        return Ok(kubeconfig(
-            &ca,
-            server,
-            KubeconfigUser::Certificate {
-                cert: &cert,
-                key: &key,
-            },
-        ));
-    }
-    let bootstrap = kubeconfig(&ca, server, KubeconfigUser::Token(&token.credential));
-    let (client, _) = krust_client::connect::from_kubeconfig(&bootstrap).await?;
-    let issued =
-        match certificate::request_client_certificate(&client, node_name, ISSUE_TIMEOUT).await {
-            Ok(issued) => issued,
-            Err(CertificateError::Create(kube::Error::Api(status))) if status.code == 401 => bail!(
-                "{server} refused the join token (401 Unauthorized): check --token, or create \
-             a new one with `krust token create` on the server"
-            ),
-            Err(e) => return Err(e).context("obtaining the node's client certificate"),
-        };
-    std::fs::create_dir_all(agent_dir)
-        .with_context(|| format!("creating {}", agent_dir.display()))?;
-    crate::cli::write_private_file(&key_path, &issued.key)?;
-    crate::cli::write_private_file(&cert_path, &issued.cert)?;
-    tracing::info!(node = node_name, "the node's client certificate was issued");
-    Ok(kubeconfig(
+    let kept = Kept::in_dir(agent_dir, "client-kubelet");
+    let (issued, written) = match kept.load().filter(|(issued, _)| {
+        certificate::still_valid(&issued.cert, &ca, node_name, &Purpose::Client, RENEW_MARGIN)
+    }) {
+        Some(reused) => {
+            tracing::info!(cert = %kept.cert.display(), "using the node's kept client certificate");
+            reused
+        }
+        None => {
+            let issued = bootstrap(server, &ca, &token, node_name).await?;
+            kept.store(&issued)
+                .with_context(|| format!("keeping {}", kept.cert.display()))?;
+            tracing::info!(node = node_name, "the node's client certificate was issued");
+            (issued, std::time::SystemTime::now())
+        }
+    };
+    let yaml = kubeconfig(
         &ca,
         server,
         KubeconfigUser::Certificate {
             cert: &issued.cert,
             key: &issued.key,
         },
-    ))
+    );
+    let rotation = Rotation {
+        node_name: node_name.to_string(),
+        purpose: Purpose::Client,
+        certificate: RotatingCertificate::from_pem(&issued.cert, &issued.key)?,
+        renew_at: certificate::rotation_deadline(&issued.cert, written),
+        kept,
+        issue_timeout: ISSUE_TIMEOUT,
+    };
+    Ok((yaml, rotation))
+}
+
+/// The node's first client certificate, requested with the join token's credential.
+async fn bootstrap(server: &str, ca: &str, token: &JoinToken, node_name: &str) -> Result<Issued> {
+    let bootstrap = kubeconfig(ca, server, KubeconfigUser::Token(&token.credential));
+    let (client, _) = krust_client::connect::from_kubeconfig(&bootstrap).await?;
+    match certificate::request_certificate(&client, node_name, &Purpose::Client, ISSUE_TIMEOUT)
+        .await
+    {
+        Ok(issued) => Ok(issued),
+        Err(CertificateError::Create(kube::Error::Api(status))) if status.code == 401 => bail!(
+            "{server} refused the join token (401 Unauthorized): check --token, or create \
+             a new one with `krust token create` on the server"
+        ),
+        Err(e) => Err(e).context("obtaining the node's client certificate"),
+    }
 }
 
 /// The CA bundle the server at `url` publishes, fetched without trusting anything yet

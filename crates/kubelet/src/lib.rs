@@ -53,7 +53,8 @@ pub struct Config {
     pub kubelet_port: u16,
     /// The cluster CA (PEM) that the server's callers' certificates must chain to.
     pub client_ca: String,
-    /// The server's certificate and key (PEM); self-signed when absent.
+    /// The server's certificate and key (PEM); when absent the kubelet requests one
+    /// (and renews it) through the CSR API, self-signed until the first is issued.
     pub serving_cert: Option<(String, String)>,
     /// Hard eviction thresholds (`--eviction-hard`).
     pub eviction_hard: Vec<eviction::Threshold>,
@@ -111,7 +112,8 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     let version = runtime.version().await?;
     let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
     let machine = machine::Machine::probe(&config.data_dir);
-    let server = server::Server::bind(&config).await?;
+    let (serving_cert, serving_rotation) = certificate::serving(&config)?;
+    let server = server::Server::bind(&config, &serving_cert).await?;
     let status = node::status(&config, &machine, &runtime_version, server.port());
     let node = node::register(&client, &config, &status).await?;
     let node_uid = node.metadata.uid.clone();
@@ -149,7 +151,25 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     let serving = server.serve(runtime.clone());
     let drivers = csi::Drivers::default();
     let csi = csi::run(client.clone(), config.clone(), drivers.clone(), node_uid);
+    // After registration: the serving certificate is approved for the Node's addresses.
+    let serving_rotation = {
+        let client = client.clone();
+        async move {
+            match serving_rotation {
+                Some(rotation) => rotation.run(client).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let pods = pods::run(client, runtime, config, events, evictions, drivers);
-    futures::join!(heartbeats, pods, sender, serving, eviction.run(), csi);
+    futures::join!(
+        heartbeats,
+        pods,
+        sender,
+        serving,
+        serving_rotation,
+        eviction.run(),
+        csi
+    );
     Ok(())
 }

@@ -3,6 +3,11 @@
 //! that keeps that signer's rules is approved when a SubjectAccessReview says its
 //! requester may create `certificatesigningrequests/selfnodeclient` (renewing its own
 //! node's certificate) or `/nodeclient` (a new node's, granted to bootstrap tokens).
+//! Unlike upstream's, it also approves a kubelet's serving certificate request
+//! (`kubernetes.io/kubelet-serving`) when the node asks for itself and every name in it
+//! is one of its Node's addresses (upstream leaves those to a human or a third-party
+//! approver, and its apiserver then cannot verify kubelets); any other waits for
+//! `kubectl certificate approve`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +18,7 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
+use k8s_openapi::api::core::v1::Node;
 use krust_client::cache::Cache;
 use krust_client::informer::SharedInformers;
 use krust_client::is_status;
@@ -21,12 +27,16 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use x509_parser::prelude::{FromDer, X509CertificationRequest};
 
-use super::{Enqueue, KUBELET_CLIENT, check_signer_rules, has, issued, request_der};
+use super::{
+    AltName, Enqueue, KUBELET_CLIENT, KUBELET_SERVING, alt_names, check_signer_rules, has, issued,
+    request_der,
+};
 use crate::Error;
 
 pub struct CsrApprovingController {
     client: Client,
     requests: Cache<CertificateSigningRequest>,
+    nodes: Cache<Node>,
     queue: Arc<WorkQueue>,
 }
 
@@ -36,6 +46,7 @@ impl CsrApprovingController {
         let controller = Arc::new(CsrApprovingController {
             client,
             requests: requests.cache(),
+            nodes: informers.get::<Node>().cache(),
             queue: WorkQueue::new("csrapproving"),
         });
         requests.add_handler(Arc::new(Enqueue {
@@ -46,9 +57,9 @@ impl CsrApprovingController {
     }
 }
 
-/// A kubelet client request nobody has approved, denied or issued yet.
+/// A kubelet client or serving request nobody has approved, denied or issued yet.
 fn undecided(csr: &CertificateSigningRequest) -> bool {
-    csr.spec.signer_name == KUBELET_CLIENT
+    [KUBELET_CLIENT, KUBELET_SERVING].contains(&csr.spec.signer_name.as_str())
         && !has(csr, "Approved")
         && !has(csr, "Denied")
         && !issued(csr)
@@ -100,11 +111,57 @@ impl Reconciler for CsrApprovingController {
         if !undecided(&csr) {
             return Ok(None);
         }
+        if csr.spec.signer_name == KUBELET_SERVING {
+            return match self.serving_names_are_the_nodes(&csr) {
+                Ok(()) => {
+                    self.approve(&csr, SERVING_APPROVED, "kubelet serving")
+                        .await
+                }
+                Err(ServingCheck::NoNode(node)) => {
+                    tracing::debug!(csr = name, node, "waiting for the node to register");
+                    Ok(Some(NODE_WAIT))
+                }
+                Err(ServingCheck::Refused(why)) => {
+                    tracing::info!(
+                        csr = name,
+                        why,
+                        "left a kubelet serving request for a human"
+                    );
+                    Ok(None)
+                }
+            };
+        }
         for (subresource, message) in recognized(&csr) {
-            if !self.allowed(&csr, subresource).await? {
-                continue;
+            if self.allowed(&csr, subresource).await? {
+                return self.approve(&csr, message, subresource).await;
             }
-            let mut csr = (*csr).clone();
+        }
+        Ok(None)
+    }
+}
+
+/// The approval message of a kubelet serving request.
+const SERVING_APPROVED: &str =
+    "Auto approving kubelet serving certificate: its names are its Node's addresses.";
+/// How soon a serving request is looked at again when its Node is not registered yet.
+const NODE_WAIT: Duration = Duration::from_secs(2);
+
+/// Why a serving request was not approved.
+enum ServingCheck {
+    NoNode(String),
+    Refused(String),
+}
+
+impl CsrApprovingController {
+    async fn approve(
+        &self,
+        csr: &CertificateSigningRequest,
+        message: &str,
+        what: &str,
+    ) -> Result<Option<Duration>, Error> {
+        let name = csr.metadata.name.as_deref().unwrap_or_default();
+        {
+            let mut csr = csr.clone();
             let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::now(),
             );
@@ -129,18 +186,76 @@ impl Reconciler for CsrApprovingController {
                 .await
             {
                 Ok(_) => {
-                    tracing::info!(
-                        csr = name,
-                        subresource,
-                        "approved a kubelet's certificate request"
-                    );
+                    tracing::info!(csr = name, what, "approved a kubelet's certificate request");
                     Ok(None)
                 }
                 Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(None),
                 Err(e) => Err(Error::api("approving", name, e)),
             };
         }
-        Ok(None)
+    }
+
+    /// A serving request is the node's own (requested by `system:node:<name>` in
+    /// `system:nodes` for that name), keeps the signer's rules, and names only the
+    /// Node's addresses: DNS names among its Hostname/InternalDNS/ExternalDNS, IPs
+    /// among its InternalIP/ExternalIP.
+    fn serving_names_are_the_nodes(
+        &self,
+        csr: &CertificateSigningRequest,
+    ) -> Result<(), ServingCheck> {
+        let refused = |why: &str| ServingCheck::Refused(why.to_string());
+        let der = request_der(&csr.spec.request.0).map_err(|_| refused("not a PEM request"))?;
+        let (_, request) =
+            X509CertificationRequest::from_der(&der).map_err(|_| refused("not a request"))?;
+        check_signer_rules(KUBELET_SERVING, &request, &csr.spec.usages)
+            .map_err(|e| refused(&e.0))?;
+        let common_name = request
+            .certification_request_info
+            .subject
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .unwrap_or_default();
+        let in_nodes = csr
+            .spec
+            .groups
+            .iter()
+            .flatten()
+            .any(|g| g == "system:nodes");
+        if csr.spec.username.as_deref() != Some(common_name) || !in_nodes {
+            return Err(refused("not requested by the node it names"));
+        }
+        let node_name = common_name.trim_start_matches("system:node:");
+        let node = self
+            .nodes
+            .get(None, node_name)
+            .ok_or_else(|| ServingCheck::NoNode(node_name.to_string()))?;
+        let addresses: Vec<(&str, &str)> = node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|a| (a.type_.as_str(), a.address.as_str()))
+            .collect();
+        let has = |types: &[&str], value: &str| {
+            addresses
+                .iter()
+                .any(|(t, a)| types.contains(t) && *a == value)
+        };
+        for name in alt_names(&request) {
+            let known = match &name {
+                AltName::Dns(dns) => has(&["Hostname", "InternalDNS", "ExternalDNS"], dns),
+                AltName::Ip(Some(ip)) => has(&["InternalIP", "ExternalIP"], &ip.to_string()),
+                _ => false,
+            };
+            if !known {
+                return Err(ServingCheck::Refused(format!(
+                    "{name:?} is not an address of node {node_name}"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

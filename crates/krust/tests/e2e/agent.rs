@@ -2,9 +2,11 @@
 //! no node of its own with nothing but the server's join token (its client certificate
 //! comes through a CertificateSigningRequest), gets a pod range from node IPAM, runs
 //! the pods the scheduler gives it, and serves their logs and exec through the
-//! apiserver with its self-signed kubelet certificate. Wrong tokens are refused.
+//! apiserver with a serving certificate it obtained the same way (the apiserver
+//! verifies it). Both certificates rotate before they expire. Wrong tokens are refused.
 
 use crate::common;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -12,15 +14,14 @@ use crate::common::{Component, Server, reap_node, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-#[test]
-fn a_standalone_agent_joins_runs_pods_and_serves_their_logs_and_exec() {
-    let s = Server::start_with(&["--allocate-node-cidrs=true", "--cluster-cidr=10.75.0.0/16"]);
-    let data = tempfile::tempdir().unwrap();
-    let data_dir = data.path().to_str().unwrap().to_string();
-    let token = server_token(&s);
+/// `krust agent` joining `s` with its token as node `edge`, with its data in `data`;
+/// returns once the Node is Ready with a pod range, which it returns.
+fn join_edge(s: &Server, data: &Path) -> (Component, String) {
+    let data_dir = data.to_str().unwrap().to_string();
+    let token = server_token(s);
     let url = format!("https://127.0.0.1:{}", s.port);
-    let mut agent = Component::spawn(
-        &s,
+    let agent = Component::spawn(
+        s,
         "agent",
         "agent",
         &[
@@ -53,28 +54,82 @@ fn a_standalone_agent_joins_runs_pods_and_serves_their_logs_and_exec() {
         let cidr = node["spec"]["podCIDR"].as_str()?.to_string();
         ready.then_some(cidr)
     });
+    (agent, cidr)
+}
+
+/// Stops the agent (SIGTERM stops its containerd) and removes what its node left.
+fn stop_edge(mut agent: Component, data: &Path, cidr: &str) {
+    agent.terminate();
+    reap_node(data);
+    let bridge = krust_net::bridge_name(cidr.parse().unwrap());
+    let _ = Command::new("ip").args(["link", "del", &bridge]).status();
+}
+
+/// The CertificateSigningRequests for `signer`, oldest first.
+fn requests(s: &Server, signer: &str) -> Vec<serde_json::Value> {
+    let mut found: Vec<serde_json::Value> = s.get_json(&["csr"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["spec"]["signerName"] == signer)
+        .cloned()
+        .collect();
+    found.sort_by_key(|c| {
+        c["metadata"]["creationTimestamp"]
+            .as_str()
+            .map(str::to_string)
+    });
+    found
+}
+
+fn issued(csr: &serde_json::Value) -> bool {
+    csr["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// Pod `web`, which prints `line` and sleeps, running.
+fn run_web(s: &Server, line: &str) {
+    let script = format!("echo {line}; exec sleep 3600");
+    s.ok(&["run", "web", "--image=busybox", "--", "sh", "-c", &script]);
+    s.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=60s"]);
+}
+
+const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+#[test]
+fn a_standalone_agent_joins_runs_pods_and_serves_their_logs_and_exec() {
+    let s = Server::start_with(&["--allocate-node-cidrs=true", "--cluster-cidr=10.75.0.0/16"]);
+    let data = tempfile::tempdir().unwrap();
+    let (agent, cidr) = join_edge(&s, data.path());
     assert_eq!(cidr, "10.75.0.0/24");
     // The node's identity came from a request the controllers approved and signed.
-    let csrs = s.get_json(&["csr"]);
-    let csr = &csrs["items"][0];
-    assert_eq!(csr["spec"]["username"], "system:bootstrap:server");
-    assert_eq!(
-        csr["spec"]["signerName"],
-        "kubernetes.io/kube-apiserver-client-kubelet"
-    );
-    assert_eq!(csr["status"]["conditions"][0]["reason"], "AutoApproved");
+    let client = &requests(&s, CLIENT_SIGNER)[0];
+    assert_eq!(client["spec"]["username"], "system:bootstrap:server");
+    assert_eq!(client["status"]["conditions"][0]["reason"], "AutoApproved");
     assert!(data.path().join("agent/client-kubelet.crt").exists());
+    // So did its serving certificate, requested by the node for its own addresses.
+    let serving = wait_for("the serving certificate issued", DEADLINE, || {
+        requests(&s, SERVING_SIGNER).into_iter().find(issued)
+    });
+    assert_eq!(serving["spec"]["username"], "system:node:edge");
+    assert_eq!(
+        serving["status"]["conditions"][0]["message"],
+        "Auto approving kubelet serving certificate: its names are its Node's addresses."
+    );
+    assert_eq!(
+        serving["spec"]["usages"],
+        serde_json::json!(["digital signature", "server auth"])
+    );
+    wait_for("the serving certificate kept", DEADLINE, || {
+        data.path()
+            .join("agent/serving-kubelet.crt")
+            .exists()
+            .then_some(())
+    });
 
-    s.ok(&[
-        "run",
-        "web",
-        "--image=busybox",
-        "--",
-        "sh",
-        "-c",
-        "echo from-agent; exec sleep 3600",
-    ]);
-    s.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=60s"]);
+    run_web(&s, "from-agent");
     let pod = s.get_json(&["pod", "web"]);
     assert_eq!(pod["spec"]["nodeName"], "edge");
     assert!(
@@ -83,15 +138,69 @@ fn a_standalone_agent_joins_runs_pods_and_serves_their_logs_and_exec() {
             .unwrap()
             .starts_with("10.75.0.")
     );
+    // Through the verified serving certificate.
     assert_eq!(s.ok(&["logs", "web"]), "from-agent\n");
     assert_eq!(s.ok(&["exec", "web", "--", "hostname"]), "web\n");
     s.ok(&["delete", "pod", "web", "--timeout=60s"]);
+    stop_edge(agent, data.path(), &cidr);
+}
 
-    // A clean stop (SIGTERM) stops the agent's containerd; then nothing may be left.
-    agent.terminate();
-    reap_node(data.path());
-    let bridge = krust_net::bridge_name(cidr.parse().unwrap());
-    let _ = Command::new("ip").args(["link", "del", &bridge]).status();
+#[test]
+fn node_certificates_rotate_before_they_expire() {
+    // Certificates live 40 s (from their issue; signers backdate NotBefore 5 minutes):
+    // each is renewed after 28 to 36 s.
+    const LIFETIME: Duration = Duration::from_secs(40);
+    let s = Server::start_with(&[
+        "--allocate-node-cidrs=true",
+        "--cluster-cidr=10.70.0.0/16",
+        "--cluster-signing-duration=40s",
+    ]);
+    let data = tempfile::tempdir().unwrap();
+    let joined = std::time::Instant::now();
+    let (agent, cidr) = join_edge(&s, data.path());
+    let first = std::fs::read_to_string(data.path().join("agent/client-kubelet.crt")).unwrap();
+    run_web(&s, "rotated");
+
+    // Two renewals of each, asked by the node itself and approved as renewals.
+    let renewals = wait_for("two renewals of each certificate", LIFETIME * 3, || {
+        let client = requests(&s, CLIENT_SIGNER);
+        let serving = requests(&s, SERVING_SIGNER);
+        (client.iter().filter(|c| issued(c)).count() >= 3
+            && serving.iter().filter(|c| issued(c)).count() >= 3)
+            .then_some(client)
+    });
+    for renewal in &renewals[1..] {
+        assert_eq!(renewal["spec"]["username"], "system:node:edge");
+        assert_eq!(
+            renewal["status"]["conditions"][0]["message"],
+            "Auto approving self kubelet client certificate after SubjectAccessReview."
+        );
+    }
+    let kept = std::fs::read_to_string(data.path().join("agent/client-kubelet.crt")).unwrap();
+    assert_ne!(kept, first, "the kept certificate was replaced");
+    assert!(
+        joined.elapsed() > LIFETIME,
+        "the first certificates have expired"
+    );
+
+    // Every connection since the last renewal was made with a certificate issued after
+    // the first expired, on both sides: the node keeps renewing its Lease and the
+    // apiserver reaches its kubelet (whose certificate it verifies).
+    let renewed = |s: &Server| {
+        s.get_json(&["lease", "-n", "kube-node-lease", "edge"])["spec"]["renewTime"]
+            .as_str()
+            .map(str::to_string)
+    };
+    // Twice: a renewal in flight when the connections were closed is not proof.
+    for _ in 0..2 {
+        let before = renewed(&s);
+        wait_for("the Lease renewed again", DEADLINE, || {
+            (renewed(&s) != before).then_some(())
+        });
+    }
+    assert_eq!(s.ok(&["logs", "web"]), "rotated\n");
+    s.ok(&["delete", "pod", "web", "--timeout=60s"]);
+    stop_edge(agent, data.path(), &cidr);
 }
 
 /// The server's join token, as `<data-dir>/server/token` keeps it.

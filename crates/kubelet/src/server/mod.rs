@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use krust_api::status::ApiError;
+use krust_client::certificate::RotatingCertificate;
 use krust_cri::Runtime;
 use krust_cri::api::{Container, ContainerFilter, ContainerState, ListContainersRequest};
 use tokio::net::TcpListener;
@@ -40,8 +41,8 @@ pub struct Server {
 impl Server {
     /// Binds `0.0.0.0:<kubelet_port>` (port 0 picks a free one; the Node reports the
     /// real port in `status.daemonEndpoints`).
-    pub async fn bind(config: &Config) -> Result<Server, Error> {
-        let acceptor = tls::acceptor(config)?;
+    pub async fn bind(config: &Config, serving: &RotatingCertificate) -> Result<Server, Error> {
+        let acceptor = tls::acceptor(config, serving)?;
         let listener = TcpListener::bind(("0.0.0.0", config.kubelet_port))
             .await
             .map_err(|e| Error::Server(format!("binding port {}: {e}", config.kubelet_port)))?;
