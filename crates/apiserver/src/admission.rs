@@ -315,6 +315,11 @@ impl Admission {
             if needs_ports {
                 keep_node_ports(new, old);
             }
+            if crate::allocator::needs_health_check_node_port(&new["spec"])
+                && new["spec"]["healthCheckNodePort"].is_null()
+            {
+                new["spec"]["healthCheckNodePort"] = old["spec"]["healthCheckNodePort"].clone();
+            }
             self.allocate_service(call, new, Some(old)).await?;
         }
         webhooks(call, Operation::Update, new, Some(old)).await?;

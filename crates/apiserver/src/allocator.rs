@@ -123,6 +123,8 @@ impl ServiceAllocator {
                 }
                 return Err(e);
             }
+        } else if let Some(spec) = spec.as_object_mut() {
+            spec.remove("healthCheckNodePort");
         }
         Ok(())
     }
@@ -134,39 +136,42 @@ impl ServiceAllocator {
             .flatten()
             .enumerate()
         {
-            match p["nodePort"].as_u64() {
-                Some(n) => {
-                    let n = n as u16;
-                    if !NODE_PORTS.contains(&n) {
-                        return Err(vec![Cause::invalid(
-                            format!("spec.ports[{i}].nodePort"),
-                            &json!(n),
-                            "provided port is not in the valid range. The range of valid ports is 30000-32767",
-                        )]);
-                    }
-                    if !self.lock_ports().insert(n) {
-                        return Err(vec![Cause::invalid(
-                            format!("spec.ports[{i}].nodePort"),
-                            &json!(n),
-                            "provided port is already allocated",
-                        )]);
-                    }
-                    taken.push(n);
-                }
-                None => {
-                    let n = self.next_port().ok_or_else(|| {
-                        vec![Cause::invalid(
-                            format!("spec.ports[{i}].nodePort"),
-                            &json!(0),
-                            "range is full",
-                        )]
-                    })?;
-                    taken.push(n);
-                    p["nodePort"] = json!(n);
-                }
-            }
+            let n = self.node_port(&p["nodePort"], &format!("spec.ports[{i}].nodePort"))?;
+            taken.push(n);
+            p["nodePort"] = json!(n);
+        }
+        if needs_health_check_node_port(spec) {
+            let n = self.node_port(&spec["healthCheckNodePort"], "spec.healthCheckNodePort")?;
+            taken.push(n);
+            spec["healthCheckNodePort"] = json!(n);
+        } else if let Some(spec) = spec.as_object_mut() {
+            spec.remove("healthCheckNodePort");
         }
         Ok(())
+    }
+
+    /// The `requested` node port (checked and taken), or a free one.
+    fn node_port(&self, requested: &Value, field: &str) -> Result<u16, Vec<Cause>> {
+        let Some(n) = requested.as_u64().filter(|n| *n != 0) else {
+            return self
+                .next_port()
+                .ok_or_else(|| vec![Cause::invalid(field, &json!(0), "range is full")]);
+        };
+        let Some(n) = u16::try_from(n).ok().filter(|n| NODE_PORTS.contains(n)) else {
+            return Err(vec![Cause::invalid(
+                field,
+                requested,
+                "provided port is not in the valid range. The range of valid ports is 30000-32767",
+            )]);
+        };
+        if !self.lock_ports().insert(n) {
+            return Err(vec![Cause::invalid(
+                field,
+                requested,
+                "provided port is already allocated",
+            )]);
+        }
+        Ok(n)
     }
 
     /// Frees what a deleted (or never stored) Service held.
@@ -294,13 +299,23 @@ impl ServiceAllocator {
     }
 }
 
+/// The node ports a Service holds: its ports' and its health check's.
 fn node_ports(svc: &Value) -> Vec<u16> {
     svc["spec"]["ports"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|p| p["nodePort"].as_u64().map(|n| n as u16))
+        .map(|p| &p["nodePort"])
+        .chain(std::iter::once(&svc["spec"]["healthCheckNodePort"]))
+        .filter_map(|n| n.as_u64().map(|n| n as u16))
         .collect()
+}
+
+/// A LoadBalancer Service whose external traffic stays on nodes with endpoints gets a
+/// port where each node's proxy answers whether it has any (for the load balancer's
+/// health checks).
+pub fn needs_health_check_node_port(spec: &Value) -> bool {
+    spec["type"] == "LoadBalancer" && spec["externalTrafficPolicy"] == "Local"
 }
 
 #[cfg(test)]
@@ -363,5 +378,36 @@ mod tests {
         a.allocate(&mut dup).unwrap();
         let mut outside = json!({"spec": {"clusterIP": "192.168.0.1"}});
         assert!(a.allocate(&mut outside).is_err());
+    }
+
+    #[test]
+    fn local_load_balancers_get_a_health_check_node_port_held_like_the_others() {
+        let a = ServiceAllocator::new("10.43.0.0/16".parse().unwrap());
+        let mut lb = json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                                     "ports": [{"port": 80}]}});
+        a.allocate(&mut lb).unwrap();
+        let health = lb["spec"]["healthCheckNodePort"].as_u64().unwrap() as u16;
+        assert!(NODE_PORTS.contains(&health));
+        assert_ne!(lb["spec"]["ports"][0]["nodePort"], health);
+        assert!(claim_keys(&lb).contains(&format!("/registry/ranges/servicenodeports/{health}")));
+        let mut taken =
+            json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": health}]}});
+        let err = a.allocate(&mut taken).unwrap_err();
+        assert!(
+            err[0]
+                .message
+                .ends_with("provided port is already allocated")
+        );
+        a.release(&lb);
+        a.allocate(&mut taken).unwrap();
+
+        let mut cluster = json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Cluster",
+                                          "healthCheckNodePort": 31999, "ports": [{"port": 80}]}});
+        a.allocate(&mut cluster).unwrap();
+        assert!(cluster["spec"].get("healthCheckNodePort").is_none());
+        let mut bad = json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                                      "healthCheckNodePort": 80, "ports": [{"port": 80}]}});
+        let err = a.allocate(&mut bad).unwrap_err();
+        assert_eq!(err[0].field, "spec.healthCheckNodePort");
     }
 }

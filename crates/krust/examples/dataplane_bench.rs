@@ -27,7 +27,7 @@ use http_body_util::{Empty, Full};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
-use krust_proxy::model::{Protocol, ServicePort};
+use krust_proxy::model::{Protocol, ServicePort, TrafficPolicy};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use tokio::net::UdpSocket;
@@ -78,7 +78,8 @@ fn rules() -> Result {
                 service: format!("svc-{i}"),
                 port_name: "http".into(),
                 protocol: Protocol::Tcp,
-                addresses: vec![Ipv4Addr::from(0x0a2b_0000 + i as u32)],
+                cluster_ip: Ipv4Addr::from(0x0a2b_0000 + i as u32),
+                external_ips: Vec::new(),
                 port: 80,
                 node_port: None,
                 endpoints: (0..2)
@@ -86,6 +87,9 @@ fn rules() -> Result {
                         SocketAddrV4::new(Ipv4Addr::from(0x0a2a_0000 + (2 * i + e) as u32), 8080)
                     })
                     .collect(),
+                local_endpoints: Vec::new(),
+                internal_policy: TrafficPolicy::Cluster,
+                external_policy: TrafficPolicy::Cluster,
             })
             .collect();
         let started = Instant::now();

@@ -227,7 +227,7 @@ pub async fn run_with_kubeconfig(
             resync: std::time::Duration::from_secs(30),
         },
     );
-    let proxy = args.proxy.config(cluster_cidr);
+    let proxy = args.proxy.config(cluster_cidr, &node_name);
     let proxy = async move {
         if let Some(config) = proxy {
             krust_proxy::run(proxy_client, config).await;

@@ -25,11 +25,12 @@ pub struct ProxyArgs {
 }
 
 impl ProxyArgs {
-    /// The proxy's configuration, or `None` when it is disabled.
-    pub fn config(&self, cluster_cidr: Ipv4Cidr) -> Option<krust_proxy::Config> {
+    /// The proxy's configuration on node `node_name`, or `None` when it is disabled.
+    pub fn config(&self, cluster_cidr: Ipv4Cidr, node_name: &str) -> Option<krust_proxy::Config> {
         (!self.disable_kube_proxy).then(|| krust_proxy::Config {
             table: self.nftables_table.clone(),
             cluster_cidr,
+            node_name: node_name.to_string(),
             min_sync_period: self.min_sync_period,
             sync_period: self.sync_period,
         })
@@ -43,6 +44,10 @@ pub struct ProxyCommand {
     /// The pods' address range: traffic from outside it is masqueraded.
     #[arg(long, default_value = "10.42.0.0/16")]
     cluster_cidr: Ipv4Cidr,
+    /// The name of this node (kube-proxy's flag): endpoints on it are local, for
+    /// Services whose traffic policy is `Local`. Default: the hostname.
+    #[arg(long)]
+    hostname_override: Option<String>,
     #[command(flatten)]
     proxy: ProxyArgs,
 }
@@ -52,7 +57,10 @@ pub async fn run(args: ProxyCommand) -> Result<()> {
     let yaml = args.kubeconfig.read()?;
     let config = args
         .proxy
-        .config(args.cluster_cidr)
+        .config(
+            args.cluster_cidr,
+            &args.hostname_override.unwrap_or_else(crate::cli::hostname),
+        )
         .context("--disable-kube-proxy leaves `krust proxy` nothing to do")?;
     let (client, _) = krust_client::connect::from_kubeconfig(&yaml).await?;
     tokio::select! {

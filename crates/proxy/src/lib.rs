@@ -7,8 +7,10 @@
 //! is 1 s). A sync computes the [`model`] from the caches and loads the whole [`nft`]
 //! table in one transaction when it differs from what was loaded last; every
 //! `sync_period` the proxy also checks that its table is still there and loads it again
-//! if it was deleted behind its back.
+//! if it was deleted behind its back. Services whose external traffic stays on nodes
+//! with endpoints get their [`health`] check ports answered.
 
+pub mod health;
 pub mod model;
 pub mod nft;
 
@@ -36,6 +38,8 @@ pub struct Config {
     pub table: String,
     /// Traffic from outside this range (not from a pod) is masqueraded.
     pub cluster_cidr: Ipv4Cidr,
+    /// The node this proxy runs on: its endpoints are the local ones.
+    pub node_name: String,
     pub min_sync_period: Duration,
     pub sync_period: Duration,
 }
@@ -67,11 +71,17 @@ async fn sync(
     tracing::info!(table = %config.table, "service proxy synced its caches");
     let mut loaded: Option<String> = None;
     let mut last_sync = Instant::now();
+    let mut health = health::HealthServer::default();
     loop {
+        let services = services.state();
         let ports = model::service_ports(
-            services.state().iter().map(|s| &**s),
+            services.iter().map(|s| &**s),
             slices.state().iter().map(|s| &**s),
+            &config.node_name,
         );
+        health
+            .sync(&health::wanted(services.iter().map(|s| &**s), &ports))
+            .await;
         let ruleset = nft::render(&config.table, config.cluster_cidr, &ports);
         // Unchanged rules are loaded again only if the table went missing (deleted
         // behind our back): reloading a large table costs seconds of CPU.

@@ -1,11 +1,12 @@
 //! What the data plane must do, from the API objects: for every port of every Service
-//! with a cluster IP, the addresses it answers on and the endpoints traffic goes to.
-//! Pure functions of Services and EndpointSlices, as kube-proxy's change trackers are.
+//! with a cluster IP, the addresses it answers on and the endpoints traffic goes to —
+//! all of them, or only this node's where a traffic policy says `Local`. Pure functions
+//! of Services and EndpointSlices, as kube-proxy's change trackers are.
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
 
@@ -38,6 +39,27 @@ impl fmt::Display for Protocol {
     }
 }
 
+/// A Service's `internalTrafficPolicy` (traffic to its cluster IP) or
+/// `externalTrafficPolicy` (to its NodePorts, external IPs and load balancer addresses).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TrafficPolicy {
+    /// To any endpoint in the cluster.
+    #[default]
+    Cluster,
+    /// To this node's endpoints only (dropped when it has none); external traffic keeps
+    /// the client's source address.
+    Local,
+}
+
+impl TrafficPolicy {
+    fn parse(s: Option<&str>) -> TrafficPolicy {
+        match s {
+            Some("Local") => TrafficPolicy::Local,
+            _ => TrafficPolicy::Cluster,
+        }
+    }
+}
+
 /// One port of one Service, as the data plane serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServicePort {
@@ -46,28 +68,30 @@ pub struct ServicePort {
     /// The port's name, or its number for an unnamed port.
     pub port_name: String,
     pub protocol: Protocol,
-    /// The cluster IP and any external IPs.
-    pub addresses: Vec<Ipv4Addr>,
+    pub cluster_ip: Ipv4Addr,
+    /// External IPs and load balancer addresses.
+    pub external_ips: Vec<Ipv4Addr>,
     pub port: u16,
     pub node_port: Option<u16>,
     /// Where connections go; empty means they are rejected.
     pub endpoints: Vec<SocketAddrV4>,
+    /// The endpoints on this node, chosen the same way (ready, else terminating).
+    pub local_endpoints: Vec<SocketAddrV4>,
+    pub internal_policy: TrafficPolicy,
+    pub external_policy: TrafficPolicy,
 }
 
 /// Every Service port with a cluster IP (headless and ExternalName Services have none),
-/// ordered by namespace, name and port.
+/// ordered by namespace, name and port; endpoints on `node_name` are this node's.
 pub fn service_ports<'a>(
     services: impl IntoIterator<Item = &'a Service>,
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    node_name: &str,
 ) -> Vec<ServicePort> {
     let by_service = ipv4_slices_by_service(slices);
     let mut ports = Vec::new();
     for svc in services {
-        let (Some(namespace), Some(name), Some(spec)) = (
-            svc.metadata.namespace.as_deref(),
-            svc.metadata.name.as_deref(),
-            svc.spec.as_ref(),
-        ) else {
+        let Some((namespace, name, spec)) = parts(svc) else {
             continue;
         };
         if spec.type_.as_deref() == Some("ExternalName") {
@@ -80,8 +104,8 @@ pub fn service_ports<'a>(
         let Some(cluster_ip) = cluster_ip else {
             continue;
         };
-        let mut addresses = vec![cluster_ip];
-        addresses.extend(
+        let mut external_ips: Vec<Ipv4Addr> = Vec::new();
+        external_ips.extend(
             spec.external_ips
                 .iter()
                 .flatten()
@@ -89,7 +113,7 @@ pub fn service_ports<'a>(
         );
         // Load balancer addresses, as kube-proxy programs them (not those whose
         // balancer proxies the traffic itself: ipMode Proxy).
-        addresses.extend(
+        external_ips.extend(
             svc.status
                 .as_ref()
                 .and_then(|s| s.load_balancer.as_ref())
@@ -111,19 +135,27 @@ pub fn service_ports<'a>(
                 continue;
             };
             let port_name = p.name.clone().unwrap_or_default();
+            let everywhere = endpoints(slices, &port_name, protocol, |_| true);
+            let here = endpoints(slices, &port_name, protocol, |e| {
+                e.node_name.as_deref() == Some(node_name)
+            });
             ports.push(ServicePort {
                 namespace: namespace.to_string(),
                 service: name.to_string(),
-                endpoints: endpoints(slices, &port_name, protocol),
+                endpoints: everywhere,
+                local_endpoints: here,
                 port_name: if port_name.is_empty() {
                     port.to_string()
                 } else {
                     port_name
                 },
                 protocol,
-                addresses: addresses.clone(),
+                cluster_ip,
+                external_ips: external_ips.clone(),
                 port,
                 node_port: p.node_port.and_then(|n| u16::try_from(n).ok()),
+                internal_policy: TrafficPolicy::parse(spec.internal_traffic_policy.as_deref()),
+                external_policy: TrafficPolicy::parse(spec.external_traffic_policy.as_deref()),
             });
         }
     }
@@ -138,10 +170,24 @@ pub fn service_ports<'a>(
     ports
 }
 
-/// The endpoints of a Service port: the ready ones; when none is ready, the serving ones
-/// that are terminating (so connections drain to pods that are shutting down rather
-/// than fail, as upstream's kube-proxy does).
-fn endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: Protocol) -> Vec<SocketAddrV4> {
+/// A Service's namespace, name and spec, if it has all three.
+pub(crate) fn parts(svc: &Service) -> Option<(&str, &str, &ServiceSpec)> {
+    Some((
+        svc.metadata.namespace.as_deref()?,
+        svc.metadata.name.as_deref()?,
+        svc.spec.as_ref()?,
+    ))
+}
+
+/// The endpoints of a Service port that `wanted` accepts: the ready ones; when none is
+/// ready, the serving ones that are terminating (so connections drain to pods that are
+/// shutting down rather than fail, as upstream's kube-proxy does).
+fn endpoints(
+    slices: &[&EndpointSlice],
+    port_name: &str,
+    protocol: Protocol,
+    wanted: impl Fn(&Endpoint) -> bool,
+) -> Vec<SocketAddrV4> {
     let mut ready = Vec::new();
     let mut terminating = Vec::new();
     for slice in slices {
@@ -155,7 +201,7 @@ fn endpoints(slices: &[&EndpointSlice], port_name: &str, protocol: Protocol) -> 
         else {
             continue;
         };
-        for endpoint in &slice.endpoints {
+        for endpoint in slice.endpoints.iter().filter(|e| wanted(e)) {
             let Some(ip) = endpoint
                 .addresses
                 .first()
@@ -258,7 +304,7 @@ mod tests {
                 json!([ep("10.42.0.9", true, true, false)]),
             ),
         ];
-        let ports = service_ports([&web], &slices);
+        let ports = service_ports([&web], &slices, "n1");
         assert_eq!(ports.len(), 2);
         let dns = &ports[0];
         assert_eq!(
@@ -268,11 +314,11 @@ mod tests {
         assert_eq!(dns.endpoints, ["10.42.0.5:5353".parse().unwrap()]);
         let http = &ports[1];
         assert_eq!(http.port_name, "http");
+        assert_eq!(http.cluster_ip, "10.43.0.20".parse::<Ipv4Addr>().unwrap());
         assert_eq!(
-            http.addresses,
+            http.external_ips,
             [
-                "10.43.0.20".parse::<Ipv4Addr>().unwrap(),
-                "192.0.2.9".parse().unwrap(),
+                "192.0.2.9".parse::<Ipv4Addr>().unwrap(),
                 "192.0.2.10".parse().unwrap(),
                 "192.0.2.11".parse().unwrap(),
             ],
@@ -303,7 +349,7 @@ mod tests {
                 ep("10.42.0.6", false, false, true)
             ]),
         );
-        let ports = service_ports([&web], [&draining]);
+        let ports = service_ports([&web], [&draining], "n1");
         assert_eq!(ports[0].port_name, "80");
         assert_eq!(ports[0].endpoints, ["10.42.0.5:8080".parse().unwrap()]);
         let both = slice(
@@ -314,7 +360,7 @@ mod tests {
                 ep("10.42.0.7", true, true, false)
             ]),
         );
-        let ports = service_ports([&web], [&both]);
+        let ports = service_ports([&web], [&both], "n1");
         assert_eq!(ports[0].endpoints, ["10.42.0.7:8080".parse().unwrap()]);
     }
 
@@ -328,6 +374,46 @@ mod tests {
             "metadata": {"namespace": "default", "name": "e"},
             "spec": {"type": "ExternalName", "externalName": "example.com"},
         }));
-        assert!(service_ports([&headless, &external], []).is_empty());
+        assert!(service_ports([&headless, &external], [], "n1").is_empty());
+    }
+
+    #[test]
+    fn local_endpoints_are_this_nodes_chosen_as_the_others_and_policies_are_read() {
+        let web = service(json!({
+            "metadata": {"namespace": "default", "name": "web"},
+            "spec": {"type": "NodePort", "clusterIP": "10.43.0.20", "ports": [{"port": 80}],
+                     "externalTrafficPolicy": "Local", "internalTrafficPolicy": "Cluster"},
+        }));
+        let on = |mut e: serde_json::Value, node: &str| {
+            e["nodeName"] = json!(node);
+            e
+        };
+        let slices = [slice(
+            "web",
+            json!({"port": 8080}),
+            json!([
+                on(ep("10.42.0.5", true, true, false), "n2"),
+                on(ep("10.42.1.6", false, true, true), "n1"),
+                ep("10.42.2.7", true, true, false),
+            ]),
+        )];
+        let ports = service_ports([&web], &slices, "n1");
+        let port = &ports[0];
+        assert_eq!(port.external_policy, TrafficPolicy::Local);
+        assert_eq!(port.internal_policy, TrafficPolicy::Cluster);
+        assert_eq!(
+            port.endpoints,
+            [
+                "10.42.0.5:8080".parse().unwrap(),
+                "10.42.2.7:8080".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            port.local_endpoints,
+            ["10.42.1.6:8080".parse().unwrap()],
+            "this node's only endpoint drains while terminating, as upstream's"
+        );
+        let ports = service_ports([&web], &slices, "n3");
+        assert!(ports[0].local_endpoints.is_empty());
     }
 }

@@ -9,13 +9,15 @@
 //! and a pod reaching itself through its Service (hairpin), is marked and masqueraded,
 //! so replies come back through this node's conntrack; new connections to a Service
 //! without endpoints are rejected in the filter hooks, so clients fail at once instead
-//! of timing out.
+//! of timing out. A `Local` traffic policy sends traffic to the node's own endpoints
+//! (a chain `<service chain>/local`, dropping when there are none), external traffic
+//! then unmasqueraded so pods see the client's address.
 
 use std::fmt::Write as _;
 
 use krust_api::cidr::Ipv4Cidr;
 
-use crate::model::ServicePort;
+use crate::model::{ServicePort, TrafficPolicy};
 
 /// The packet mark that asks for masquerading (kube-proxy's bit).
 const MASQUERADE_MARK: &str = "0x4000";
@@ -36,38 +38,92 @@ pub fn render(table: &str, cluster_cidr: Ipv4Cidr, ports: &[ServicePort]) -> Str
     let mut chains = String::new();
     for sp in ports {
         let proto = sp.protocol;
-        let chain = chain_name(sp);
-        let (ips, nodes) = if sp.endpoints.is_empty() {
-            (&mut no_endpoint_ips, &mut no_endpoint_node_ports)
-        } else {
-            (&mut service_ips, &mut node_ports)
-        };
-        let verdict = if sp.endpoints.is_empty() {
-            "goto reject-chain".to_string()
-        } else {
-            format!("goto {chain}")
-        };
-        for ip in &sp.addresses {
-            ips.push(format!("{ip} . {proto} . {} : {verdict}", sp.port));
-        }
-        if let Some(node_port) = sp.node_port {
-            nodes.push(format!("{proto} . {node_port} : {verdict}"));
-        }
+        let external = sp.external_ips.iter();
         if sp.endpoints.is_empty() {
+            for ip in std::iter::once(&sp.cluster_ip).chain(external) {
+                no_endpoint_ips.push(format!("{ip} . {proto} . {} : goto reject-chain", sp.port));
+            }
+            if let Some(node_port) = sp.node_port {
+                no_endpoint_node_ports.push(format!("{proto} . {node_port} : goto reject-chain"));
+            }
             continue;
         }
-        let picks: Vec<String> = (0..sp.endpoints.len())
-            .map(|i| format!("{i} : goto {chain}/{i}"))
-            .collect();
+        let chain = chain_name(sp);
+        let internal = match sp.internal_policy {
+            TrafficPolicy::Cluster => chain.clone(),
+            TrafficPolicy::Local => format!("{chain}/internal"),
+        };
+        let outside = match sp.external_policy {
+            TrafficPolicy::Cluster => chain.clone(),
+            TrafficPolicy::Local => format!("{chain}/external"),
+        };
+        service_ips.push(format!(
+            "{} . {proto} . {} : goto {internal}",
+            sp.cluster_ip, sp.port
+        ));
+        for ip in external {
+            service_ips.push(format!("{ip} . {proto} . {} : goto {outside}", sp.port));
+        }
+        if let Some(node_port) = sp.node_port {
+            node_ports.push(format!("{proto} . {node_port} : goto {outside}"));
+        }
+        // One chain per endpoint, whether cluster-wide, local or both.
+        let mut all = sp.endpoints.clone();
+        all.extend(
+            sp.local_endpoints
+                .iter()
+                .filter(|e| !sp.endpoints.contains(e)),
+        );
+        let pick = |chosen: &[std::net::SocketAddrV4]| {
+            let picks: Vec<String> = chosen
+                .iter()
+                .filter_map(|e| all.iter().position(|a| a == e))
+                .enumerate()
+                .map(|(i, at)| format!("{i} : goto {chain}/{at}"))
+                .collect();
+            format!(
+                "numgen random mod {} vmap {{ {} }}",
+                chosen.len(),
+                picks.join(", ")
+            )
+        };
         let _ = writeln!(
             chains,
             "\tchain {chain} {{\n\
              \t\tip saddr != {cluster_cidr} meta mark set meta mark | {MASQUERADE_MARK}\n\
-             \t\tnumgen random mod {} vmap {{ {} }}\n\t}}",
-            sp.endpoints.len(),
-            picks.join(", ")
+             \t\t{}\n\t}}",
+            pick(&sp.endpoints)
         );
-        for (i, endpoint) in sp.endpoints.iter().enumerate() {
+        if sp.internal_policy == TrafficPolicy::Local || sp.external_policy == TrafficPolicy::Local
+        {
+            // Endpoints elsewhere only: dropped, as kube-proxy does.
+            let local = if sp.local_endpoints.is_empty() {
+                "drop".to_string()
+            } else {
+                pick(&sp.local_endpoints)
+            };
+            let _ = writeln!(chains, "\tchain {chain}/local {{\n\t\t{local}\n\t}}");
+        }
+        if sp.internal_policy == TrafficPolicy::Local {
+            let _ = writeln!(
+                chains,
+                "\tchain {internal} {{\n\
+                 \t\tip saddr != {cluster_cidr} meta mark set meta mark | {MASQUERADE_MARK}\n\
+                 \t\tgoto {chain}/local\n\t}}"
+            );
+        }
+        if sp.external_policy == TrafficPolicy::Local {
+            // Pods and the node itself reach the Service as from inside the cluster
+            // (kube-proxy's short-circuits); others keep their source address.
+            let _ = writeln!(
+                chains,
+                "\tchain {outside} {{\n\
+                 \t\tip saddr {cluster_cidr} goto {chain}\n\
+                 \t\tfib saddr type local goto {chain}\n\
+                 \t\tgoto {chain}/local\n\t}}"
+            );
+        }
+        for (i, endpoint) in all.iter().enumerate() {
             let _ = writeln!(
                 chains,
                 "\tchain {chain}/{i} {{\n\
@@ -162,10 +218,14 @@ mod tests {
             service: name.into(),
             port_name: "http".into(),
             protocol: Protocol::Tcp,
-            addresses: vec!["10.43.0.20".parse().unwrap()],
+            cluster_ip: "10.43.0.20".parse().unwrap(),
+            external_ips: Vec::new(),
             port: 80,
             node_port,
             endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
+            local_endpoints: Vec::new(),
+            internal_policy: TrafficPolicy::Cluster,
+            external_policy: TrafficPolicy::Cluster,
         }
     }
 
@@ -209,14 +269,47 @@ mod tests {
     }
 
     #[test]
+    fn local_policies_send_outside_traffic_to_this_nodes_endpoints_unmasqueraded() {
+        let mut web = port("web", &["10.42.0.5:8080", "10.42.1.7:8080"], Some(30080));
+        web.external_ips = vec!["192.0.2.10".parse().unwrap()];
+        web.local_endpoints = vec!["10.42.1.7:8080".parse().unwrap()];
+        web.external_policy = TrafficPolicy::Local;
+        let text = render("krust", "10.42.0.0/16".parse().unwrap(), &[web.clone()]);
+        let svc = "svc/default/web/tcp/http";
+        assert!(text.contains(&format!("10.43.0.20 . tcp . 80 : goto {svc},")));
+        assert!(text.contains(&format!("192.0.2.10 . tcp . 80 : goto {svc}/external")));
+        assert!(text.contains(&format!("tcp . 30080 : goto {svc}/external")));
+        assert!(text.contains(&format!(
+            "chain {svc}/external {{\n\t\tip saddr 10.42.0.0/16 goto {svc}\n\t\t\
+             fib saddr type local goto {svc}\n\t\tgoto {svc}/local\n\t}}"
+        )));
+        // The local pick names the endpoint's own chain (index 1 of the service's).
+        assert!(text.contains(&format!(
+            "chain {svc}/local {{\n\t\tnumgen random mod 1 vmap {{ 0 : goto {svc}/1 }}"
+        )));
+
+        web.local_endpoints.clear();
+        web.internal_policy = TrafficPolicy::Local;
+        let text = render("krust", "10.42.0.0/16".parse().unwrap(), &[web]);
+        assert!(text.contains(&format!("chain {svc}/local {{\n\t\tdrop\n")));
+        assert!(text.contains(&format!("10.43.0.20 . tcp . 80 : goto {svc}/internal")));
+    }
+
+    #[test]
     fn the_kernel_accepts_the_ruleset() {
         let mut udp = port("dns", &["10.42.0.9:5353"], None);
         udp.protocol = Protocol::Udp;
         udp.port = 53;
+        let mut local = port("local", &["10.42.0.5:8080"], Some(30082));
+        local.cluster_ip = "10.43.0.21".parse().unwrap();
+        local.local_endpoints = vec!["10.42.0.6:8080".parse().unwrap()];
+        local.internal_policy = TrafficPolicy::Local;
+        local.external_policy = TrafficPolicy::Local;
         let ports = [
             port("web", &["10.42.0.5:8080", "10.42.1.7:8080"], Some(30080)),
             port("idle", &[], Some(30081)),
             udp,
+            local,
         ];
         let text = render("krust-check", "10.42.0.0/16".parse().unwrap(), &ports);
         // Check mode: parsed and validated by the kernel, nothing committed.

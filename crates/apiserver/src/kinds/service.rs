@@ -106,6 +106,16 @@ impl Strategy for Service {
                 ));
             }
         }
+        for field in ["externalTrafficPolicy", "internalTrafficPolicy"] {
+            let policy = &spec[field];
+            if !policy.is_null() && !["Cluster", "Local"].contains(&policy.as_str().unwrap_or("")) {
+                errs.push(Cause::not_supported(
+                    format!("spec.{field}"),
+                    policy,
+                    &["Cluster", "Local"],
+                ));
+            }
+        }
         let affinity = &spec["sessionAffinity"];
         if let Some(a) = affinity.as_str()
             && !["ClientIP", "None"].contains(&a)
@@ -242,5 +252,25 @@ mod tests {
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].field, "spec.ports[0].name");
         assert_eq!(ports_cell(&svc), json!("80/TCP,443/TCP"));
+    }
+
+    #[test]
+    fn traffic_policies_are_cluster_or_local() {
+        let mut svc = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}],
+                                      "internalTrafficPolicy": "Local"}});
+        SERVICE.default(&mut svc);
+        assert_eq!(svc["spec"]["externalTrafficPolicy"], "Cluster");
+        assert_eq!(svc["spec"]["internalTrafficPolicy"], "Local");
+        let mut errs = vec![];
+        SERVICE.validate(&svc, &mut errs);
+        assert!(errs.is_empty());
+        svc["spec"]["externalTrafficPolicy"] = json!("Nearby");
+        SERVICE.validate(&svc, &mut errs);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].field, "spec.externalTrafficPolicy");
+        assert_eq!(
+            errs[0].message,
+            r#"Unsupported value: "Nearby": supported values: "Cluster", "Local""#
+        );
     }
 }

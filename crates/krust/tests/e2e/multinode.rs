@@ -2,8 +2,9 @@
 //! a node of its own, and agents in network namespaces on a shared bridge that join with
 //! the server's token. Pods on different nodes reach each other with their own
 //! addresses (VXLAN and host-gw), Services answer from every pod and every node (cluster
-//! IP, NodePort, LoadBalancer, DNS names), logs and exec reach pods on every node, and
-//! a lost node's pods move to the others.
+//! IP, NodePort, LoadBalancer, DNS names), `externalTrafficPolicy: Local` keeps outside
+//! traffic on nodes with endpoints, logs and exec reach pods on every node, and a lost
+//! node's pods move to the others.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -341,7 +342,70 @@ fn two_nodes_over_host_gw_route_pods_through_each_others_address() {
         c.on_node(1, &["ip", "link", "show", "flannel.1"])
             .is_empty()
     );
+
+    // `externalTrafficPolicy: Local`: only the node with the endpoint answers from
+    // outside, and its pod sees the client's own address; the health check port says
+    // which node that is; pods still reach the Service through any node.
+    c.kubectl(&["label", "pod", &a.0, "solo=yes"]);
+    let solo = c.dir.path().join("solo.yaml");
+    std::fs::write(&solo, SOLO).unwrap();
+    c.kubectl(&["apply", "-f", solo.to_str().unwrap()]);
+    let jsonpath =
+        |path: &str| c.kubectl(&["get", "svc", "solo", "-o", &format!("jsonpath={path}")]);
+    let (node_port, health_port) = (
+        jsonpath("{.spec.ports[0].nodePort}"),
+        jsonpath("{.spec.healthCheckNodePort}"),
+    );
+    let ip_of = |node: &str| format!("10.99.22.{}", 10 + node[1..].parse::<u8>().unwrap());
+    let (here, elsewhere) = (ip_of(&a.1), ip_of(&b.1));
+    let curl = |url: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-m", "3", "-w", "\n%{http_code}", url])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let answered = wait_for("the local endpoint answering", DEADLINE, || {
+        let body = curl(&format!("http://{here}:{node_port}/"));
+        body.starts_with(&a.0).then_some(body)
+    });
+    assert!(answered.ends_with("200"), "{answered}");
+    let log = c.kubectl(&["logs", &a.0]);
+    assert!(
+        log.contains("10.99.22.1]:"),
+        "the client's address kept: {log}"
+    );
+    let dropped = curl(&format!("http://{elsewhere}:{node_port}/"));
+    assert_eq!(dropped, "\n000", "no endpoint on {elsewhere}: dropped");
+    let healthy = curl(&format!("http://{here}:{health_port}/"));
+    assert!(
+        healthy.contains(r#""localEndpoints":1"#) && healthy.ends_with("200"),
+        "{healthy}"
+    );
+    let unhealthy = curl(&format!("http://{elsewhere}:{health_port}/"));
+    assert!(
+        unhealthy.contains(r#""localEndpoints":0"#) && unhealthy.ends_with("503"),
+        "{unhealthy}"
+    );
+    assert_eq!(
+        c.fetch_from(&b.0, &format!("http://{elsewhere}:{node_port}/")),
+        a.0,
+        "a pod reaches the Service through a node without endpoints"
+    );
 }
+
+/// A LoadBalancer Service for the pod labelled `solo=yes`, keeping external traffic on
+/// its node.
+const SOLO: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: solo}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  selector: {app: web, solo: "yes"}
+  ports: [{port: 8081, targetPort: 8080}]
+"#;
 
 /// Three replicas spread over the nodes, tolerating a lost node for 5 s (not 300).
 const SPREAD: &str = r#"
