@@ -28,6 +28,8 @@ have iptables || need_apt+=(iptables)
 # enters node namespaces with nsenter (util-linux).
 { have ip && have bridge; } || need_apt+=(iproute2)
 have nsenter || need_apt+=(util-linux)
+# The hostile-client tests hold raw TLS connections open with openssl s_client.
+have openssl || need_apt+=(openssl)
 # The official Python client, which the tests drive too (Debian's python3).
 /usr/bin/python3 -c 'import kubernetes' >/dev/null 2>&1 || need_apt+=(python3-kubernetes)
 

@@ -15,3 +15,6 @@ pub mod selector;
 pub mod status;
 pub mod sync;
 pub mod well_known;
+
+#[cfg(test)]
+mod proptests;

@@ -151,11 +151,8 @@ fn parse_label_term(term: &str) -> Result<LabelRequirement, SelectorError> {
                 .strip_prefix('(')
                 .and_then(|r| r.strip_suffix(')'))
                 .ok_or_else(err)?;
-            let values = inner
-                .split(',')
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .collect();
+            // As upstream's parser: an empty value (`()`, `(,a)`, `(a,)`) is "".
+            let values = inner.split(',').map(|v| v.trim().to_string()).collect();
             let key = valid_key(k.trim(), term)?;
             return Ok(if notin {
                 LabelRequirement::NotIn(key, values)
@@ -245,6 +242,20 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn empty_set_values_are_the_empty_string_as_upstream() {
+        let empty = BTreeMap::from([("a".to_string(), String::new())]);
+        for text in ["a in ()", "a in (,)", "a in (x,)"] {
+            let sel = LabelSelector::parse(text).unwrap();
+            assert!(sel.matches(&empty), "{text}");
+        }
+        assert!(
+            !LabelSelector::parse("a notin (x,)")
+                .unwrap()
+                .matches(&empty)
+        );
     }
 
     #[test]

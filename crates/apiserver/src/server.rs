@@ -4,14 +4,14 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use krust_api::status::ApiError;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use rustls::server::WebPkiClientVerifier;
@@ -110,6 +110,16 @@ impl InflightLimits {
     }
 }
 
+/// How long a client may take for its TLS handshake, and then for each request's
+/// headers (HTTP/1): kube-apiserver's `ReadHeaderTimeout`, so that slow or silent
+/// clients ("slow loris") give their connection back.
+const READ_HEADER_TIMEOUT: Duration = Duration::from_secs(32);
+/// HTTP/2 connections whose peer stops answering pings are closed.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 /// Accepts connections until `shutdown` resolves, then drains them for a moment.
 pub async fn serve(
     api: Arc<Api>,
@@ -119,12 +129,20 @@ pub async fn serve(
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
+    let mut accept_backoff = ACCEPT_BACKOFF_MIN;
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    accept_backoff = ACCEPT_BACKOFF_MIN;
+                    a
+                }
                 Err(err) => {
-                    tracing::warn!(%err, "accept failed");
+                    // Out of file descriptors (say): retrying at once would spin. Go's
+                    // HTTP server waits 5 ms, doubling up to 1 s.
+                    tracing::warn!(%err, retry_in = ?accept_backoff, "accept failed");
+                    tokio::time::sleep(accept_backoff).await;
+                    accept_backoff = (accept_backoff * 2).min(ACCEPT_BACKOFF_MAX);
                     continue;
                 }
             },
@@ -135,10 +153,14 @@ pub async fn serve(
         let api = api.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(err) => {
+            let tls = match tokio::time::timeout(READ_HEADER_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(err)) => {
                     tracing::debug!(%peer, %err, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
@@ -168,7 +190,16 @@ pub async fn serve(
                     )
                 }
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(READ_HEADER_TIMEOUT);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .keep_alive_interval(H2_PING_INTERVAL)
+                .keep_alive_timeout(H2_PING_TIMEOUT);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
             if let Err(err) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%peer, %err, "connection ended with an error");

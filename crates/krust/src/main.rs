@@ -53,8 +53,29 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = cli::Cli::parse();
+    raise_open_files_limit();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(cli.run())
+}
+
+/// Raises the soft limit on open files to the hard one, as Go programs (k3s,
+/// kube-apiserver) do at start: every client connection and watch holds a descriptor,
+/// and the usual soft limit of 1,024 is a few hundred clients.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::warn!("could not raise the open files limit");
+            }
+        }
+    }
 }

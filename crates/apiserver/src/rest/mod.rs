@@ -32,7 +32,6 @@ use crate::response::{self, Output, Response};
 /// Largest request body accepted, as upstream (3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// The 413 for a body over [`MAX_BODY`], in upstream's words.
 /// A request body as JSON, from JSON, protobuf or YAML as its content type says.
 pub fn decode_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
     let ct = content_type.unwrap_or("application/json");
@@ -50,6 +49,7 @@ pub fn decode_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, Api
     }
 }
 
+/// The 413 for a body over [`MAX_BODY`], in upstream's words.
 pub fn body_too_large() -> ApiError {
     ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}"))
 }

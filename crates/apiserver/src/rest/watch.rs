@@ -16,7 +16,7 @@ use hyper::body::Frame;
 use krust_api::status::ApiError;
 use krust_store::{Revision, Store};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::read::{Filter, list_prefix};
 use super::{Call, parse_rv};
@@ -56,7 +56,7 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
         (Some(rv), _) => (None, parse_rv(rv)?),
     };
 
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let (tx, rx) = frames();
     let watcher = Watcher {
         kind: call.kind,
         output: call.output,
@@ -106,11 +106,53 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
     Ok(resp)
 }
 
+/// How many bytes of serialized events a watch may hold that its client has not taken
+/// yet. A client that stops reading holds this much (and its socket's buffers), not
+/// every event that follows: its watcher waits, and the cache's ring of events is
+/// shared. Upstream's cacheWatcher bounds its buffer the same way, by count.
+const BUFFERED_BYTES: usize = 1 << 20;
+
+/// The sending side of a watch's stream of lines, bounded by [`BUFFERED_BYTES`].
+#[derive(Clone)]
+struct Frames {
+    tx: mpsc::Sender<(Bytes, OwnedSemaphorePermit)>,
+    budget: Arc<Semaphore>,
+}
+
+/// Frames and the stream that takes them (each frame's budget is given back as the
+/// HTTP layer takes it).
+fn frames() -> (Frames, mpsc::Receiver<(Bytes, OwnedSemaphorePermit)>) {
+    let (tx, rx) = mpsc::channel(256);
+    let budget = Arc::new(Semaphore::new(BUFFERED_BYTES));
+    (Frames { tx, budget }, rx)
+}
+
+/// The client went away.
+struct Closed;
+
+impl Frames {
+    async fn send(&self, frame: Bytes) -> Result<(), Closed> {
+        // A frame larger than the whole budget waits for all of it.
+        let cost = u32::try_from(frame.len().clamp(1, BUFFERED_BYTES)).unwrap_or(u32::MAX);
+        let permit = tokio::select! {
+            permit = self.budget.clone().acquire_many_owned(cost) => permit.map_err(|_| Closed)?,
+            _ = self.tx.closed() => return Err(Closed),
+        };
+        self.tx.send((frame, permit)).await.map_err(|_| Closed)
+    }
+
+    async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
 fn tokio_stream_from(
-    rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<(Bytes, OwnedSemaphorePermit)>,
 ) -> impl futures::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> {
     futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
+        rx.recv()
+            .await
+            .map(|(frame, _permit)| (Ok(Frame::data(frame)), rx))
     })
 }
 
@@ -127,7 +169,7 @@ struct Watcher {
 impl Watcher {
     async fn run(
         self,
-        tx: mpsc::Sender<Bytes>,
+        tx: Frames,
         initial: Option<Vec<Arc<CachedObject>>>,
         mut cursor: Revision,
         initial_end_bookmark: bool,
@@ -193,7 +235,7 @@ impl Watcher {
     async fn replay_from_store(
         &self,
         store: &Arc<dyn Store>,
-        tx: &mpsc::Sender<Bytes>,
+        tx: &Frames,
         cursor: Revision,
     ) -> Replay {
         let Ok(mut events) = store.watch(self.cache.prefix(), cursor + 1).await else {

@@ -16,7 +16,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// `krust agent` joining `s` with its token as node `edge`, with its data in `data`;
 /// returns once the Node is Ready with a pod range, which it returns.
-fn join_edge(s: &Server, data: &Path) -> (Component, String) {
+pub(crate) fn join_edge(s: &Server, data: &Path) -> (Component, String) {
     let data_dir = data.to_str().unwrap().to_string();
     let token = server_token(s);
     let url = format!("https://127.0.0.1:{}", s.port);
@@ -58,7 +58,7 @@ fn join_edge(s: &Server, data: &Path) -> (Component, String) {
 }
 
 /// Stops the agent (SIGTERM stops its containerd) and removes what its node left.
-fn stop_edge(mut agent: Component, data: &Path, cidr: &str) {
+pub(crate) fn stop_edge(mut agent: Component, data: &Path, cidr: &str) {
     agent.terminate();
     reap_node(data);
     let bridge = krust_net::bridge_name(cidr.parse().unwrap());
@@ -201,6 +201,94 @@ fn node_certificates_rotate_before_they_expire() {
     assert_eq!(s.ok(&["logs", "web"]), "rotated\n");
     s.ok(&["delete", "pod", "web", "--timeout=60s"]);
     stop_edge(agent, data.path(), &cidr);
+}
+
+#[test]
+fn a_restarted_agent_reaps_the_pods_deleted_while_it_was_down() {
+    let s = Server::start_with(&["--allocate-node-cidrs=true", "--cluster-cidr=10.86.0.0/16"]);
+    let data = tempfile::tempdir().unwrap();
+    let (agent, cidr) = join_edge(&s, data.path());
+    run_web(&s, "orphan");
+    let ip = s.get_json(&["pod", "web"])["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let netns = network_namespace_with(&ip).expect("the pod's network namespace");
+    // The agent dies; the pod is deleted meanwhile, so no watch will ever tell the
+    // next agent about it.
+    drop(agent);
+    s.ok(&["delete", "pod", "web", "--grace-period=0", "--force"]);
+    assert!(netns.exists() && !containers(data.path()).is_empty());
+    let (agent, _) = join_edge(&s, data.path());
+    wait_for("the orphaned sandbox reaped", DEADLINE, || {
+        (!netns.exists() && containers(data.path()).is_empty()).then_some(())
+    });
+    assert!(network_namespace_with(&ip).is_none());
+    assert!(
+        !data.path().join("agent/pods").exists()
+            || std::fs::read_dir(data.path().join("agent/pods"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "the pod's directory is gone"
+    );
+    stop_edge(agent, data.path(), &cidr);
+}
+
+/// The network namespace (`/run/netns/...`) holding address `ip`.
+fn network_namespace_with(ip: &str) -> Option<std::path::PathBuf> {
+    let ip: std::net::Ipv4Addr = ip.parse().ok()?;
+    network_namespaces(|a| a == ip).into_iter().next()
+}
+
+/// The network namespaces holding an address in `cidr` (a node's pod range).
+pub(crate) fn network_namespaces_in(cidr: &str) -> Vec<std::path::PathBuf> {
+    let cidr: krust_api::cidr::Ipv4Cidr = cidr.parse().unwrap();
+    network_namespaces(|a| cidr.contains(a))
+}
+
+/// The network namespaces (`/run/netns/...`) with an IPv4 address `wanted` accepts.
+fn network_namespaces(wanted: impl Fn(std::net::Ipv4Addr) -> bool) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let Ok(out) = Command::new("ip")
+                .args([
+                    "-n",
+                    &entry.file_name().to_string_lossy(),
+                    "-4",
+                    "-o",
+                    "addr",
+                ])
+                .output()
+            else {
+                return false;
+            };
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .filter_map(|w| w.split_once('/')?.0.parse().ok())
+                .any(&wanted)
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
+/// The containers (pause ones included) the node's runc knows.
+pub(crate) fn containers(data: &Path) -> Vec<String> {
+    let out = Command::new("runc")
+        .arg("--root")
+        .arg(data.join("agent/containerd/runc/k8s.io"))
+        .args(["list", "-q"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The server's join token, as `<data-dir>/server/token` keeps it.

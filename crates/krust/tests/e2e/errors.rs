@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use crate::common::Server;
 use serde_json::{Value, json};
 
-fn assert_status(got: (u16, Value), code: u16, reason: &str) -> Value {
+pub(crate) fn assert_status(got: (u16, Value), code: u16, reason: &str) -> Value {
     let (status, body) = got;
     assert_eq!(status, code, "{body}");
     assert_eq!(body["kind"], "Status", "{body}");
@@ -19,7 +19,7 @@ fn assert_status(got: (u16, Value), code: u16, reason: &str) -> Value {
     body
 }
 
-const CMS: &str = "/api/v1/namespaces/default/configmaps";
+pub(crate) const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
 fn cm(name: &str) -> Vec<u8> {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
@@ -27,7 +27,7 @@ fn cm(name: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-fn count_configmaps(s: &Server) -> usize {
+pub(crate) fn count_configmaps(s: &Server) -> usize {
     let (code, list) = s.curl("GET", CMS, None, None);
     assert_eq!(code, 200);
     list["items"].as_array().map_or(0, Vec::len)

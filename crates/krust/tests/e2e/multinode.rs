@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{KUBECTL, TEST_EVICTION_HARD, free_port, wait_for};
+use crate::common::{KUBECTL, TEST_EVICTION_HARD, free_port, ready_pods, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -136,17 +136,8 @@ impl Cluster {
         let Ok(pods) = serde_json::from_str::<serde_json::Value>(&raw) else {
             return Vec::new();
         };
-        pods["items"]
-            .as_array()
+        ready_pods(&pods)
             .into_iter()
-            .flatten()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-            .filter(|p| {
-                p["status"]["conditions"].as_array().is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-            })
             .map(|p| {
                 let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
                 (

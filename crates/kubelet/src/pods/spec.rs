@@ -120,10 +120,12 @@ pub fn host_network(pod: &Pod) -> bool {
 
 /// Where a pod's files live: logs, its /etc/hosts.
 pub fn pod_dir(config: &Config, pod: &Pod) -> PathBuf {
-    config
-        .data_dir
-        .join("pods")
-        .join(pod.uid().unwrap_or_default())
+    pod_dir_of(config, &pod.uid().unwrap_or_default())
+}
+
+/// The directory of the pod with UID `uid`.
+pub fn pod_dir_of(config: &Config, uid: &str) -> PathBuf {
+    config.data_dir.join("pods").join(uid)
 }
 
 pub fn labels(pod: &Pod) -> HashMap<String, String> {

@@ -200,6 +200,17 @@ impl Server {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
+    /// The server process's resident memory, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let pid = self.child.as_ref().expect("server running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// SIGKILL, as a crash.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -616,6 +627,23 @@ pub fn reap_node(data_dir: &Path) {
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout`.
+/// The pods of a pod list that are Ready and not terminating (those Services send new
+/// connections to).
+pub fn ready_pods(list: &Value) -> Vec<&Value> {
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| {
+            p["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+        })
+        .collect()
+}
+
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {

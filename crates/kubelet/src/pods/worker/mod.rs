@@ -170,6 +170,17 @@ impl Worker {
         }
     }
 
+    /// Stops and removes the sandbox `sandbox` of pod `uid`, which the API no longer has
+    /// (deleted while this kubelet was not running), and the pod's directory: a
+    /// restarted kubelet never hears of such a pod, so nothing else would.
+    pub async fn reap(shared: Shared, uid: &str, sandbox: String) {
+        let mut worker = Worker::new(shared);
+        worker.sandbox = Some(sandbox);
+        worker.tear_down(None, 0).await;
+        let dir = spec::pod_dir_of(&worker.config, uid);
+        worker.remove_pod_dir(&dir).await;
+    }
+
     /// Runs until the pod is finished; `pods` carries the latest version of the pod
     /// (`None` once it is gone from the apiserver).
     pub async fn run(mut self, mut pods: watch::Receiver<Option<Arc<Pod>>>) {

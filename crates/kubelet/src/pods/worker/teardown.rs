@@ -124,13 +124,17 @@ impl Worker {
         self.sandbox = None;
         self.changed_at = Instant::now();
         if let Some(pod) = pod {
-            let dir = spec::pod_dir(&self.config, pod);
-            crate::csi::publish::unpublish_all(&self.csi, &self.config.data_dir.join("pods"), &dir)
-                .await;
-            volumes::unmount_all(&dir);
-            let _ = std::fs::remove_dir_all(dir);
+            self.remove_pod_dir(&spec::pod_dir(&self.config, pod)).await;
         }
         self.volumes = None;
+    }
+
+    /// Unpublishes and unmounts the pod's volumes and removes its directory.
+    pub(super) async fn remove_pod_dir(&self, dir: &std::path::Path) {
+        crate::csi::publish::unpublish_all(&self.csi, &self.config.data_dir.join("pods"), dir)
+            .await;
+        volumes::unmount_all(dir);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// The containers are gone: the pod object can go (grace period 0).
