@@ -1,5 +1,8 @@
 //! Prometheus metrics of the apiserver: requests by verb, resource and code, request
-//! latency and requests in flight, in the text exposition format on `/metrics`.
+//! latency and requests in flight, in the text exposition format on `/metrics`; and the
+//! process's resident memory, open files and live tasks (the Prometheus process
+//! collector's names; `tokio_alive_tasks` stands where Go programs report
+//! `go_goroutines`), which the soak test samples.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -34,6 +37,56 @@ pub struct Metrics {
     inflight: Family<InflightLabels, Gauge>,
     /// Requests and watch streams abandoned because their handler panicked.
     pub panics: Counter,
+    process: ProcessGauges,
+}
+
+/// The process's gauges, read when the metrics are rendered.
+#[derive(Default)]
+struct ProcessGauges {
+    resident_memory: Gauge,
+    open_fds: Gauge,
+    alive_tasks: Gauge,
+}
+
+impl ProcessGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            self.resident_memory.clone(),
+        );
+        registry.register(
+            "process_open_fds",
+            "Number of open file descriptors.",
+            self.open_fds.clone(),
+        );
+        registry.register(
+            "tokio_alive_tasks",
+            "Tasks alive in the process's async runtime.",
+            self.alive_tasks.clone(),
+        );
+    }
+
+    fn read(&self) {
+        let rss_kib = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            });
+        if let Some(kib) = rss_kib {
+            self.resident_memory.set(kib * 1024);
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            self.open_fds.set(fds.count() as i64);
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.alive_tasks
+                .set(runtime.metrics().num_alive_tasks() as i64);
+        }
+    }
 }
 
 impl Metrics {
@@ -67,12 +120,15 @@ impl Metrics {
             "Requests and watch streams whose handler panicked; each was answered with a 500 InternalError.",
             panics.clone(),
         );
+        let process = ProcessGauges::default();
+        process.register(&mut registry);
         Metrics {
             registry,
             requests,
             latency,
             inflight,
             panics,
+            process,
         }
     }
 
@@ -100,6 +156,7 @@ impl Metrics {
                 .get_or_create(&InflightLabels { request_kind: kind })
                 .set(n as i64);
         }
+        self.process.read();
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -220,18 +220,13 @@ fn a_restarted_agent_reaps_the_pods_deleted_while_it_was_down() {
     s.ok(&["delete", "pod", "web", "--grace-period=0", "--force"]);
     assert!(netns.exists() && !containers(data.path()).is_empty());
     let (agent, _) = join_edge(&s, data.path());
-    wait_for("the orphaned sandbox reaped", DEADLINE, || {
-        (!netns.exists() && containers(data.path()).is_empty()).then_some(())
+    // The pod's directory goes last.
+    let pods = data.path().join("agent/pods");
+    wait_for("the orphaned pod reaped", DEADLINE, || {
+        let no_dirs = std::fs::read_dir(&pods).map_or(true, |mut d| d.next().is_none());
+        (!netns.exists() && containers(data.path()).is_empty() && no_dirs).then_some(())
     });
     assert!(network_namespace_with(&ip).is_none());
-    assert!(
-        !data.path().join("agent/pods").exists()
-            || std::fs::read_dir(data.path().join("agent/pods"))
-                .unwrap()
-                .next()
-                .is_none(),
-        "the pod's directory is gone"
-    );
     stop_edge(agent, data.path(), &cidr);
 }
 

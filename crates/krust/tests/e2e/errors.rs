@@ -463,6 +463,16 @@ fn metrics_count_requests_by_verb_resource_and_code() {
         text.contains("apiserver_request_duration_seconds_bucket"),
         "{text}"
     );
+    // The process, as the soak test samples it.
+    let gauge = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing: {text}"))
+    };
+    assert!(gauge("process_resident_memory_bytes") > 1 << 20);
+    assert!(gauge("process_open_fds") > 3);
+    assert!(gauge("tokio_alive_tasks") > 0);
 }
 
 /// Two requests that once panicked their handler (a `generateName` cut inside a

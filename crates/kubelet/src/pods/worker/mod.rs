@@ -19,7 +19,8 @@ use krust_cri::Runtime;
 use krust_cri::api::{
     ContainerFilter, ContainerState, CreateContainerRequest, ImageSpec, ImageStatusRequest,
     ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter, PodSandboxState,
-    PodSandboxStatusRequest, RunPodSandboxRequest, StartContainerRequest,
+    PodSandboxStatusRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopPodSandboxRequest,
 };
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -78,6 +79,8 @@ pub struct Worker {
     runtime: Runtime,
     config: Arc<Config>,
     sandbox: Option<String>,
+    /// The attempt number of the next sandbox made (after those that died).
+    next_attempt: u32,
     observed: Observed,
     restarts: HashMap<String, Backoff>,
     pulls: HashMap<String, Backoff>,
@@ -122,6 +125,12 @@ pub struct Shared {
     pub csi: Drivers,
 }
 
+/// Whether the API shows the pod Succeeded or Failed.
+fn terminal(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
 /// The outcome of one pass.
 enum Pass {
     Continue,
@@ -152,6 +161,7 @@ impl Worker {
             runtime,
             config,
             sandbox: None,
+            next_attempt: 0,
             observed,
             restarts: HashMap::new(),
             pulls: HashMap::new(),
@@ -230,6 +240,11 @@ impl Worker {
                 self.observed.evicted = Some(message);
             }
             self.report(pod).await;
+            return Pass::Continue;
+        }
+        if self.sandbox.is_none() && terminal(pod) {
+            // Finished before this worker began (a restarted kubelet, a sandbox gone):
+            // a pod that Succeeded or Failed never runs again, and its status stays.
             return Pass::Continue;
         }
         if let Err(err) = self.ensure_sandbox(pod).await {
@@ -319,16 +334,40 @@ impl Worker {
                 .into_inner()
                 .items;
             self.sandbox = listed
-                .into_iter()
+                .iter()
                 .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
                 .max_by_key(|s| s.created_at)
-                .map(|s| s.id);
+                .map(|s| s.id.clone());
+            if self.sandbox.is_none() {
+                // Sandboxes of earlier attempts that died (their pause exited, or
+                // containerd or the kubelet died while making them): stopped and removed,
+                // so their network goes, and the next attempt is numbered after them, as
+                // upstream's kubelet does — containerd keeps a dead sandbox's name
+                // reserved, and a new one under it would fail for ever.
+                self.next_attempt = listed
+                    .iter()
+                    .filter_map(|s| s.metadata.as_ref().map(|m| m.attempt + 1))
+                    .max()
+                    .unwrap_or(0);
+                for dead in listed {
+                    let _ = rt
+                        .stop_pod_sandbox(StopPodSandboxRequest {
+                            pod_sandbox_id: dead.id.clone(),
+                        })
+                        .await;
+                    let _ = rt
+                        .remove_pod_sandbox(RemovePodSandboxRequest {
+                            pod_sandbox_id: dead.id,
+                        })
+                        .await;
+                }
+            }
         }
         let id = match &self.sandbox {
             Some(id) => id.clone(),
             None => {
                 self.changed_at = Instant::now();
-                let config = spec::sandbox_config(&self.config, pod, 0);
+                let config = spec::sandbox_config(&self.config, pod, self.next_attempt);
                 let id = rt
                     .run_pod_sandbox(RunPodSandboxRequest {
                         config: Some(config),
