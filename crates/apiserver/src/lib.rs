@@ -19,6 +19,7 @@ pub mod custom;
 pub mod discovery;
 pub mod encryption;
 pub mod endpoints;
+mod first_byte;
 pub mod internal;
 pub mod join;
 mod json;

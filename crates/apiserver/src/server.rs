@@ -20,6 +20,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::auth::{Credentials, User};
 use crate::authz::{self, Attributes, Target};
+use crate::first_byte::FirstByteDeadline;
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
 use crate::{Api, audit, discovery, rest};
@@ -190,6 +191,10 @@ pub async fn serve(
                     )
                 }
             });
+            // The protocol is the one ALPN agreed (HTTP/1.1 without it, as Go's server),
+            // not guessed from the first bytes: that read would wait for ever on a
+            // client that sends none.
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
@@ -200,7 +205,13 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .keep_alive_interval(H2_PING_INTERVAL)
                 .keep_alive_timeout(H2_PING_TIMEOUT);
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            let builder = if h2 {
+                builder.http2_only()
+            } else {
+                builder.http1_only()
+            };
+            let io = FirstByteDeadline::new(tls, READ_HEADER_TIMEOUT);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
             if let Err(err) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%peer, %err, "connection ended with an error");
             }

@@ -88,6 +88,7 @@ fn rules() -> Result {
                     })
                     .collect(),
                 local_endpoints: Vec::new(),
+                local_ready: false,
                 internal_policy: TrafficPolicy::Cluster,
                 external_policy: TrafficPolicy::Cluster,
             })

@@ -15,8 +15,6 @@ use krust_apiserver::pki::{KubeconfigUser, kubeconfig};
 use krust_client::certificate::RotatingCertificate;
 use krust_kubelet::certificate::{self, CertificateError, Issued, Kept, Purpose, Rotation};
 
-/// How long a kept certificate must still be valid to be used again.
-const RENEW_MARGIN: Duration = Duration::from_secs(24 * 3600);
 /// How long the agent waits for its request to be approved and signed.
 const ISSUE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -42,9 +40,14 @@ pub async fn node_kubeconfig(
         tracing::warn!("the token pins no CA (not in K10 form): trusting the CA {server} presents");
     }
     let kept = Kept::in_dir(agent_dir, "client-kubelet");
-    let (issued, written) = match kept.load().filter(|(issued, _)| {
-        certificate::still_valid(&issued.cert, &ca, node_name, &Purpose::Client, RENEW_MARGIN)
-    }) {
+    // Any kept certificate that has not expired will do: the node renews it itself
+    // (at once if its renewal time has passed), so the token is needed only once.
+    let (issued, written, certificate) = match kept.load_valid(
+        &ca,
+        node_name,
+        &Purpose::Client,
+        Duration::ZERO,
+    ) {
         Some(reused) => {
             tracing::info!(cert = %kept.cert.display(), "using the node's kept client certificate");
             reused
@@ -54,7 +57,8 @@ pub async fn node_kubeconfig(
             kept.store(&issued)
                 .with_context(|| format!("keeping {}", kept.cert.display()))?;
             tracing::info!(node = node_name, "the node's client certificate was issued");
-            (issued, std::time::SystemTime::now())
+            let certificate = RotatingCertificate::from_pem(&issued.cert, &issued.key)?;
+            (issued, std::time::SystemTime::now(), certificate)
         }
     };
     let yaml = kubeconfig(
@@ -68,7 +72,7 @@ pub async fn node_kubeconfig(
     let rotation = Rotation {
         node_name: node_name.to_string(),
         purpose: Purpose::Client,
-        certificate: RotatingCertificate::from_pem(&issued.cert, &issued.key)?,
+        certificate,
         renew_at: certificate::rotation_deadline(&issued.cert, written),
         kept,
         issue_timeout: ISSUE_TIMEOUT,

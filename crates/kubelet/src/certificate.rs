@@ -224,6 +224,25 @@ impl Kept {
         Some((Issued { cert, key }, written))
     }
 
+    /// The kept certificate, its key and when they were written, if the certificate
+    /// names `node_name` (and what `purpose` needs), was signed by `ca_pem`, stays valid
+    /// for `margin` and goes with the key (a crash between writing the two can leave a
+    /// new key beside an old certificate).
+    pub fn load_valid(
+        &self,
+        ca_pem: &str,
+        node_name: &str,
+        purpose: &Purpose,
+        margin: Duration,
+    ) -> Option<(Issued, SystemTime, RotatingCertificate)> {
+        let (issued, written) = self.load()?;
+        if !still_valid(&issued.cert, ca_pem, node_name, purpose, margin) {
+            return None;
+        }
+        let certificate = RotatingCertificate::from_pem(&issued.cert, &issued.key).ok()?;
+        Some((issued, written, certificate))
+    }
+
     /// Writes the key, then the certificate, each through a temporary file.
     pub fn store(&self, issued: &Issued) -> std::io::Result<()> {
         use std::io::Write;
@@ -407,20 +426,16 @@ pub fn serving(
         names: vec![config.node_name.clone(), config.node_ip.to_string()],
     };
     let kept = Kept::in_dir(&config.data_dir, "serving-kubelet");
-    let reusable = kept.load().filter(|(issued, _)| {
-        still_valid(
-            &issued.cert,
-            &config.client_ca,
-            &config.node_name,
-            &purpose,
-            Duration::ZERO,
-        )
-    });
+    let reusable = kept.load_valid(
+        &config.client_ca,
+        &config.node_name,
+        &purpose,
+        Duration::ZERO,
+    );
     let (certificate, renew_at) = match reusable {
-        Some((issued, written)) => (
-            RotatingCertificate::from_pem(&issued.cert, &issued.key).map_err(|e| fail(&e))?,
-            rotation_deadline(&issued.cert, written),
-        ),
+        Some((issued, written, certificate)) => {
+            (certificate, rotation_deadline(&issued.cert, written))
+        }
         None => {
             let self_signed = rcgen::generate_simple_self_signed(purpose.names().to_vec())
                 .map_err(|e| fail(&e))?;

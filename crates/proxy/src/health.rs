@@ -47,7 +47,10 @@ pub fn wanted<'a>(
                 && p.service == name
                 && p.external_policy == TrafficPolicy::Local
         });
+        // Ready ones only, as kube-proxy counts: a node whose pods are all terminating
+        // answers 503, so balancers move away while it drains.
         let mut addresses: Vec<Ipv4Addr> = mine
+            .filter(|p| p.local_ready)
             .flat_map(|p| p.local_endpoints.iter().map(|e| *e.ip()))
             .collect();
         addresses.sort();
@@ -114,6 +117,8 @@ impl Drop for HealthServer {
 async fn serve(listener: tokio::net::TcpListener, health: watch::Receiver<Health>) {
     loop {
         let Ok((tcp, _)) = listener.accept().await else {
+            // Out of descriptors, say: do not spin.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             continue;
         };
         let health = health.clone();
@@ -175,6 +180,7 @@ mod tests {
             node_port: Some(30080),
             endpoints: vec!["10.42.0.5:80".parse().unwrap()],
             local_endpoints: vec!["10.42.0.5:80".parse().unwrap()],
+            local_ready: true,
             internal_policy: TrafficPolicy::Cluster,
             external_policy: TrafficPolicy::Local,
         };

@@ -77,6 +77,8 @@ pub struct ServicePort {
     pub endpoints: Vec<SocketAddrV4>,
     /// The endpoints on this node, chosen the same way (ready, else terminating).
     pub local_endpoints: Vec<SocketAddrV4>,
+    /// Whether those are ready ones (not only terminating): what health checks count.
+    pub local_ready: bool,
     pub internal_policy: TrafficPolicy,
     pub external_policy: TrafficPolicy,
 }
@@ -135,8 +137,8 @@ pub fn service_ports<'a>(
                 continue;
             };
             let port_name = p.name.clone().unwrap_or_default();
-            let everywhere = endpoints(slices, &port_name, protocol, |_| true);
-            let here = endpoints(slices, &port_name, protocol, |e| {
+            let (everywhere, _) = endpoints(slices, &port_name, protocol, |_| true);
+            let (here, local_ready) = endpoints(slices, &port_name, protocol, |e| {
                 e.node_name.as_deref() == Some(node_name)
             });
             ports.push(ServicePort {
@@ -144,6 +146,7 @@ pub fn service_ports<'a>(
                 service: name.to_string(),
                 endpoints: everywhere,
                 local_endpoints: here,
+                local_ready,
                 port_name: if port_name.is_empty() {
                     port.to_string()
                 } else {
@@ -181,13 +184,13 @@ pub(crate) fn parts(svc: &Service) -> Option<(&str, &str, &ServiceSpec)> {
 
 /// The endpoints of a Service port that `wanted` accepts: the ready ones; when none is
 /// ready, the serving ones that are terminating (so connections drain to pods that are
-/// shutting down rather than fail, as upstream's kube-proxy does).
+/// shutting down rather than fail, as upstream's kube-proxy does). True with ready ones.
 fn endpoints(
     slices: &[&EndpointSlice],
     port_name: &str,
     protocol: Protocol,
     wanted: impl Fn(&Endpoint) -> bool,
-) -> Vec<SocketAddrV4> {
+) -> (Vec<SocketAddrV4>, bool) {
     let mut ready = Vec::new();
     let mut terminating = Vec::new();
     for slice in slices {
@@ -217,10 +220,11 @@ fn endpoints(
             }
         }
     }
-    let mut chosen = if ready.is_empty() { terminating } else { ready };
+    let any_ready = !ready.is_empty();
+    let mut chosen = if any_ready { ready } else { terminating };
     chosen.sort();
     chosen.dedup();
-    chosen
+    (chosen, any_ready)
 }
 
 enum State {
@@ -413,6 +417,7 @@ mod tests {
             ["10.42.1.6:8080".parse().unwrap()],
             "this node's only endpoint drains while terminating, as upstream's"
         );
+        assert!(!port.local_ready, "and health checks do not count it");
         let ports = service_ports([&web], &slices, "n3");
         assert!(ports[0].local_endpoints.is_empty());
     }

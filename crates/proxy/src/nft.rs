@@ -224,6 +224,7 @@ mod tests {
             node_port,
             endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
             local_endpoints: Vec::new(),
+            local_ready: false,
             internal_policy: TrafficPolicy::Cluster,
             external_policy: TrafficPolicy::Cluster,
         }

@@ -117,11 +117,12 @@ impl Reconciler for CsrApprovingController {
                     self.approve(&csr, SERVING_APPROVED, "kubelet serving")
                         .await
                 }
-                Err(ServingCheck::NoNode(node)) => {
-                    tracing::debug!(csr = name, node, "waiting for the node to register");
+                Err(ServingCheck::NotYet(why)) if younger_than(&csr, PENDING_LOOK) => {
+                    // The Node (or its addresses) may not have reached this cache yet.
+                    tracing::debug!(csr = name, why, "looking at a serving request again");
                     Ok(Some(NODE_WAIT))
                 }
-                Err(ServingCheck::Refused(why)) => {
+                Err(ServingCheck::NotYet(why) | ServingCheck::Refused(why)) => {
                     tracing::info!(
                         csr = name,
                         why,
@@ -143,12 +144,22 @@ impl Reconciler for CsrApprovingController {
 /// The approval message of a kubelet serving request.
 const SERVING_APPROVED: &str =
     "Auto approving kubelet serving certificate: its names are its Node's addresses.";
-/// How soon a serving request is looked at again when its Node is not registered yet.
+/// How soon a serving request is looked at again when its Node is not registered yet
+/// (or does not show the requested addresses yet), and for how long after it was made.
 const NODE_WAIT: Duration = Duration::from_secs(2);
+const PENDING_LOOK: Duration = Duration::from_secs(5 * 60);
+
+fn younger_than(csr: &CertificateSigningRequest, age: Duration) -> bool {
+    csr.metadata.creation_timestamp.as_ref().is_none_or(|t| {
+        let age = k8s_openapi::jiff::SignedDuration::try_from(age).unwrap_or_default();
+        k8s_openapi::jiff::Timestamp::now().duration_since(t.0) < age
+    })
+}
 
 /// Why a serving request was not approved.
 enum ServingCheck {
-    NoNode(String),
+    /// Its Node or addresses may yet appear: looked at again.
+    NotYet(String),
     Refused(String),
 }
 
@@ -225,33 +236,50 @@ impl CsrApprovingController {
         if csr.spec.username.as_deref() != Some(common_name) || !in_nodes {
             return Err(refused("not requested by the node it names"));
         }
-        let node_name = common_name.trim_start_matches("system:node:");
+        let node_name = common_name
+            .strip_prefix("system:node:")
+            .ok_or_else(|| refused("not a node's name"))?;
         let node = self
             .nodes
             .get(None, node_name)
-            .ok_or_else(|| ServingCheck::NoNode(node_name.to_string()))?;
-        let addresses: Vec<(&str, &str)> = node
-            .status
-            .as_ref()
-            .and_then(|s| s.addresses.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|a| (a.type_.as_str(), a.address.as_str()))
+            .ok_or_else(|| ServingCheck::NotYet(format!("node {node_name} not seen yet")))?;
+        let addresses = |node: &Node| -> Vec<(String, String)> {
+            node.status
+                .as_ref()
+                .and_then(|s| s.addresses.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|a| (a.type_.clone(), a.address.clone()))
+                .collect()
+        };
+        let own = addresses(&node);
+        // A node writes its own addresses: one that names another Node's is not
+        // believed (it would get a certificate to impersonate that kubelet).
+        let others: Vec<(String, String)> = self
+            .nodes
+            .state()
+            .iter()
+            .filter(|n| n.metadata.name.as_deref() != Some(node_name))
+            .flat_map(|n| addresses(n))
             .collect();
-        let has = |types: &[&str], value: &str| {
-            addresses
-                .iter()
-                .any(|(t, a)| types.contains(t) && *a == value)
+        let has = |list: &[(String, String)], types: &[&str], value: &str| {
+            list.iter()
+                .any(|(t, a)| types.contains(&t.as_str()) && a == value)
         };
         for name in alt_names(&request) {
-            let known = match &name {
-                AltName::Dns(dns) => has(&["Hostname", "InternalDNS", "ExternalDNS"], dns),
-                AltName::Ip(Some(ip)) => has(&["InternalIP", "ExternalIP"], &ip.to_string()),
-                _ => false,
+            let (types, value): (&[&str], String) = match &name {
+                AltName::Dns(dns) => (&["Hostname", "InternalDNS", "ExternalDNS"], dns.clone()),
+                AltName::Ip(Some(ip)) => (&["InternalIP", "ExternalIP"], ip.to_string()),
+                _ => return Err(refused(&format!("{name:?} is not a name or address"))),
             };
-            if !known {
+            if has(&others, types, &value) {
                 return Err(ServingCheck::Refused(format!(
-                    "{name:?} is not an address of node {node_name}"
+                    "{value} is an address of another node"
+                )));
+            }
+            if !has(&own, types, &value) {
+                return Err(ServingCheck::NotYet(format!(
+                    "{value} is not an address of node {node_name}"
                 )));
             }
         }

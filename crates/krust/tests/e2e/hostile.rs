@@ -127,12 +127,13 @@ fn stalled_tls_client(s: &Server, request: &str) -> Child {
 fn silent_and_slow_clients_lose_their_connection_and_never_starve_others() {
     let s = Server::apiserver(&[]);
     let before = s.rss_kib();
-    // A thousand connections that never start TLS, and one that completes TLS and
-    // then sends half a request line.
+    // A thousand connections that never start TLS, one that completes TLS and then
+    // sends half a request, and one that sends nothing at all after TLS.
     let silent: Vec<TcpStream> = (0..1_000)
         .map(|_| TcpStream::connect(("127.0.0.1", s.port)).unwrap())
         .collect();
     let mut slow = stalled_tls_client(&s, "GET /api HTTP/1.1\r\nHost: x\r\n");
+    let mut mute = stalled_tls_client(&s, "");
     let started = Instant::now();
     // Everyone else is served meanwhile.
     for _ in 0..5 {
@@ -145,8 +146,10 @@ fn silent_and_slow_clients_lose_their_connection_and_never_starve_others() {
     );
 
     // The server gives up on them after its read-header timeout (32 s).
-    wait_for("the slow client cut off", Duration::from_secs(60), || {
-        slow.try_wait().unwrap().map(|_| ())
+    wait_for("the slow clients cut off", Duration::from_secs(60), || {
+        let slow = slow.try_wait().unwrap().is_some();
+        let mute = mute.try_wait().unwrap().is_some();
+        (slow && mute).then_some(())
     });
     for mut conn in silent {
         conn.set_read_timeout(Some(Duration::from_secs(30)))

@@ -123,7 +123,8 @@ async fn housekeeping(workers: Arc<Workers>, cache: krust_client::cache::Cache<P
                 break snapshot;
             }
             if relist.changed().await.is_err() {
-                return;
+                // No more relists (never, while the kubelet runs): nothing to compare.
+                std::future::pending::<()>().await;
             }
         };
         let mut known = workers.known();
