@@ -7,7 +7,9 @@
 # each column and a chart of each over time, to see that none grows without bound.
 #
 #   scripts/soak.sh [minutes]   (default 60; needs root; target/debug/krust unless KRUST)
-#   SOAK_DIR (default a new /tmp/krust-soak.*), SOAK_PORT (16543), SOAK_EVERY (30)
+#   SOAK_DIR (default a new /tmp/krust-soak.*), SOAK_PORT (16543), SOAK_EVERY (30),
+#   SOAK_EVENT_TTL (10m: Events expire after it, so an hour's run shows the store level
+#   off; the server's default is upstream's 1h)
 set -euo pipefail
 
 minutes="${1:-60}"
@@ -16,6 +18,7 @@ krust="${KRUST:-$here/../target/debug/krust}"
 dir="${SOAK_DIR:-$(mktemp -d /tmp/krust-soak.XXXXXX)}"
 port="${SOAK_PORT:-16543}"
 every="${SOAK_EVERY:-30}"
+event_ttl="${SOAK_EVENT_TTL:-10m}"
 mkdir -p "$dir"
 export KUBECONFIG="$dir/kubeconfig"
 csv="$dir/samples.csv"
@@ -24,7 +27,7 @@ csv="$dir/samples.csv"
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
   --write-kubeconfig "$KUBECONFIG" --kubelet-port 0 --cluster-cidr 10.96.0.0/16 \
   --nftables-table krust-soak --eviction-hard 'memory.available<100Mi' \
-  --dns-port 15353 --ingress-http-port 18080 \
+  --dns-port 15353 --ingress-http-port 18080 --event-ttl "$event_ttl" \
   >"$dir/server.log" 2>&1 &
 server=$!
 churners=()

@@ -136,6 +136,23 @@ impl<'a> Internal<'a> {
             .map(|_| ())
     }
 
+    /// Deletes the object only if it is still at `resource_version` (409 Conflict if not).
+    pub async fn delete_unchanged(
+        &self,
+        r: Resource<'_>,
+        name: &str,
+        resource_version: &str,
+    ) -> Result<(), ApiError> {
+        let options = serde_json::json!({
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "preconditions": {"resourceVersion": resource_version},
+        });
+        self.send(self.call(r, Verb::Delete, Some(name), &options)?)
+            .await
+            .map(|_| ())
+    }
+
     /// Creates the object unless one of that name exists.
     pub async fn ensure(&self, r: Resource<'_>, body: &Value) -> Result<(), ApiError> {
         let name = body["metadata"]["name"].as_str().unwrap_or_default();

@@ -19,6 +19,7 @@ pub mod custom;
 pub mod discovery;
 pub mod encryption;
 pub mod endpoints;
+mod event_ttl;
 mod first_byte;
 pub mod internal;
 pub mod join;
@@ -82,6 +83,8 @@ pub struct Config {
     /// How often history older than the previous interval is compacted (upstream's
     /// `--etcd-compaction-interval`, 5 minutes); zero disables compaction.
     pub compaction_interval: std::time::Duration,
+    /// How long an Event lives after its last write (upstream's `--event-ttl`, one hour).
+    pub event_ttl: std::time::Duration,
     /// Audit logging (`--audit-policy-file` and `--audit-log-path`); `None` logs nothing.
     pub audit: Option<audit::Config>,
     /// How often kubelets are scraped for the metrics API (metrics-server's
@@ -277,6 +280,9 @@ pub async fn start(
             api.store.clone(),
             config.compaction_interval,
         ));
+    }
+    if !config.event_ttl.is_zero() {
+        tokio::spawn(event_ttl::run(api.clone(), config.event_ttl));
     }
     if !config.metric_resolution.is_zero() {
         tokio::spawn(resource_metrics::scrape(

@@ -8,6 +8,8 @@
 //! - [`endpoints`]: EndpointSlices as the data plane reads them;
 //! - [`events`]: recording core/v1 Events; [`leader`]: active/standby through a
 //!   coordination.k8s.io Lease;
+//! - [`metrics`]: each component's `/metrics` and health endpoints, and the work
+//!   queues' metrics;
 //! - [`supervise`]: long-running tasks restarted with back-off when they panic;
 //! - [`selector`]: label selectors, node selector terms and tolerations, evaluated as
 //!   the scheduler does; [`volume`]: which PersistentVolume fits a claim.
@@ -21,6 +23,7 @@ pub mod endpoints;
 pub mod events;
 pub mod informer;
 pub mod leader;
+pub mod metrics;
 pub mod queue;
 pub mod selector;
 pub mod supervise;

@@ -19,6 +19,8 @@ use futures::FutureExt;
 use krust_api::sync::Unpoisoned;
 use tokio::sync::Notify;
 
+use crate::metrics::QueueMetrics;
+
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
 
@@ -56,6 +58,7 @@ pub struct WorkQueue {
     name: &'static str,
     state: Mutex<State>,
     ready: Notify,
+    metrics: QueueMetrics,
 }
 
 #[derive(Default)]
@@ -68,6 +71,10 @@ struct State {
     /// When each key with a pending delayed add is due, so that one timer per key is
     /// enough however often it is asked to come back (e.g. every pass of a long rollout).
     delayed: HashMap<String, Instant>,
+    /// When each dirty key was added, and when each key being processed was taken: the
+    /// work queue metrics' two latencies.
+    added_at: HashMap<String, Instant>,
+    taken_at: HashMap<String, Instant>,
 }
 
 impl WorkQueue {
@@ -76,6 +83,7 @@ impl WorkQueue {
             name,
             state: Mutex::new(State::default()),
             ready: Notify::new(),
+            metrics: QueueMetrics::of(name),
         })
     }
 
@@ -86,6 +94,9 @@ impl WorkQueue {
         if !s.dirty.insert(key.clone()) {
             return;
         }
+        self.metrics.adds.inc();
+        self.metrics.depth.inc();
+        s.added_at.insert(key.clone(), Instant::now());
         if s.processing.contains(&key) {
             // `done` puts it back once the current pass ends.
             return;
@@ -132,6 +143,7 @@ impl WorkQueue {
             *n += 1;
             *n
         };
+        self.metrics.retries.inc();
         self.add_after(key, backoff(failures));
     }
 
@@ -148,6 +160,13 @@ impl WorkQueue {
                 if let Some(key) = s.queue.pop_front() {
                     s.dirty.remove(&key);
                     s.processing.insert(key.clone());
+                    let now = Instant::now();
+                    if let Some(added) = s.added_at.remove(&key) {
+                        self.metrics.depth.dec();
+                        let waited = now.duration_since(added).as_secs_f64();
+                        self.metrics.queue_duration.observe(waited);
+                    }
+                    s.taken_at.insert(key.clone(), now);
                     if !s.queue.is_empty() {
                         // Wake another idle worker: notify_one stores a single permit.
                         self.ready.notify_one();
@@ -163,6 +182,10 @@ impl WorkQueue {
     fn done(&self, key: &str) {
         let mut s = self.state.locked();
         s.processing.remove(key);
+        if let Some(taken) = s.taken_at.remove(key) {
+            let worked = taken.elapsed().as_secs_f64();
+            self.metrics.work_duration.observe(worked);
+        }
         if s.dirty.contains(key) {
             s.queue.push_back(key.to_string());
             drop(s);
@@ -335,5 +358,28 @@ mod tests {
         assert_eq!(backoff(2), Duration::from_millis(10));
         assert_eq!(backoff(5), Duration::from_millis(80));
         assert_eq!(backoff(40), MAX_DELAY);
+    }
+
+    #[tokio::test]
+    async fn the_queue_counts_adds_depth_retries_and_latencies() {
+        let q = WorkQueue::new("metrics-test");
+        q.add("ns/a");
+        q.add("ns/a");
+        q.add("ns/b");
+        let key = q.next().await;
+        q.add_rate_limited("ns/c".into());
+        q.done(&key);
+        let mut registry = prometheus_client::registry::Registry::default();
+        crate::metrics::register_work_queues(&mut registry);
+        let text = crate::metrics::render(&registry);
+        for line in [
+            r#"workqueue_adds_total{name="metrics-test"} 2"#,
+            r#"workqueue_depth{name="metrics-test"} 1"#,
+            r#"workqueue_retries_total{name="metrics-test"} 1"#,
+            r#"workqueue_queue_duration_seconds_count{name="metrics-test"} 1"#,
+            r#"workqueue_work_duration_seconds_count{name="metrics-test"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
     }
 }

@@ -8,15 +8,16 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{VersionRequest, VersionResponse};
 use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::{Endpoint, Uri};
 
 use crate::Error;
+use crate::metrics::Instrumented;
 
 /// Clients of one CRI endpoint; cheap to clone (they share the connection).
 #[derive(Clone, Debug)]
 pub struct Runtime {
-    pub runtime: RuntimeServiceClient<Channel>,
-    pub images: ImageServiceClient<Channel>,
+    pub runtime: RuntimeServiceClient<Instrumented>,
+    pub images: ImageServiceClient<Instrumented>,
 }
 
 impl Runtime {
@@ -40,6 +41,7 @@ impl Runtime {
                 })?;
         // Images and pod specs can be large; upstream's kubelet allows 16 MiB messages.
         const MAX: usize = 16 << 20;
+        let channel = Instrumented::new(channel);
         Ok(Runtime {
             runtime: RuntimeServiceClient::new(channel.clone())
                 .max_decoding_message_size(MAX)

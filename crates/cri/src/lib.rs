@@ -4,11 +4,14 @@
 //!   (or an existing CRI socket), surviving krust restarts;
 //! - [`image`]: images built locally as docker-archive tarballs (the pause sandbox image
 //!   and a busybox image from the machine's static busybox), and importing tarballs into
-//!   containerd, for machines without a registry.
+//!   containerd, for machines without a registry;
+//! - [`metrics`]: every CRI call counted and timed (the kubelet's runtime operation
+//!   metrics).
 
 pub mod client;
 pub mod containerd;
 pub mod image;
+pub mod metrics;
 
 pub use client::Runtime;
 pub use k8s_cri::v1 as api;

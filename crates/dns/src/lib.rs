@@ -7,6 +7,7 @@
 //! resolv.conf; the Service proxy carries pods' queries to it. Like every component it
 //! talks only to the apiserver.
 
+pub mod metrics;
 pub mod publish;
 pub mod server;
 pub mod zone;
@@ -39,6 +40,8 @@ pub struct Config {
     pub upstreams: Vec<SocketAddr>,
     /// Names this server's EndpointSlice (`kube-dns-<instance>`).
     pub instance: String,
+    /// Where `/metrics` and `/healthz` are served (CoreDNS: :9153).
+    pub metrics_address: Option<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,11 +71,20 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
     let slices_informer = Informer::<EndpointSlice>::notifying(&client, all(), &changed);
     let (services, slices) = (services_informer.cache(), slices_informer.cache());
     let zone: server::SharedZone = Arc::default();
+    let (metrics, registry) = metrics::Metrics::new(listen);
+    let _serving =
+        krust_client::metrics::MetricsServer::start_if("dns", config.metrics_address, registry)
+            .await;
     let serve = async {
         // An empty zone would deny names that exist: answer only from complete lists.
         futures::join!(services.wait_until_ready(), slices.wait_until_ready());
         refresh(&zone, &config.domain, &services, &slices);
-        let handler = server::Handler::new(&config.domain, zone.clone(), config.upstreams.clone());
+        let handler = server::Handler::new(
+            &config.domain,
+            zone.clone(),
+            config.upstreams.clone(),
+            metrics,
+        );
         let mut dns = hickory_server::Server::new(handler);
         dns.register_socket(udp);
         dns.register_listener(tcp, TCP_IDLE, TCP_BUFFER);

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::{
     Edns, Header, HeaderCounts, Message, Metadata, OpCode, Query, ResponseCode,
@@ -14,6 +14,7 @@ use hickory_proto::op::{
 use hickory_proto::rr::rdata::{A, CNAME, PTR, SOA, SRV};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use hickory_server::net::runtime::Time;
+use hickory_server::net::xfer::Protocol;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::{MessageResponse, MessageResponseBuilder};
 use krust_api::sync::UnpoisonedRw;
@@ -21,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::timeout;
 
+use crate::metrics::{Metrics, Question};
 use crate::zone::{self, Answer, QueryType, Zone};
 
 /// The TTL of every answer (CoreDNS's kubernetes plugin default).
@@ -34,10 +36,16 @@ pub struct Handler {
     zone: SharedZone,
     soa: Record,
     upstreams: Vec<SocketAddr>,
+    metrics: Metrics,
 }
 
 impl Handler {
-    pub fn new(domain: &str, zone: SharedZone, upstreams: Vec<SocketAddr>) -> Handler {
+    pub fn new(
+        domain: &str,
+        zone: SharedZone,
+        upstreams: Vec<SocketAddr>,
+        metrics: Metrics,
+    ) -> Handler {
         let apex = name(&format!("{}.", domain.trim_end_matches('.')));
         let soa = Record::from_rdata(
             apex.clone(),
@@ -56,6 +64,7 @@ impl Handler {
             zone,
             soa,
             upstreams,
+            metrics,
         }
     }
 
@@ -154,8 +163,30 @@ impl RequestHandler for Handler {
     async fn handle_request<R: ResponseHandler, T: Time>(
         &self,
         request: &Request,
-        mut response: R,
+        response: R,
     ) -> ResponseInfo {
+        let started = Instant::now();
+        let info = self.answer(request, response).await;
+        let query_type = match request.request_info() {
+            Ok(info) => info.query.query_type().to_string(),
+            Err(_) => "other".into(),
+        };
+        let question = Question {
+            proto: match request.protocol() {
+                Protocol::Tcp => "tcp",
+                _ => "udp",
+            },
+            query_type: &query_type,
+        };
+        let rcode = u16::from(info.response_code);
+        self.metrics
+            .answered(&question, rcode, started.elapsed().as_secs_f64());
+        info
+    }
+}
+
+impl Handler {
+    async fn answer<R: ResponseHandler>(&self, request: &Request, mut response: R) -> ResponseInfo {
         let fail = |code| {
             MessageResponseBuilder::from_message_request(request).error_msg(&request.metadata, code)
         };

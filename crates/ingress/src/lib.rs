@@ -7,6 +7,7 @@
 //! `status.loadBalancer.ingress`, and registers its IngressClass (`krust`, the default
 //! class: Ingresses without a class are served too).
 
+pub mod metrics;
 pub mod routes;
 pub mod serve;
 
@@ -43,6 +44,8 @@ pub struct Config {
     pub class: String,
     /// The address reported in the Ingresses' status.
     pub status_ip: Ipv4Addr,
+    /// Where `/metrics` and `/healthz` are served (ingress-nginx: :10254).
+    pub metrics_address: Option<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +70,10 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         slices_informer.cache(),
     );
     let routes: serve::SharedRoutes = Arc::default();
+    let (metrics, registry) = metrics::Metrics::new(&config.class);
+    let _serving =
+        krust_client::metrics::MetricsServer::start_if("ingress", config.metrics_address, registry)
+            .await;
     let control = async {
         futures::join!(
             ingresses.wait_until_ready(),
@@ -103,7 +110,7 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         _ = services_informer.run() => {}
         _ = slices_informer.run() => {}
         _ = control => {}
-        _ = serve::serve(listener, routes.clone()) => {}
+        _ = serve::serve(listener, routes.clone(), metrics) => {}
     }
     Ok(())
 }

@@ -21,6 +21,10 @@ use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
 pub struct Backend {
     /// `namespace/service:port`, for logs and error pages.
     pub name: String,
+    /// The Ingress whose rule leads here, its namespace and the Service (for metrics).
+    pub ingress: String,
+    pub namespace: String,
+    pub service: String,
     pub endpoints: Vec<SocketAddr>,
 }
 
@@ -82,7 +86,7 @@ impl Routes {
             })
             .collect();
         let slices_of = ipv4_slices_by_service(slices);
-        let resolve = |ns: &str, backend: &IngressBackend| -> Option<Backend> {
+        let resolve = |ns: &str, ingress: &str, backend: &IngressBackend| -> Option<Backend> {
             let svc = backend.service.as_ref()?;
             let port = svc.port.as_ref()?;
             let service = services.get(&(ns, svc.name.as_str()))?;
@@ -121,6 +125,9 @@ impl Routes {
                 .unwrap_or_default();
             Some(Backend {
                 name: format!("{ns}/{}:{shown}", svc.name),
+                ingress: ingress.to_string(),
+                namespace: ns.to_string(),
+                service: svc.name.clone(),
                 endpoints,
             })
         };
@@ -138,8 +145,12 @@ impl Routes {
             else {
                 continue;
             };
+            let name = ingress.metadata.name.as_deref().unwrap_or_default();
             if routes.default_backend.is_none() {
-                routes.default_backend = spec.default_backend.as_ref().and_then(|b| resolve(ns, b));
+                routes.default_backend = spec
+                    .default_backend
+                    .as_ref()
+                    .and_then(|b| resolve(ns, name, b));
             }
             for rule in spec.rules.iter().flatten() {
                 let paths = rule.http.iter().flat_map(|h| &h.paths).filter_map(|p| {
@@ -150,7 +161,7 @@ impl Routes {
                         } else {
                             PathType::Prefix
                         },
-                        backend: resolve(ns, &p.backend)?,
+                        backend: resolve(ns, name, &p.backend)?,
                     })
                 });
                 let table = match rule.host.as_deref().map(str::to_lowercase) {

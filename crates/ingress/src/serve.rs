@@ -19,7 +19,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use krust_api::sync::UnpoisonedRw;
 use tokio::net::TcpListener;
 
-use crate::routes::Routes;
+use crate::metrics::Metrics;
+use crate::routes::{Backend, Routes};
 
 /// The routing table in use; replaced whole when Ingresses or endpoints change.
 pub type SharedRoutes = Arc<RwLock<Arc<Routes>>>;
@@ -42,14 +43,16 @@ struct Proxy {
     routes: SharedRoutes,
     client: Client<HttpConnector, Incoming>,
     next: AtomicUsize,
+    metrics: Metrics,
 }
 
-/// Serves `listener` until the future is dropped.
-pub async fn serve(listener: TcpListener, routes: SharedRoutes) {
+/// Serves `listener` until the future is dropped, counting requests in `metrics`.
+pub async fn serve(listener: TcpListener, routes: SharedRoutes, metrics: Metrics) {
     let proxy = Arc::new(Proxy {
         routes,
         client: Client::builder(TokioExecutor::new()).build_http(),
         next: AtomicUsize::new(0),
+        metrics,
     });
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -77,7 +80,26 @@ pub async fn serve(listener: TcpListener, routes: SharedRoutes) {
 }
 
 impl Proxy {
-    async fn handle(&self, mut req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+        let method = req.method().clone();
+        let routes = self.routes.read_locked().clone();
+        let (backend, response, upstream) = self.forward(&routes, req, peer).await;
+        self.metrics.request(
+            backend,
+            method.as_str(),
+            response.status().as_u16(),
+            upstream,
+        );
+        response
+    }
+
+    /// The answer to `req`, the backend it went to and how long that took to answer.
+    async fn forward<'r>(
+        &self,
+        routes: &'r Routes,
+        mut req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> (Option<&'r Backend>, Response<Body>, Option<f64>) {
         let host = req
             .headers()
             .get(header::HOST)
@@ -85,15 +107,19 @@ impl Proxy {
             .or_else(|| req.uri().host())
             .unwrap_or_default()
             .to_string();
-        let routes = self.routes.read_locked().clone();
         let Some(backend) = routes.route(&host, req.uri().path()) else {
-            return plain(StatusCode::NOT_FOUND, "default backend - 404");
+            return (
+                None,
+                plain(StatusCode::NOT_FOUND, "default backend - 404"),
+                None,
+            );
         };
+        let answer = |response| (Some(backend), response, None);
         if backend.endpoints.is_empty() {
-            return plain(
+            return answer(plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 &format!("no ready endpoints for {}", backend.name),
-            );
+            ));
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let endpoint = backend.endpoints[n % backend.endpoints.len()];
@@ -103,7 +129,7 @@ impl Proxy {
             .map_or("/", |p| p.as_str())
             .to_string();
         let Ok(uri) = Uri::try_from(format!("http://{endpoint}{path}")) else {
-            return plain(StatusCode::BAD_REQUEST, "bad request target");
+            return answer(plain(StatusCode::BAD_REQUEST, "bad request target"));
         };
         *req.uri_mut() = uri;
         let headers = req.headers_mut();
@@ -124,7 +150,8 @@ impl Proxy {
                 headers.insert(HeaderName::from_static(name), value);
             }
         }
-        match self.client.request(req).await {
+        let asked = std::time::Instant::now();
+        let response = match self.client.request(req).await {
             Ok(mut response) => {
                 for h in HOP_BY_HOP {
                     response.headers_mut().remove(h);
@@ -138,7 +165,8 @@ impl Proxy {
                     &format!("{} did not answer", backend.name),
                 )
             }
-        }
+        };
+        (Some(backend), response, Some(asked.elapsed().as_secs_f64()))
     }
 }
 

@@ -50,6 +50,9 @@ pub struct ApiserverArgs {
     /// How often old history is compacted (e.g. 5m, 30s; 0 disables).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub etcd_compaction_interval: std::time::Duration,
+    /// How long Events are kept after their last write (e.g. 1h, 10m; 0 keeps them).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub event_ttl: std::time::Duration,
     /// How often this apiserver renews its identity lease and rewrites the `kubernetes`
     /// endpoints; an apiserver silent for three intervals is dropped from them.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -195,6 +198,7 @@ impl ApiserverArgs {
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,
             compaction_interval: self.etcd_compaction_interval,
+            event_ttl: self.event_ttl,
             metric_resolution: self.metric_resolution,
             audit: self
                 .audit_policy_file

@@ -87,6 +87,8 @@ struct ServerArgs {
     #[arg(long)]
     disable_scheduler: bool,
     #[command(flatten)]
+    scheduler_metrics: crate::scheduler::SchedulerMetricsArgs,
+    #[command(flatten)]
     dns: crate::dns::DnsArgs,
     #[command(flatten)]
     ingress: crate::ingress::IngressArgs,
@@ -95,6 +97,22 @@ struct ServerArgs {
     sim_nodes: usize,
     #[command(flatten)]
     controllers: ControllerArgs,
+}
+
+/// Where a component serves `/metrics` and its health endpoints: `host:port`, or `0`
+/// (or nothing) for not at all, as kube-proxy's `--metrics-bind-address`.
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsAddress(pub Option<std::net::SocketAddr>);
+
+impl std::str::FromStr for MetricsAddress {
+    type Err = std::net::AddrParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "" | "0" => Ok(MetricsAddress(None)),
+            _ => s.parse().map(|addr| MetricsAddress(Some(addr))),
+        }
+    }
 }
 
 /// `5m`, `30s`, `1h`, `250ms` or plain seconds.
@@ -169,8 +187,9 @@ async fn server(args: ServerArgs) -> Result<()> {
         let kubeconfig = apiserver.kubeconfig_for(identity::SCHEDULER, &[])?;
         let leader = args.controllers.leader.clone();
         let config = crate::scheduler::configuration(None)?;
+        let metrics = args.scheduler_metrics;
         components.push(InProcess::spawn("scheduler", move |stop| async move {
-            crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, stop).await
+            crate::scheduler::run_with_kubeconfig(&kubeconfig, config, &leader, metrics, stop).await
         }));
     }
     let node_ip = args.agent.node_ip();

@@ -66,6 +66,10 @@ pub struct ControllerArgs {
     /// Services pending for another implementation.
     #[arg(long, value_delimiter = ',')]
     disable: Vec<Disable>,
+    /// Where the controller manager serves `/metrics` and `/healthz` (its upstream port;
+    /// 0: nowhere).
+    #[arg(long, default_value = "127.0.0.1:10257")]
+    controller_manager_metrics_address: crate::cli::MetricsAddress,
 }
 
 /// What `--disable` can leave out.
@@ -211,6 +215,14 @@ pub async fn run_with_kubeconfig(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let mut config = args.config()?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    krust_client::metrics::register_work_queues(&mut registry);
+    let _serving = krust_client::metrics::MetricsServer::start_if(
+        "controller-manager",
+        args.controller_manager_metrics_address.0,
+        registry,
+    )
+    .await;
     let (client, root_ca) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
     config.root_ca = root_ca;
     tracing::info!(

@@ -20,6 +20,9 @@ pub struct DnsArgs {
     /// nameservers of /etc/resolv.conf).
     #[arg(long)]
     dns_upstream: Vec<std::net::SocketAddr>,
+    /// Where the DNS server serves `/metrics` and `/healthz` (CoreDNS's port; 0: nowhere).
+    #[arg(long, default_value = "127.0.0.1:9153")]
+    dns_metrics_address: crate::cli::MetricsAddress,
 }
 
 impl DnsArgs {
@@ -47,6 +50,7 @@ impl DnsArgs {
             service_ip,
             upstreams,
             instance,
+            metrics_address: self.dns_metrics_address.0,
         })
     }
 }

@@ -19,6 +19,10 @@ pub struct IngressArgs {
     /// The IngressClass served (Ingresses without a class are served too).
     #[arg(long, default_value = "krust")]
     ingress_class: String,
+    /// Where the Ingress controller serves `/metrics` and `/healthz` (ingress-nginx's
+    /// port; 0: nowhere).
+    #[arg(long, default_value = "127.0.0.1:10254")]
+    ingress_metrics_address: crate::cli::MetricsAddress,
 }
 
 impl IngressArgs {
@@ -28,6 +32,7 @@ impl IngressArgs {
             listen: SocketAddr::from(([0, 0, 0, 0], self.ingress_http_port)),
             class: self.ingress_class.clone(),
             status_ip: node_ip,
+            metrics_address: self.ingress_metrics_address.0,
         })
     }
 }

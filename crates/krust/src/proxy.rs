@@ -22,6 +22,9 @@ pub struct ProxyArgs {
     /// it was deleted (upstream's `--sync-period`).
     #[arg(long, default_value = "30s", value_parser = crate::cli::parse_duration)]
     sync_period: std::time::Duration,
+    /// Where the proxy serves `/metrics` and `/healthz` (kube-proxy's port; 0: nowhere).
+    #[arg(long, default_value = "127.0.0.1:10249")]
+    proxy_metrics_address: crate::cli::MetricsAddress,
 }
 
 impl ProxyArgs {
@@ -33,6 +36,7 @@ impl ProxyArgs {
             node_name: node_name.to_string(),
             min_sync_period: self.min_sync_period,
             sync_period: self.sync_period,
+            metrics_address: self.proxy_metrics_address.0,
         })
     }
 }

@@ -23,6 +23,17 @@ pub struct SchedulerArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     leader: LeaderElectionArgs,
+    #[command(flatten)]
+    metrics: SchedulerMetricsArgs,
+}
+
+/// Where the scheduler serves its metrics, for `krust scheduler` and `krust server`.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct SchedulerMetricsArgs {
+    /// Where the scheduler serves `/metrics` and `/healthz` (its upstream port; 0:
+    /// nowhere).
+    #[arg(long, default_value = "127.0.0.1:10259")]
+    pub scheduler_metrics_address: crate::cli::MetricsAddress,
 }
 
 /// Reads a KubeSchedulerConfiguration file, or the default profile without one.
@@ -42,7 +53,14 @@ pub fn configuration(path: Option<&std::path::Path>) -> Result<SchedulerConfigur
 pub async fn run(args: SchedulerArgs) -> Result<()> {
     let config = configuration(args.config.as_deref())?;
     let yaml = args.kubeconfig.read()?;
-    run_with_kubeconfig(&yaml, config, &args.leader, crate::cli::shutdown_signal()).await
+    run_with_kubeconfig(
+        &yaml,
+        config,
+        &args.leader,
+        args.metrics,
+        crate::cli::shutdown_signal(),
+    )
+    .await
 }
 
 /// Runs the scheduler against the apiserver of `kubeconfig` (YAML) until `shutdown`.
@@ -50,6 +68,7 @@ pub async fn run_with_kubeconfig(
     kubeconfig: &str,
     config: SchedulerConfiguration,
     leader: &LeaderElectionArgs,
+    metrics: SchedulerMetricsArgs,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     // Fail on a bad configuration now, not after winning the lease.
@@ -57,14 +76,23 @@ pub async fn run_with_kubeconfig(
         .build_frameworks()
         .context("scheduler configuration")?;
     let election = leader.election(LEASE)?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let counted = krust_scheduler::metrics::Metrics::new(&mut registry);
+    let _serving = krust_client::metrics::MetricsServer::start_if(
+        "scheduler",
+        metrics.scheduler_metrics_address.0,
+        registry,
+    )
+    .await;
     let (client, _) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
     let instance = crate::controller_manager::identity();
     let elector = election.map(|le| krust_client::leader::LeaderElector::new(client.clone(), le));
     tracing::info!(leader_elect = elector.is_some(), "scheduler starting");
     krust_client::leader::run_while_leading(elector, shutdown, || {
         let (client, config, instance) = (client.clone(), config.clone(), instance.clone());
+        let counted = counted.clone();
         async move {
-            if let Err(err) = krust_scheduler::run(client, config, instance).await {
+            if let Err(err) = krust_scheduler::run(client, config, instance, counted).await {
                 tracing::error!(error = %err, "scheduler failed");
             }
         }

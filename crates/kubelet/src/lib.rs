@@ -16,6 +16,7 @@ pub mod csi;
 pub mod eviction;
 pub mod logfile;
 pub mod machine;
+pub mod metrics;
 pub mod node;
 pub mod pods;
 pub mod server;

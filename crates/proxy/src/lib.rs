@@ -11,6 +11,7 @@
 //! with endpoints get their [`health`] check ports answered.
 
 pub mod health;
+pub mod metrics;
 pub mod model;
 pub mod nft;
 
@@ -42,6 +43,8 @@ pub struct Config {
     pub node_name: String,
     pub min_sync_period: Duration,
     pub sync_period: Duration,
+    /// Where `/metrics` and `/healthz` are served (kube-proxy: 127.0.0.1:10249).
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// Watches Services and EndpointSlices and keeps the node's rules in step, until the
@@ -53,10 +56,14 @@ pub async fn run(client: Client, config: Config) {
     let services = Informer::<Service>::notifying(&client, ours(), &changed);
     let slices = Informer::<EndpointSlice>::notifying(&client, ours(), &changed);
     let caches = (services.cache(), slices.cache());
+    let (metrics, registry) = metrics::Metrics::new();
+    let _serving =
+        krust_client::metrics::MetricsServer::start_if("proxy", config.metrics_address, registry)
+            .await;
     tokio::select! {
         _ = services.run() => {}
         _ = slices.run() => {}
-        _ = sync(&config, &caches.0, &caches.1, &changed) => {}
+        _ = sync(&config, &caches.0, &caches.1, &changed, &metrics) => {}
     }
 }
 
@@ -65,6 +72,7 @@ async fn sync(
     services: &Cache<Service>,
     slices: &Cache<EndpointSlice>,
     changed: &Notify,
+    metrics: &metrics::Metrics,
 ) {
     // Rules from half a picture would drop traffic that works now.
     futures::join!(services.wait_until_ready(), slices.wait_until_ready());
@@ -73,6 +81,8 @@ async fn sync(
     let mut last_sync = Instant::now();
     let mut health = health::HealthServer::default();
     loop {
+        // The sync's time, as kube-proxy measures it: the model, the rules and loading.
+        let started = std::time::Instant::now();
         let services = services.state();
         let ports = model::service_ports(
             services.iter().map(|s| &**s),
@@ -94,13 +104,16 @@ async fn sync(
             let result = tokio::task::spawn_blocking(move || krust_net::nft::apply(&text))
                 .await
                 .unwrap_or_else(|e| Err(krust_net::nft::NftError::Rejected(e.to_string())));
+            let took = started.elapsed().as_secs_f64();
             match result {
                 Ok(()) => {
                     tracing::debug!(service_ports = ports.len(), "service rules loaded");
+                    metrics.synced(took, ports.len());
                     loaded = Some(ruleset);
                 }
                 Err(err) => {
                     tracing::error!(error = %err, "loading service rules failed; retrying");
+                    metrics.failed(took);
                     loaded = None;
                 }
             }

@@ -31,6 +31,7 @@ pub mod cache;
 pub mod config;
 pub mod events;
 pub mod framework;
+pub mod metrics;
 pub mod plugins;
 pub mod queue;
 pub mod resource;

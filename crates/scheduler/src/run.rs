@@ -16,7 +16,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
     Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -37,6 +37,7 @@ use crate::cache::{Cache, occupies};
 use crate::config::{ConfigError, SchedulerConfiguration};
 use crate::events::{REPORTING_CONTROLLER, Recorder};
 use crate::framework::{Framework, PodInfo, PostFilterResult, ScheduleError, Status, Storage};
+use crate::metrics::{Metrics, Outcome};
 use crate::plugins::volume_binding::{VolumeChoice, volume_choices};
 use crate::queue::{QueuedPod, SchedulingQueue, pod_key};
 
@@ -72,14 +73,16 @@ struct Scheduler {
     bindings: Arc<Semaphore>,
     /// Told of every change to the storage objects (a binding waits for its claims).
     storage_changed: tokio::sync::watch::Sender<()>,
+    metrics: Arc<Metrics>,
 }
 
 /// Runs the scheduler until the future is dropped. `instance` names this process in
-/// its events.
+/// its events; `metrics` counts its attempts and shows its queue.
 pub async fn run(
     client: Client,
     config: SchedulerConfiguration,
     instance: String,
+    metrics: Arc<Metrics>,
 ) -> Result<(), Error> {
     let frameworks = config.build_frameworks()?;
     let (events, sender) = Recorder::new(client.clone(), instance);
@@ -91,7 +94,9 @@ pub async fn run(
         events,
         bindings: Arc::new(Semaphore::new(MAX_BINDINGS_IN_FLIGHT)),
         storage_changed: tokio::sync::watch::Sender::new(()),
+        metrics,
     });
+    scheduler.metrics.watch(&scheduler.queue);
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(sender);
     let nodes = informer::<Node>(&scheduler);
@@ -302,6 +307,7 @@ impl Scheduler {
     async fn schedule_loop(self: Arc<Self>) {
         loop {
             let queued = self.queue.pop().await;
+            let started = Instant::now();
             let Some(framework) = self.framework_for(&queued.pod) else {
                 self.queue.delete(&queued.key);
                 continue;
@@ -336,19 +342,29 @@ impl Scheduler {
                         .await
                         .expect("semaphore");
                     let this = self.clone();
+                    let profile = framework.profile_name().to_string();
                     tokio::spawn(async move {
-                        this.bind(queued, result.suggested_host).await;
+                        let outcome = this.bind(queued, result.suggested_host).await;
+                        this.metrics.attempt(&profile, outcome, started);
                         drop(permit);
                     });
                 }
                 Err(ScheduleError::Unschedulable {
                     fit_error,
                     preemption,
-                }) => self.unschedulable(&queued, fit_error.to_string(), preemption),
+                }) => {
+                    self.metrics
+                        .attempt(framework.profile_name(), Outcome::Unschedulable, started);
+                    self.unschedulable(&queued, fit_error.to_string(), preemption)
+                }
                 Err(ScheduleError::NoNodesAvailable) => {
+                    self.metrics
+                        .attempt(framework.profile_name(), Outcome::Unschedulable, started);
                     self.unschedulable(&queued, ScheduleError::NoNodesAvailable.to_string(), None)
                 }
                 Err(err @ ScheduleError::Internal(_)) => {
+                    self.metrics
+                        .attempt(framework.profile_name(), Outcome::Error, started);
                     tracing::warn!(pod = %queued.key, error = %err, "scheduling cycle failed");
                     self.events.pod(
                         &queued.pod,
@@ -363,7 +379,8 @@ impl Scheduler {
         }
     }
 
-    async fn bind(&self, queued: QueuedPod, node: String) {
+    /// Binds the pod's volumes and then the pod to `node`; says how the attempt ended.
+    async fn bind(&self, queued: QueuedPod, node: String) -> Outcome {
         let pod = &queued.pod;
         let choices = {
             let cache = self.cache.locked();
@@ -383,7 +400,7 @@ impl Scheduler {
                 format!("binding volumes: {err}"),
             );
             self.queue.retry(&queued);
-            return;
+            return Outcome::Error;
         }
         let binding = Binding {
             metadata: ObjectMeta {
@@ -420,6 +437,7 @@ impl Scheduler {
                     "Binding",
                     format!("Successfully assigned {} to {node}", queued.key),
                 );
+                Outcome::Scheduled
             }
             Err(err) => {
                 self.cache.locked().forget(pod);
@@ -440,6 +458,7 @@ impl Scheduler {
                         self.queue.retry(&queued);
                     }
                 }
+                Outcome::Error
             }
         }
     }

@@ -63,7 +63,7 @@ fn apply(s: &Server, obj: serde_json::Value) {
 }
 
 /// `busybox nslookup` inside the pod of deployment/web.
-fn nslookup_in_pod(s: &Server, args: &[&str]) -> String {
+pub(crate) fn nslookup_in_pod(s: &Server, args: &[&str]) -> String {
     let mut cmd = vec!["exec", "deployment/web", "--", "nslookup"];
     cmd.extend_from_slice(args);
     let out = s.kubectl(&cmd);

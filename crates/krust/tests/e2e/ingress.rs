@@ -10,7 +10,7 @@ use serde_json::json;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// (status code, body) of a GET to the Ingress port with this Host header.
-fn get(port: u16, host: &str, path: &str) -> (u16, String) {
+pub(crate) fn get(port: u16, host: &str, path: &str) -> (u16, String) {
     let out = Command::new("curl")
         .args(["-s", "--max-time", "5", "-w", "\n%{http_code}", "-H"])
         .arg(format!("Host: {host}"))
@@ -22,7 +22,7 @@ fn get(port: u16, host: &str, path: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.trim().to_string())
 }
 
-fn deployment(name: &str, files: &str) -> String {
+pub(crate) fn deployment(name: &str, files: &str) -> String {
     let serve = format!("{files} && exec httpd -f -p 8080 -h /www");
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
@@ -33,7 +33,7 @@ fn deployment(name: &str, files: &str) -> String {
     .to_string()
 }
 
-fn service(name: &str) -> String {
+pub(crate) fn service(name: &str) -> String {
     json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
         "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}})
     .to_string()

@@ -5,6 +5,7 @@
 use crate::common;
 use crate::common::Server;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 const JSON: Option<&str> = Some("application/json");
 const MERGE: Option<&str> = Some("application/merge-patch+json");
@@ -349,5 +350,53 @@ fn a_deleted_namespace_waits_for_its_spec_finalizers() {
     assert_eq!(
         s.curl("GET", "/api/v1/namespaces/doomed", None, None).0,
         404
+    );
+}
+
+#[test]
+fn events_expire_after_the_event_ttl_from_their_last_write() {
+    let s = Server::apiserver(&["--event-ttl", "4s"]);
+    let event = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "reason": "Tested", "message": "hello", "type": "Normal",
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p"}})
+    };
+    post(&s, "/api/v1/namespaces/default/events", event("old"));
+    let started = std::time::Instant::now();
+    // A second Event kept busy: each write renews its lease, as upstream's.
+    post(&s, "/api/v1/namespaces/default/events", event("busy"));
+    let path = |name: &str| format!("/api/v1/namespaces/default/events/{name}");
+    common::wait_for("the first Event to expire", Duration::from_secs(30), || {
+        let (code, _) = patch(
+            &s,
+            &path("busy"),
+            json!({"count": started.elapsed().as_millis() as u64}),
+        );
+        assert_eq!(
+            code, 200,
+            "the busy Event expired although written just now"
+        );
+        (s.curl("GET", &path("old"), None, None).0 == 404).then_some(())
+    });
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "expired early: {:?}",
+        started.elapsed()
+    );
+    let cm = s.ok(&["create", "configmap", "kept"]);
+    assert!(cm.contains("created"), "{cm}");
+    // Once left alone the busy one goes too; other kinds are not touched.
+    common::wait_for("the busy Event to expire", Duration::from_secs(30), || {
+        (s.curl("GET", &path("busy"), None, None).0 == 404).then_some(())
+    });
+    assert_eq!(
+        s.curl(
+            "GET",
+            "/api/v1/namespaces/default/configmaps/kept",
+            None,
+            None
+        )
+        .0,
+        200
     );
 }

@@ -33,6 +33,7 @@ mod kube_rs;
 mod kubectl;
 mod kubelet;
 mod lifecycle;
+mod metrics;
 mod multinode;
 mod namespaces;
 mod operator;

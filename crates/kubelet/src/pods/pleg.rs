@@ -58,6 +58,7 @@ pub async fn run(runtime: Runtime, tx: watch::Sender<Arc<Snapshot>>) {
             .clone()
             .list_containers(ListContainersRequest { filter: None })
             .await;
+        crate::metrics::PLEG_RELIST.observe(taken.elapsed().as_secs_f64());
         let (Ok(sandboxes), Ok(containers)) = (sandboxes, containers) else {
             tracing::warn!("relisting the runtime failed");
             continue;

@@ -120,19 +120,8 @@ async fn route(runtime: &Runtime, req: Request<Incoming>) -> Result<Response<Bod
     }
     match parts.as_slice() {
         ["healthz"] => Ok(text(StatusCode::OK, "ok")),
-        ["metrics", "resource"] => {
-            let body = resource_metrics::serve(runtime).await?;
-            let mut resp = Response::new(
-                Full::new(Bytes::from(body))
-                    .map_err(|never| match never {})
-                    .boxed(),
-            );
-            resp.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            Ok(resp)
-        }
+        ["metrics"] => Ok(prometheus_text(crate::metrics::render())),
+        ["metrics", "resource"] => Ok(prometheus_text(resource_metrics::serve(runtime).await?)),
         ["containerLogs", ns, pod, container] => {
             logs::serve(runtime, ns, pod, container, req.uri().query()).await
         }
@@ -145,6 +134,20 @@ async fn route(runtime: &Runtime, req: Request<Incoming>) -> Result<Response<Bod
         ["portForward", ns, pod] => streams::port_forward(runtime, ns, pod, req).await,
         _ => Err(ApiError::path_not_found()),
     }
+}
+
+/// A `/metrics` answer.
+fn prometheus_text(body: String) -> Response<Body> {
+    let mut resp = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(krust_client::metrics::TEXT_FORMAT),
+    );
+    resp
 }
 
 /// The containers of one pod container name, newest attempt first.

@@ -36,6 +36,7 @@ impl Harness {
             max_mutating_requests_inflight: 200,
             endpoint_reconcile_interval: Duration::from_secs(10),
             compaction_interval: Duration::ZERO,
+            event_ttl: Duration::ZERO,
             audit: None,
             metric_resolution: Duration::ZERO,
             join_secret: None,

@@ -32,6 +32,15 @@ pub struct Server {
 }
 
 /// A port nothing listens on now.
+/// The flags that place each in-process component's `/metrics`.
+const METRICS_FLAGS: [&str; 5] = [
+    "--controller-manager-metrics-address",
+    "--scheduler-metrics-address",
+    "--proxy-metrics-address",
+    "--dns-metrics-address",
+    "--ingress-metrics-address",
+];
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -155,6 +164,17 @@ impl Server {
                         .iter()
                         .any(|a| a.starts_with("--ingress-http-port=")))
                 .then_some("--disable-ingress"),
+            )
+            // Every component's metrics port is fixed by default (upstream's): a test
+            // that reads them names its own.
+            .args(
+                METRICS_FLAGS
+                    .iter()
+                    .filter(|flag| {
+                        self.command == "server"
+                            && !self.extra_args.iter().any(|a| a.starts_with(*flag))
+                    })
+                    .map(|flag| format!("{flag}=0")),
             )
             .arg("--https-listen-port")
             .arg(self.port.to_string())

@@ -108,6 +108,8 @@ pub struct Worker {
     failed_mount: Option<(String, Instant)>,
     /// The CSI drivers registered on the node.
     csi: Drivers,
+    /// When this worker first saw the pod, until the pod's start is measured.
+    first_seen: Option<Instant>,
 }
 
 /// What every pod worker of the node shares.
@@ -177,6 +179,7 @@ impl Worker {
             known: HashMap::new(),
             failed_mount: None,
             csi,
+            first_seen: Some(Instant::now()),
         }
     }
 
@@ -892,6 +895,16 @@ impl Worker {
     /// Writes the status if it says something new.
     async fn report(&mut self, pod: &Pod) {
         let status = pod_status(pod, &self.observed);
+        if status["phase"] == "Running"
+            && let Some(first_seen) = self.first_seen.take()
+        {
+            // A pod already Running before this worker (a restarted kubelet) did not
+            // start now.
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if phase != Some("Running") {
+                crate::metrics::POD_START.observe(first_seen.elapsed().as_secs_f64());
+            }
+        }
         if self.reported.as_ref().is_some_and(|r| same(r, &status)) && api_shows(pod, &status) {
             return;
         }
