@@ -19,8 +19,16 @@ use tokio::sync::watch;
 
 use crate::custom::{CustomKinds, DEFINITIONS};
 
-/// How many events each resource keeps for watch resume.
+/// The most events each resource keeps for watch resume.
 const HISTORY_CAPACITY: usize = 20_000;
+/// Events younger than this stay in the ring; older ones leave once it holds more than
+/// [`HISTORY_MIN`]. Upstream sizes its watch cache to cover 75 s of events; a watch
+/// resuming from further back is served from the store's history here (until
+/// compaction), so the ring need not hold hours of a busy resource's writes — with
+/// 20,000 events of every kind kept, a steady churn grew the apiserver's memory for
+/// hours before the rings were full (the soak in docs/benchmarks.md).
+const HISTORY_WINDOW: std::time::Duration = std::time::Duration::from_secs(150);
+const HISTORY_MIN: usize = 100;
 
 /// One object as the cache holds it.
 #[derive(Debug)]
@@ -136,9 +144,29 @@ pub type Indexer = &'static dyn crate::kinds::Strategy;
 
 struct State {
     objects: BTreeMap<String, Arc<CachedObject>>,
-    history: VecDeque<Arc<CacheEvent>>,
+    /// Recent events, oldest first, each with when it was added.
+    history: VecDeque<(std::time::Instant, Arc<CacheEvent>)>,
     /// Watches resuming from a revision at or after this one can be served from `history`.
     history_start: Revision,
+}
+
+impl State {
+    /// Drops the events the ring no longer keeps before one is added at `now`: beyond
+    /// its capacity, and those older than the window once it holds more than the minimum.
+    fn make_room(&mut self, now: std::time::Instant) {
+        while self.history.len() >= HISTORY_CAPACITY
+            || (self.history.len() > HISTORY_MIN
+                && self
+                    .history
+                    .front()
+                    .is_some_and(|(added, _)| now.duration_since(*added) > HISTORY_WINDOW))
+        {
+            let Some((_, oldest)) = self.history.pop_front() else {
+                break;
+            };
+            self.history_start = oldest.revision();
+        }
+    }
 }
 
 /// The cache of one storage prefix.
@@ -212,8 +240,14 @@ impl ResourceCache {
                 oldest: state.history_start,
             });
         }
-        let start = state.history.partition_point(|e| e.revision() <= after);
-        Ok(state.history.range(start..).cloned().collect())
+        let start = state
+            .history
+            .partition_point(|(_, e)| e.revision() <= after);
+        Ok(state
+            .history
+            .range(start..)
+            .map(|(_, e)| e.clone())
+            .collect())
     }
 
     /// A receiver that changes whenever this resource gets a new event.
@@ -303,12 +337,9 @@ impl ResourceCache {
                 CacheEvent::new(EventType::Deleted, Arc::new(obj), old)
             }
         };
-        if state.history.len() == HISTORY_CAPACITY
-            && let Some(oldest) = state.history.pop_front()
-        {
-            state.history_start = oldest.revision();
-        }
-        state.history.push_back(Arc::new(cache_event));
+        let now = std::time::Instant::now();
+        state.make_room(now);
+        state.history.push_back((now, Arc::new(cache_event)));
         self.revision.send_replace(rev);
     }
 
@@ -506,5 +537,50 @@ impl WatchCache {
         let mut rx = self.revision.subscribe();
         // The sender lives as long as self, so this only ends when the revision is reached.
         let _ = rx.wait_for(|r| *r >= rev).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn event(revision: Revision) -> Arc<CacheEvent> {
+        let object = CachedObject {
+            namespace: "default".into(),
+            name: format!("o{revision}"),
+            revision,
+            json: Bytes::from_static(b"{}"),
+            labels: BTreeMap::new(),
+            fields: Vec::new(),
+        };
+        Arc::new(CacheEvent::new(EventType::Added, Arc::new(object), None))
+    }
+
+    #[test]
+    fn the_ring_keeps_a_window_of_events_not_hours_of_them() {
+        let start = Instant::now();
+        let mut state = State {
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            history_start: 0,
+        };
+        // 300 events a second apart: at the end, the last 150 s are kept.
+        for revision in 1..=300 {
+            let now = start + Duration::from_secs(revision as u64);
+            state.make_room(now);
+            state.history.push_back((now, event(revision)));
+        }
+        let kept = state.history.len();
+        assert!((150..=152).contains(&kept), "{kept} kept");
+        let oldest = state.history.front().unwrap().1.revision();
+        assert_eq!(
+            state.history_start,
+            oldest - 1,
+            "resumable from the last one dropped"
+        );
+        // A quiet resource keeps at least the minimum however old.
+        state.make_room(start + Duration::from_secs(10_000));
+        assert_eq!(state.history.len(), HISTORY_MIN);
     }
 }

@@ -199,17 +199,7 @@ where
                 return;
             }
         };
-        let ws = WebSocketStream::from_raw_socket(TokioIo::new(client), Role::Server, None).await;
-        let runtime = TokioIo::new(runtime);
-        let ended = match session {
-            Session::RemoteCommand {
-                streams,
-                close_signal,
-            } => remote_command(ws, runtime, streams, close_signal).await,
-            Session::PortForward => tunnel(ws, runtime).await,
-            Session::PortForwardChannels { ports } => port_channels(ws, runtime, &ports).await,
-        };
-        if let Err(err) = ended {
+        if let Err(err) = bridge(session, TokioIo::new(client), TokioIo::new(runtime)).await {
             tracing::debug!(%err, "stream session ended with an error");
         }
     });
@@ -231,6 +221,25 @@ where
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs `session` between `client`, a connection upgraded to WebSocket (its frames
+/// start at once), and `runtime`, one upgraded to SPDY at the runtime's streaming
+/// server, until either ends.
+pub async fn bridge<C, R>(session: Session, client: C, runtime: R) -> Result<(), BoxError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    R: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let ws = WebSocketStream::from_raw_socket(client, Role::Server, None).await;
+    match session {
+        Session::RemoteCommand {
+            streams,
+            close_signal,
+        } => remote_command(ws, runtime, streams, close_signal).await,
+        Session::PortForward => tunnel(ws, runtime).await,
+        Session::PortForwardChannels { ports } => port_channels(ws, runtime, &ports).await,
+    }
+}
 
 /// The WebSocket channels of a session and the SPDY streams opened for them at the
 /// runtime, both ways.
