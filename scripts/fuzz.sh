@@ -28,7 +28,7 @@ for target in "${targets[@]}"; do
   log="artifacts/$target/last-run.log"
   status=ok
   cargo fuzz run -s none "${mode[@]}" "$target" "corpus/$target" "seeds/$target" -- \
-    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+    -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
     >"$log" 2>&1 || status=CRASHED
   runs=$(awk '/stat::number_of_executed_units/ {print $NF}' "$log")
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
