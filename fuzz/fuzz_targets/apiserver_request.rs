@@ -10,7 +10,6 @@
 #![no_main]
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use krust_apiserver::auth::User;
@@ -56,21 +55,7 @@ impl Apiserver {
             .expect("temp dir");
         let store = krust_store::embedded::EmbeddedStore::open(dir.path().join("state.redb"))
             .expect("store");
-        let config = Config {
-            tls_dir: dir.path().join("tls"),
-            bind_address: [127, 0, 0, 1].into(),
-            port: 6443,
-            service_cidr: "10.43.0.0/16".into(),
-            advertise_address: [127, 0, 0, 1].into(),
-            max_requests_inflight: 400,
-            max_mutating_requests_inflight: 200,
-            endpoint_reconcile_interval: Duration::from_secs(10),
-            compaction_interval: Duration::ZERO,
-            event_ttl: Duration::ZERO,
-            audit: None,
-            metric_resolution: Duration::ZERO,
-            join_secret: None,
-        };
+        let config = Config::in_process(dir.path().join("tls"));
         let (api, _) = runtime
             .block_on(Api::new(&config, Arc::new(store), 6443))
             .expect("apiserver");

@@ -95,6 +95,29 @@ pub struct Config {
     pub join_secret: Option<String>,
 }
 
+impl Config {
+    /// An apiserver served in process on loopback (tests, fuzzing): certificates in
+    /// `tls_dir`, upstream's limits, and none of the periodic work (compaction, Event
+    /// expiry, metrics scraping) that would act behind the caller's back.
+    pub fn in_process(tls_dir: PathBuf) -> Config {
+        Config {
+            tls_dir,
+            bind_address: [127, 0, 0, 1].into(),
+            port: 6443,
+            service_cidr: "10.43.0.0/16".into(),
+            advertise_address: [127, 0, 0, 1].into(),
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
+            endpoint_reconcile_interval: std::time::Duration::from_secs(10),
+            compaction_interval: std::time::Duration::ZERO,
+            event_ttl: std::time::Duration::ZERO,
+            audit: None,
+            metric_resolution: std::time::Duration::ZERO,
+            join_secret: None,
+        }
+    }
+}
+
 /// Everything a request handler needs.
 pub struct Api {
     pub store: Arc<dyn Store>,

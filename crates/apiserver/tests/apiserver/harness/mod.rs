@@ -2,7 +2,6 @@
 //! and requests handed straight to the handler (no TLS, no socket, no krust binary).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -26,21 +25,7 @@ impl Harness {
 
     /// An apiserver on `store`, keeping its certificates in `dir`.
     pub async fn on(store: Arc<dyn krust_store::Store>, dir: tempfile::TempDir) -> Harness {
-        let config = Config {
-            tls_dir: dir.path().join("tls"),
-            bind_address: [127, 0, 0, 1].into(),
-            port: 6443,
-            service_cidr: "10.43.0.0/16".into(),
-            advertise_address: [127, 0, 0, 1].into(),
-            max_requests_inflight: 400,
-            max_mutating_requests_inflight: 200,
-            endpoint_reconcile_interval: Duration::from_secs(10),
-            compaction_interval: Duration::ZERO,
-            event_ttl: Duration::ZERO,
-            audit: None,
-            metric_resolution: Duration::ZERO,
-            join_secret: None,
-        };
+        let config = Config::in_process(dir.path().join("tls"));
         let (api, _) = Api::new(&config, store, 6443).await.unwrap();
         let admin = User {
             name: "admin".into(),
