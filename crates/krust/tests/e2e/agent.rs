@@ -14,6 +14,27 @@ use crate::common::{Component, Server, reap_node, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// A joined node's data dir: whatever its node left running (containers, shims, its
+/// containerd, mounts) is reaped when it goes, also when a failed assertion unwinds the
+/// test. Declared before the agent, it is dropped after it.
+pub(crate) struct EdgeDir(tempfile::TempDir);
+
+impl EdgeDir {
+    pub(crate) fn new() -> EdgeDir {
+        EdgeDir(tempfile::tempdir().expect("temp dir"))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for EdgeDir {
+    fn drop(&mut self) {
+        reap_node(self.path());
+    }
+}
+
 /// `krust agent` joining `s` with its token as node `edge`, with its data in `data`;
 /// returns once the Node is Ready with a pod range, which it returns.
 pub(crate) fn join_edge(s: &Server, data: &Path) -> (Component, String) {
@@ -101,7 +122,7 @@ const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 #[test]
 fn a_standalone_agent_joins_runs_pods_and_serves_their_logs_and_exec() {
     let s = Server::start_with(&["--allocate-node-cidrs=true", "--cluster-cidr=10.75.0.0/16"]);
-    let data = tempfile::tempdir().unwrap();
+    let data = EdgeDir::new();
     let (agent, cidr) = join_edge(&s, data.path());
     assert_eq!(cidr, "10.75.0.0/24");
     // The node's identity came from a request the controllers approved and signed.
@@ -155,7 +176,7 @@ fn node_certificates_rotate_before_they_expire() {
         "--cluster-cidr=10.70.0.0/16",
         "--cluster-signing-duration=40s",
     ]);
-    let data = tempfile::tempdir().unwrap();
+    let data = EdgeDir::new();
     let joined = std::time::Instant::now();
     let (agent, cidr) = join_edge(&s, data.path());
     let first = std::fs::read_to_string(data.path().join("agent/client-kubelet.crt")).unwrap();
@@ -206,7 +227,7 @@ fn node_certificates_rotate_before_they_expire() {
 #[test]
 fn a_restarted_agent_reaps_the_pods_deleted_while_it_was_down() {
     let s = Server::start_with(&["--allocate-node-cidrs=true", "--cluster-cidr=10.86.0.0/16"]);
-    let data = tempfile::tempdir().unwrap();
+    let data = EdgeDir::new();
     let (agent, cidr) = join_edge(&s, data.path());
     run_web(&s, "orphan");
     let ip = s.get_json(&["pod", "web"])["status"]["podIP"]
@@ -296,7 +317,7 @@ fn server_token(s: &Server) -> String {
 
 /// `krust agent --server --token` that must fail before it starts anything: its error.
 fn refused_join(s: &Server, token: &str) -> String {
-    let data = tempfile::tempdir().unwrap();
+    let data = EdgeDir::new();
     let out = Command::new(env!("CARGO_BIN_EXE_krust"))
         .args([
             "agent",

@@ -1,9 +1,11 @@
 //! Crashes lose nothing: while a Deployment rolls out again and again and Jobs come and
-//! go on a real node, the server, the agent and the node's containerd are killed with
-//! SIGKILL at random moments and started again. Afterwards every write the server
-//! acknowledged is there, the Deployment never had more Ready pods than replicas +
-//! maxSurge, the cluster converges within a stated bound, and once everything is
-//! deleted no container and no network namespace of the node is left.
+//! go on a real node, and the history checker's writers and watchers run, the server,
+//! the agent, the node's containerd and (on the etcd backend) an etcd member are killed
+//! with SIGKILL at random moments and started again. Afterwards the history checks out
+//! (every acknowledged write there, no failed one visible, watches ordered and without
+//! gaps), the Deployment never had more Ready pods than replicas + maxSurge, the cluster
+//! converges within a stated bound, and once everything is deleted no container and no
+//! network namespace of the node is left.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::agent::{containers, join_edge, network_namespaces_in, stop_edge};
-use crate::common::{KUBECTL, Server, ready_pods, wait_for};
+use crate::agent::{EdgeDir, containers, join_edge, network_namespaces_in, stop_edge};
+use crate::common::{Etcd, KUBECTL, Server, ready_pods, wait_for};
+use crate::history::History;
 
 /// How long the chaos lasts, and how long the cluster then has to settle.
 const CHAOS: Duration = Duration::from_secs(90);
@@ -68,10 +71,29 @@ impl Rng {
     }
 }
 
+/// The history checker's writers: few, beside a real node's work on two cores.
+const WRITERS: usize = 2;
+
 #[test]
 fn crashes_of_server_agent_and_containerd_lose_no_write_and_leak_nothing() {
-    let mut s = Server::start_with(&["--allocate-node-cidrs=true", "--cluster-cidr=10.92.0.0/16"]);
-    let data = tempfile::tempdir().unwrap();
+    chaos("10.92.0.0/16", None);
+}
+
+#[test]
+fn crashes_on_the_etcd_backend_and_of_its_members_lose_no_write_and_leak_nothing() {
+    chaos("10.95.0.0/16", Some(Etcd::cluster(3)));
+}
+
+/// Runs the chaos against a server on `etcd` (three members), else on its embedded store.
+fn chaos(cluster_cidr: &str, mut etcd: Option<Etcd>) {
+    let cidr_flag = format!("--cluster-cidr={cluster_cidr}");
+    let endpoint = etcd.as_ref().map(Etcd::endpoint);
+    let mut flags = vec!["--allocate-node-cidrs=true", cidr_flag.as_str()];
+    if let Some(endpoint) = &endpoint {
+        flags.extend(["--datastore-endpoint", endpoint]);
+    }
+    let mut s = Server::start_with(&flags);
+    let data = EdgeDir::new();
     let (agent, cidr) = join_edge(&s, data.path());
     // Namespaces left in this range by an earlier run that did not finish are not ours.
     let earlier = network_namespaces_in(&cidr);
@@ -95,29 +117,9 @@ fn crashes_of_server_agent_and_containerd_lose_no_write_and_leak_nothing() {
     let mut rng = Rng(seed);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
     let most_ready = Arc::new(AtomicUsize::new(0));
+    let history = History::start(&s, WRITERS);
     let workers = vec![
-        // Writes: a ConfigMap at a time; those the server answered for must survive.
-        std::thread::spawn({
-            let (stop, acknowledged, kubeconfig) =
-                (stop.clone(), acknowledged.clone(), kubeconfig.clone());
-            move || {
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let name = format!("w-{n}");
-                    n += 1;
-                    if kubectl(
-                        &kubeconfig,
-                        &["create", "configmap", &name, "--from-literal=n=1"],
-                    )
-                    .is_some()
-                    {
-                        acknowledged.lock().unwrap().push(name);
-                    }
-                }
-            }
-        }),
         // Rollouts and Jobs.
         std::thread::spawn({
             let (stop, kubeconfig) = (stop.clone(), kubeconfig.clone());
@@ -159,7 +161,9 @@ fn crashes_of_server_agent_and_containerd_lose_no_write_and_leak_nothing() {
     let mut crashes = Vec::new();
     while started.elapsed() < CHAOS {
         std::thread::sleep(Duration::from_millis(3_000 + rng.next(7_000)));
-        match rng.next(3) {
+        // An etcd member is a fourth target when there is one.
+        let targets = if etcd.is_some() { 4 } else { 3 };
+        match rng.next(targets) {
             0 => {
                 crashes.push("server");
                 s.restart();
@@ -169,6 +173,11 @@ fn crashes_of_server_agent_and_containerd_lose_no_write_and_leak_nothing() {
                 drop(agent.lock().unwrap().take());
                 let (again, _) = join_edge(&s, data.path());
                 *agent.lock().unwrap() = Some(again);
+            }
+            3 => {
+                crashes.push("etcd member");
+                let member = rng.next(3) as usize;
+                etcd.as_mut().expect("an etcd cluster").restart(member);
             }
             _ => {
                 crashes.push("containerd");
@@ -245,24 +254,9 @@ fn crashes_of_server_agent_and_containerd_lose_no_write_and_leak_nothing() {
         jobs["items"].as_array().unwrap().len()
     );
 
-    let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(
-        acknowledged.len() > 20,
-        "the writer got through: {}",
-        acknowledged.len()
-    );
-    let stored: Value = serde_json::from_str(&s.ok(&["get", "configmaps", "-o", "json"])).unwrap();
-    let stored: Vec<&str> = stored["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["metadata"]["name"].as_str())
-        .collect();
-    let lost: Vec<&String> = acknowledged
-        .iter()
-        .filter(|n| !stored.contains(&n.as_str()))
-        .collect();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    let (acknowledged, _) = history.check();
+    eprintln!("the history checks out: {acknowledged} acknowledged writes");
+    assert!(acknowledged > 20, "the writers got through: {acknowledged}");
     let most = most_ready.load(Ordering::Relaxed);
     assert!(most <= REPLICAS + MAX_SURGE, "{most} Ready pods at once");
 

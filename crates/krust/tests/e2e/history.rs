@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common::Server;
@@ -227,140 +228,161 @@ fn watcher(http: Arc<Http>, from: i64, stop: Arc<AtomicBool>, streams: Arc<Mutex
     }
 }
 
-/// What the checker crashes while the load runs.
-enum Fault<'a> {
-    /// SIGKILL and restart the (embedded-store) server.
-    Server,
-    /// SIGKILL and restart one member of the etcd cluster under the apiserver.
-    EtcdMember(&'a mut common::Etcd),
+/// The load and its observers, running against one server until [`History::check`]:
+/// writers on keys of their own in namespace `history`, and two watchers that resume
+/// after every crash. Also used by the chaos test.
+pub(crate) struct History {
+    http: Arc<Http>,
+    stop: Arc<AtomicBool>,
+    watch_stop: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Write>>>,
+    streams: Arc<Mutex<Vec<Stream>>>,
+    workers: Vec<JoinHandle<()>>,
+    watchers: Vec<JoinHandle<()>>,
 }
 
-#[test]
-fn no_acknowledged_write_is_lost_or_reordered_across_server_crashes() {
-    check_history(Server::apiserver(&[]), Fault::Server);
-}
+impl History {
+    /// Creates the namespace and starts `writers` writers and two watchers.
+    pub(crate) fn start(s: &Server, writers: usize) -> History {
+        s.ok(&["create", "namespace", NS]);
+        let http = Arc::new(Http {
+            port: s.port,
+            tls: s.data_dir().join("server/tls"),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let watch_stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let streams = Arc::new(Mutex::new(Vec::new()));
+        // Watchers start from a list's revision, as a reflector does, so every event they
+        // see is a real change in revision order.
+        let (_, empty) = http.request("GET", &format!("/api/v1/namespaces/{NS}/configmaps"), None);
+        let from: i64 = empty["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let watchers = (0..2)
+            .map(|_| {
+                let (http, stop, streams) = (http.clone(), watch_stop.clone(), streams.clone());
+                std::thread::spawn(move || watcher(http, from, stop, streams))
+            })
+            .collect();
+        let workers = (0..writers)
+            .map(|w| {
+                let (http, stop, log) = (http.clone(), stop.clone(), log.clone());
+                std::thread::spawn(move || worker(w, http, stop, log))
+            })
+            .collect();
+        History {
+            http,
+            stop,
+            watch_stop,
+            log,
+            streams,
+            workers,
+            watchers,
+        }
+    }
 
-#[test]
-fn no_acknowledged_write_is_lost_or_reordered_across_etcd_member_crashes() {
-    let mut etcd = common::Etcd::cluster(3);
-    let endpoint = etcd.endpoint();
-    let s = Server::start_command("apiserver", &["--datastore-endpoint", &endpoint], None);
-    check_history(s, Fault::EtcdMember(&mut etcd));
-}
-
-fn check_history(mut s: Server, mut fault: Fault<'_>) {
-    s.ok(&["create", "namespace", NS]);
-    let http = Arc::new(Http {
-        port: s.port,
-        tls: s.data_dir().join("server/tls"),
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let streams = Arc::new(Mutex::new(Vec::new()));
-    // Watchers start from a list's revision, as a reflector does, so every event they see
-    // is a real change in revision order.
-    let (_, empty) = http.request("GET", &format!("/api/v1/namespaces/{NS}/configmaps"), None);
-    let from: i64 = empty["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let watch_stop = Arc::new(AtomicBool::new(false));
-    let watchers: Vec<_> = (0..2)
-        .map(|_| {
-            let (http, stop, streams) = (http.clone(), watch_stop.clone(), streams.clone());
-            std::thread::spawn(move || watcher(http, from, stop, streams))
-        })
-        .collect();
-    let workers: Vec<_> = (0..WORKERS)
-        .map(|w| {
-            let (http, stop, log) = (http.clone(), stop.clone(), log.clone());
-            std::thread::spawn(move || worker(w, http, stop, log))
-        })
-        .collect();
-    for crash in 0..3 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let target = (crash + 1) * 150;
-        while log
+    /// How many writes the server has acknowledged so far.
+    pub(crate) fn acknowledged(&self) -> usize {
+        self.log
             .lock()
             .unwrap()
             .iter()
             .filter(|w| matches!(w.outcome, Outcome::Acked(_)))
             .count()
-            < target
-        {
-            assert!(Instant::now() < deadline, "the load stalled: {}", s.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        match &mut fault {
-            Fault::Server => s.restart(),
-            // A different member each time, the leader among them sooner or later.
-            Fault::EtcdMember(etcd) => etcd.restart(crash % 3),
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    for t in workers {
-        t.join().unwrap();
-    }
-    // Let the watchers see the last writes, then stop them.
-    let (_, list) = http.request("GET", &format!("/api/v1/namespaces/{NS}/configmaps"), None);
-    // The newest configmap change: the list's own revision may be a later write to
-    // another resource (the apiserver renews its lease), which these watchers never see.
-    let newest_item = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|i| {
-            i["metadata"]["resourceVersion"]
-                .as_str()?
-                .parse::<i64>()
-                .ok()
-        })
-        .max()
-        .unwrap_or(0);
-    let newest_ack = log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|w| match w.outcome {
-            Outcome::Acked(rv) => Some(rv),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    let final_rv = newest_item.max(newest_ack);
-    common::wait_for("watchers to catch up", Duration::from_secs(30), || {
-        let streams = streams.lock().unwrap();
-        let seen = streams.iter().flatten().map(|e| e.0).max().unwrap_or(0);
-        (seen >= final_rv || final_rv == 0).then_some(())
-    });
-    watch_stop.store(true, Ordering::Relaxed);
-    // The watchers exit when their current stream times out.
-    for t in watchers {
-        t.join().unwrap();
     }
 
-    let log = log.lock().unwrap().clone();
+    /// Stops the writers, lets the watchers catch up, and checks the history (see the
+    /// module's comment). Returns how many writes were acknowledged, and how many of
+    /// those carried a resourceVersion (creates and updates).
+    pub(crate) fn check(self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.workers {
+            t.join().unwrap();
+        }
+        let path = format!("/api/v1/namespaces/{NS}/configmaps");
+        let list = common::wait_for("the final list", Duration::from_secs(30), || {
+            let (code, list) = self.http.request("GET", &path, None);
+            (code == 200).then_some(list)
+        });
+        let log = self.log.lock().unwrap().clone();
+        // The newest configmap change: the list's own revision may be a later write to
+        // another resource (the apiserver renews its lease), which these watchers never
+        // see.
+        let newest_item = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| {
+                i["metadata"]["resourceVersion"]
+                    .as_str()?
+                    .parse::<i64>()
+                    .ok()
+            })
+            .max()
+            .unwrap_or(0);
+        let newest_ack = log
+            .iter()
+            .filter_map(|w| match w.outcome {
+                Outcome::Acked(rv) => Some(rv),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let final_rv = newest_item.max(newest_ack);
+        common::wait_for("watchers to catch up", Duration::from_secs(30), || {
+            let streams = self.streams.lock().unwrap();
+            let seen = streams.iter().flatten().map(|e| e.0).max().unwrap_or(0);
+            (seen >= final_rv || final_rv == 0).then_some(())
+        });
+        self.watch_stop.store(true, Ordering::Relaxed);
+        // The watchers exit when their current stream times out.
+        for t in self.watchers {
+            t.join().unwrap();
+        }
+        let streams = self.streams.lock().unwrap();
+        check_final_state(&log, &list);
+        check_streams(&log, &streams);
+        let acked = log
+            .iter()
+            .filter(|w| matches!(w.outcome, Outcome::Acked(_)))
+            .count();
+        let acked_rvs = log
+            .iter()
+            .filter(|w| matches!(w.outcome, Outcome::Acked(rv) if rv > 0))
+            .count();
+        (acked, acked_rvs)
+    }
+}
+
+/// The values of writes that definitely failed.
+fn failed_values(log: &[Write]) -> BTreeSet<String> {
+    log.iter()
+        .filter(|w| w.outcome == Outcome::Failed)
+        .filter_map(|w| w.value.clone())
+        .collect()
+}
+
+/// Per key, the last write that may have happened decides the final value, and no
+/// failed write is visible.
+fn check_final_state(log: &[Write], list: &Value) {
     let final_state: BTreeMap<String, String> = list["items"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| {
-            (
-                i["metadata"]["name"].as_str().unwrap().to_string(),
-                i["data"]["v"].as_str().unwrap().to_string(),
-            )
+        // Only the writers' keys: a full server's controllers add `kube-root-ca.crt`.
+        .filter_map(|i| {
+            Some((
+                i["metadata"]["name"].as_str()?.to_string(),
+                i["data"]["v"].as_str()?.to_string(),
+            ))
         })
         .collect();
-    let failed: BTreeSet<String> = log
-        .iter()
-        .filter(|w| w.outcome == Outcome::Failed)
-        .filter_map(|w| w.value.clone())
-        .collect();
-
-    // Final state: per key, the last write that may have happened decides.
+    let failed = failed_values(log);
     let mut by_key: BTreeMap<&str, Vec<&Write>> = BTreeMap::new();
-    for w in &log {
+    for w in log {
         by_key.entry(&w.key).or_default().push(w);
     }
     for (key, writes) in &by_key {
@@ -386,11 +408,14 @@ fn check_history(mut s: Server, mut fault: Fault<'_>) {
             "{key}: final {got:?} is none of the possible {candidates:?}"
         );
     }
+}
 
-    // Watch streams: strictly increasing; together they saw every acknowledged write.
-    let streams = streams.lock().unwrap();
+/// Each watch stream is strictly increasing, shows no failed write, and together the
+/// streams saw every acknowledged write.
+fn check_streams(log: &[Write], streams: &[Stream]) {
+    let failed = failed_values(log);
     let mut seen = BTreeSet::new();
-    for stream in streams.iter() {
+    for stream in streams {
         for pair in stream.windows(2) {
             assert!(pair[0].0 < pair[1].0, "watch went backwards: {pair:?}");
         }
@@ -404,24 +429,58 @@ fn check_history(mut s: Server, mut fault: Fault<'_>) {
             seen.insert(*rv);
         }
     }
-    let acked_rvs: Vec<i64> = log
+    let missing: Vec<i64> = log
         .iter()
         .filter_map(|w| match w.outcome {
-            Outcome::Acked(rv) if rv > 0 => Some(rv),
+            Outcome::Acked(rv) if rv > 0 && !seen.contains(&rv) => Some(rv),
             _ => None,
         })
         .collect();
-    let missing: Vec<&i64> = acked_rvs.iter().filter(|rv| !seen.contains(rv)).collect();
     assert!(
         missing.is_empty(),
         "acknowledged writes no watch saw: {missing:?}"
     );
-    let acked = log
-        .iter()
-        .filter(|w| matches!(w.outcome, Outcome::Acked(_)))
-        .count();
+}
+
+/// What the checker crashes while the load runs.
+enum Fault<'a> {
+    /// SIGKILL and restart the (embedded-store) server.
+    Server,
+    /// SIGKILL and restart one member of the etcd cluster under the apiserver.
+    EtcdMember(&'a mut common::Etcd),
+}
+
+#[test]
+fn no_acknowledged_write_is_lost_or_reordered_across_server_crashes() {
+    check_history(Server::apiserver(&[]), Fault::Server);
+}
+
+#[test]
+fn no_acknowledged_write_is_lost_or_reordered_across_etcd_member_crashes() {
+    let mut etcd = common::Etcd::cluster(3);
+    let endpoint = etcd.endpoint();
+    let s = Server::start_command("apiserver", &["--datastore-endpoint", &endpoint], None);
+    check_history(s, Fault::EtcdMember(&mut etcd));
+}
+
+fn check_history(mut s: Server, mut fault: Fault<'_>) {
+    let history = History::start(&s, WORKERS);
+    for crash in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let target = (crash + 1) * 150;
+        while history.acknowledged() < target {
+            assert!(Instant::now() < deadline, "the load stalled: {}", s.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        match &mut fault {
+            Fault::Server => s.restart(),
+            // A different member each time, the leader among them sooner or later.
+            Fault::EtcdMember(etcd) => etcd.restart(crash % 3),
+        }
+    }
+    let (acked, acked_rvs) = history.check();
     assert!(
-        acked >= 450 && acked_rvs.len() >= 300,
+        acked >= 450 && acked_rvs >= 300,
         "only {acked} acknowledged writes"
     );
 }
