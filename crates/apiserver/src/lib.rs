@@ -255,7 +255,7 @@ impl Api {
             kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
             tokens,
             audit,
-            resource_metrics: Default::default(),
+            resource_metrics: resource_metrics::Samples::new(config.metric_resolution),
             webhooks: outbound::Client::new(&pki.ca_cert, None),
             aggregator: aggregator::Aggregator::new(&pki),
             ca_bundle: pki.ca_cert.clone(),

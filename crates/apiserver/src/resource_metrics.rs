@@ -4,7 +4,12 @@
 //! box. Every `resolution` a scraper reads each Ready node's kubelet `/metrics/resource`
 //! (with the apiserver's kubelet client certificate, as for logs and exec) and keeps the
 //! last two samples of every node and container: CPU usage is the rate between them,
-//! memory the latest working set, `window` the time between them.
+//! memory the latest working set, `window` the time between them. As metrics-server
+//! does, a container first seen at least 10 s and less than `resolution` after it
+//! started counts from its start (no CPU used then), so one sample is enough. Unlike
+//! metrics-server, a read of a Running pod without usage yet scrapes its node then (at
+//! most once a second per node): `kubectl top pod` shows a new pod as soon as that rule
+//! allows instead of up to a resolution later.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -94,7 +99,13 @@ struct Point {
     cpu_seconds: f64,
     memory_bytes: f64,
     millis: i64,
+    /// When the container started (its kubelet's `container_start_time_seconds`).
+    started_millis: Option<i64>,
 }
+
+/// A fresh container's first sample is trusted only this long after its start
+/// (metrics-server's `freshContainerMinMetricsResolution`: shorter windows mislead).
+const FRESH_MIN_MILLIS: i64 = 10_000;
 
 /// Usage over the window between two points.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -113,11 +124,26 @@ struct Series {
 }
 
 impl Series {
-    fn push(&mut self, p: Point) {
+    /// Takes in a newer point; without an earlier one of the same run of the container,
+    /// a fresh container's start stands in for it (see the module's comment).
+    fn push(&mut self, p: Point, resolution_millis: i64) {
         if self.latest.is_some_and(|l| l.millis >= p.millis) {
             return;
         }
-        self.previous = self.latest.replace(p);
+        let restarted = |l: &Point| p.started_millis.is_some_and(|s| s > l.millis);
+        self.previous = match self.latest.replace(p) {
+            Some(l) if !restarted(&l) => Some(l),
+            _ => p.started_millis.and_then(|started| {
+                let age = p.millis - started;
+                (FRESH_MIN_MILLIS..resolution_millis)
+                    .contains(&age)
+                    .then_some(Point {
+                        cpu_seconds: 0.0,
+                        millis: started,
+                        ..p
+                    })
+            }),
+        };
     }
 
     /// A restarted container's counter goes back: no usage until two new points.
@@ -142,6 +168,8 @@ type ContainerKey = (String, String, String);
 /// What the scraper learned, by node and by (namespace, pod, container).
 #[derive(Default)]
 pub struct Samples {
+    /// How often nodes are scraped (zero: never).
+    resolution: Duration,
     nodes: Mutex<HashMap<String, Series>>,
     /// Each container's series, with the node it was seen on.
     containers: Mutex<HashMap<ContainerKey, (String, Series)>>,
@@ -149,12 +177,21 @@ pub struct Samples {
     /// A node that never answers (a simulated one, a dead one) costs a connection
     /// attempt every few minutes, not every round.
     failing: Mutex<HashMap<String, (u32, u32)>>,
+    /// When each node was last scraped for a read (see [`Samples::refresh`]).
+    refreshed: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 /// Most rounds a failing node is skipped (5 minutes at the default resolution).
 const MAX_SKIPPED_ROUNDS: u32 = 20;
 
 impl Samples {
+    pub fn new(resolution: Duration) -> Samples {
+        Samples {
+            resolution,
+            ..Samples::default()
+        }
+    }
+
     pub fn node(&self, name: &str) -> Option<Usage> {
         self.nodes.locked().get(name)?.usage()
     }
@@ -177,12 +214,13 @@ impl Samples {
     fn record(&self, node: &str, text: &str) {
         self.failing.locked().remove(node);
         let scrape = parse(text);
+        let resolution = self.resolution.as_millis() as i64;
         if let Some(p) = scrape.node {
             self.nodes
                 .locked()
                 .entry(node.to_string())
                 .or_default()
-                .push(p);
+                .push(p, resolution);
         }
         let mut containers = self.containers.locked();
         containers.retain(|k, (on, _)| on != node || scrape.containers.contains_key(k));
@@ -191,7 +229,7 @@ impl Samples {
                 .entry(key)
                 .or_insert_with(|| (node.to_string(), Series::default()));
             entry.0 = node.to_string();
-            entry.1.push(p);
+            entry.1.push(p, resolution);
         }
     }
 
@@ -214,8 +252,27 @@ impl Samples {
         *skip = (1u32 << (*failures - 1).min(5)).min(MAX_SKIPPED_ROUNDS);
     }
 
+    /// Whether a read may scrape `node` now: scraping is on, the node answered its last
+    /// scrape, and no read scraped it in the last second.
+    fn may_refresh(&self, node: &str) -> bool {
+        if self.resolution.is_zero() || self.failing.locked().contains_key(node) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        let mut refreshed = self.refreshed.locked();
+        if refreshed
+            .get(node)
+            .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(1))
+        {
+            return false;
+        }
+        refreshed.insert(node.to_string(), now);
+        true
+    }
+
     /// Forgets nodes that are gone.
     fn keep_nodes(&self, live: &[String]) {
+        self.refreshed.locked().retain(|n, _| live.contains(n));
         self.failing.locked().retain(|n, _| live.contains(n));
         self.nodes.locked().retain(|n, _| live.contains(n));
         self.containers
@@ -238,6 +295,7 @@ fn parse(text: &str) -> Scrape {
     let mut node_memory = None;
     let mut cpu: HashMap<ContainerKey, (f64, i64)> = HashMap::new();
     let mut memory: HashMap<ContainerKey, f64> = HashMap::new();
+    let mut started: HashMap<ContainerKey, f64> = HashMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (name_labels, rest) = match line.find('}') {
             Some(end) => (&line[..=end], line[end + 1..].trim()),
@@ -268,6 +326,9 @@ fn parse(text: &str) -> Scrape {
             "container_memory_working_set_bytes" => {
                 memory.insert(key(), value);
             }
+            "container_start_time_seconds" => {
+                started.insert(key(), value);
+            }
             _ => {}
         }
     }
@@ -276,16 +337,19 @@ fn parse(text: &str) -> Scrape {
             cpu_seconds,
             memory_bytes,
             millis,
+            started_millis: None,
         });
     }
     for (key, (cpu_seconds, millis)) in cpu {
         let memory_bytes = memory.get(&key).copied().unwrap_or(0.0);
+        let started_millis = started.get(&key).map(|s| (s * 1000.0) as i64);
         scrape.containers.insert(
             key,
             Point {
                 cpu_seconds,
                 memory_bytes,
                 millis,
+                started_millis,
             },
         );
     }
@@ -322,25 +386,64 @@ pub async fn scrape(api: Arc<Api>, resolution: Duration) {
             .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
             .collect();
         api.resource_metrics.keep_nodes(&names);
-        let scrapes = nodes.iter().filter(|n| is_ready(n)).filter_map(|node| {
-            let name = node["metadata"]["name"].as_str()?.to_string();
-            if !api.resource_metrics.due(&name) {
-                return None;
-            }
-            let (host, port) = crate::connect::kubelet_address(node)?;
-            let api = api.clone();
-            Some(async move {
-                match fetch(&api, &host, port).await {
-                    Ok(text) => api.resource_metrics.record(&name, &text),
-                    Err(err) => {
-                        tracing::debug!(node = %name, %err, "scraping the kubelet failed");
-                        api.resource_metrics.failed(&name);
-                    }
-                }
+        let scrapes = nodes
+            .iter()
+            .filter(|n| is_ready(n))
+            .filter(|n| {
+                n["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|name| api.resource_metrics.due(name))
             })
-        });
+            .map(|node| scrape_node(&api, node));
         futures::future::join_all(scrapes).await;
     }
+}
+
+/// Scrapes one node's kubelet into the samples.
+async fn scrape_node(api: &Api, node: &Value) {
+    let Some(name) = node["metadata"]["name"].as_str() else {
+        return;
+    };
+    let Some((host, port)) = crate::connect::kubelet_address(node) else {
+        return;
+    };
+    match fetch(api, &host, port).await {
+        Ok(text) => api.resource_metrics.record(name, &text),
+        Err(err) => {
+            tracing::debug!(node = %name, %err, "scraping the kubelet failed");
+            api.resource_metrics.failed(name);
+        }
+    }
+}
+
+/// Before a read answers: scrapes the Ready nodes of `pods` (Running ones without
+/// usage) that may be scraped for a read now, waiting at most a second. Whether any
+/// node was scraped.
+async fn refresh(api: &Api, pods: &[&Value]) -> bool {
+    let Some(nodes) = api.cache.cache("/registry/minions/") else {
+        return false;
+    };
+    let names: std::collections::BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|p| p["spec"]["nodeName"].as_str())
+        .collect();
+    let wanted: Vec<Value> = names
+        .into_iter()
+        .filter_map(|n| nodes.get(&format!("/registry/minions/{n}")))
+        .map(|n| n.value())
+        .filter(is_ready)
+        .filter(|n| {
+            n["metadata"]["name"]
+                .as_str()
+                .is_some_and(|name| api.resource_metrics.may_refresh(name))
+        })
+        .collect();
+    if wanted.is_empty() {
+        return false;
+    }
+    let scrapes = wanted.iter().map(|node| scrape_node(api, node));
+    let _ = tokio::time::timeout(Duration::from_secs(1), futures::future::join_all(scrapes)).await;
+    true
 }
 
 fn is_ready(node: &Value) -> bool {
@@ -480,30 +583,47 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
         }
     };
     let namespace = call.namespace();
+    let objects: Vec<Value> = if verb == Verb::Get {
+        cache
+            .get(&source.storage_key(namespace, call.name()))
+            .map(|o| o.value())
+            .into_iter()
+            .collect()
+    } else {
+        cache
+            .list(&source.storage_prefix_in(namespace))
+            .0
+            .iter()
+            .filter(|o| selector.matches(&o.labels))
+            .map(|o| o.value())
+            .collect()
+    };
+    let mut items: Vec<Option<Value>> = objects.iter().map(item).collect();
+    // Running pods without usage yet: their nodes are scraped now, if they may be.
+    let waiting: Vec<&Value> = objects
+        .iter()
+        .zip(&items)
+        .filter(|(o, i)| !nodes && i.is_none() && o["status"]["phase"] == "Running")
+        .map(|(o, _)| o)
+        .collect();
+    if !waiting.is_empty() && refresh(call.api, &waiting).await {
+        items = objects.iter().map(item).collect();
+    }
     if verb == Verb::Get {
-        let name = call.name();
-        let found = cache
-            .get(&source.storage_key(namespace, name))
-            .and_then(|o| item(&o.value()));
-        let Some(mut found) = found else {
-            return Err(ApiError::not_found(Target {
+        return match items.into_iter().flatten().next() {
+            Some(mut found) => {
+                found["kind"] = json!(kind);
+                found["apiVersion"] = json!("metrics.k8s.io/v1beta1");
+                Ok(response::json(StatusCode::OK, &found))
+            }
+            None => Err(ApiError::not_found(Target {
                 group: GROUP,
                 resource: single,
-                name,
-            }));
+                name: call.name(),
+            })),
         };
-        found["kind"] = json!(kind);
-        found["apiVersion"] = json!("metrics.k8s.io/v1beta1");
-        return Ok(response::json(StatusCode::OK, &found));
     }
-    let prefix = source.storage_prefix_in(namespace);
-    let items: Vec<Value> = cache
-        .list(&prefix)
-        .0
-        .iter()
-        .filter(|o| selector.matches(&o.labels))
-        .filter_map(|o| item(&o.value()))
-        .collect();
+    let items: Vec<Value> = items.into_iter().flatten().collect();
     Ok(response::json(
         StatusCode::OK,
         &json!({"kind": format!("{kind}List"), "apiVersion": "metrics.k8s.io/v1beta1",
@@ -547,6 +667,35 @@ mod tests {
         assert!(samples.pod("default", "web").is_empty());
         samples.keep_nodes(&[]);
         assert_eq!(samples.node("n1"), None);
+    }
+
+    /// One scrape at 100 s of container `c` started at `started` s, 3 core-seconds used.
+    fn fresh_scrape(started: f64) -> String {
+        format!(
+            "container_cpu_usage_seconds_total{{container=\"c\",namespace=\"default\",pod=\"web\"}} 3 100000\n\
+             container_memory_working_set_bytes{{container=\"c\",namespace=\"default\",pod=\"web\"}} 4096 100000\n\
+             container_start_time_seconds{{container=\"c\",namespace=\"default\",pod=\"web\"}} {started} 100000\n"
+        )
+    }
+
+    #[test]
+    fn a_fresh_container_counts_from_its_start() {
+        let usage = |started: f64| {
+            let samples = Samples::new(Duration::from_secs(15));
+            samples.record("n1", &fresh_scrape(started));
+            samples.pod("default", "web").first().map(|(_, u)| *u)
+        };
+        let u = usage(88.0).expect("12 s old: one sample is enough");
+        assert_eq!((u.nano_cores, u.window_millis), (250_000_000, 12_000));
+        assert_eq!(usage(95.0), None, "5 s old: too short a window");
+        assert_eq!(usage(70.0), None, "30 s old: should have been seen before");
+
+        // A restart between two scrapes: the old run's point is not the previous one.
+        let samples = Samples::new(Duration::from_secs(15));
+        samples.record("n1", &fresh_scrape(50.0).replace(" 100000", " 60000"));
+        samples.record("n1", &fresh_scrape(89.0));
+        let (_, u) = samples.pod("default", "web")[0];
+        assert_eq!(u.window_millis, 11_000, "counted from the new start");
     }
 
     #[test]

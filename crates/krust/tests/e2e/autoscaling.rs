@@ -75,6 +75,37 @@ fn kubectl_top_shows_what_a_busy_container_uses() {
     );
 }
 
+#[test]
+fn a_new_pod_has_metrics_once_it_is_ten_seconds_old_without_waiting_for_a_scrape() {
+    // Scrapes a minute apart: the pod's only chance is the read's own scrape.
+    let s = Server::with_agent(&["--cluster-cidr=10.59.0.0/16", "--metric-resolution=60s"]);
+    s.ok(&["run", "fresh", "--image=busybox", "--", "sleep", "3600"]);
+    s.ok(&[
+        "wait",
+        "pod/fresh",
+        "--for=condition=Ready",
+        "--timeout=60s",
+    ]);
+    // The fresh-container rule trusts a window of 10 s at least (metrics-server's).
+    std::thread::sleep(Duration::from_secs(11));
+    let top = s.ok(&["top", "pod", "fresh", "--no-headers"]);
+    assert!(top.starts_with("fresh "), "{top}");
+    let metrics: Value = serde_json::from_str(&s.ok(&[
+        "get",
+        "--raw",
+        "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods/fresh",
+    ]))
+    .unwrap();
+    let window: f64 = metrics["window"]
+        .as_str()
+        .and_then(|w| w.trim_end_matches('s').parse().ok())
+        .unwrap();
+    assert!(
+        (10.0..60.0).contains(&window),
+        "counted from the container's start: {metrics}"
+    );
+}
+
 /// Spins a core, or sleeps once its template says `IDLE`.
 fn burner() -> String {
     let command = r#"if [ -n "$IDLE" ]; then exec sleep 3600; fi; while :; do :; done"#;

@@ -1,15 +1,16 @@
 //! `/metrics/resource`: the node's and its containers' CPU and memory, in the
 //! Prometheus text format and with the metric names of upstream's kubelet, which is
 //! what a metrics server scrapes. Containers' figures come from the runtime
-//! (CRI `ListContainerStats`: cumulative CPU time, working set); the node's from
-//! `/proc/stat` and `/proc/meminfo`.
+//! (CRI `ListContainerStats`: cumulative CPU time, working set; `ListContainers`: when
+//! each was created, which upstream's CRI stats report as its start time); the node's
+//! from `/proc/stat` and `/proc/meminfo`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use krust_api::status::ApiError;
 use krust_cri::Runtime;
-use krust_cri::api::{ContainerStatsFilter, ListContainerStatsRequest};
+use krust_cri::api::{ContainerStatsFilter, ListContainerStatsRequest, ListContainersRequest};
 
 use crate::pods::spec::{CONTAINER_NAME, POD_NAME, POD_NAMESPACE};
 
@@ -18,12 +19,13 @@ struct Sample {
     cpu_seconds: f64,
     memory_bytes: u64,
     millis: i64,
+    /// When the container started, in seconds since the epoch (none for the node).
+    started: Option<f64>,
 }
 
 pub async fn serve(runtime: &Runtime) -> Result<String, ApiError> {
-    let stats = runtime
-        .runtime
-        .clone()
+    let mut cri = runtime.runtime.clone();
+    let stats = cri
         .list_container_stats(ListContainerStatsRequest {
             filter: Some(ContainerStatsFilter::default()),
         })
@@ -31,6 +33,15 @@ pub async fn serve(runtime: &Runtime) -> Result<String, ApiError> {
         .map_err(|e| ApiError::internal(format!("listing container stats: {}", e.message())))?
         .into_inner()
         .stats;
+    let created: std::collections::HashMap<String, i64> = cri
+        .list_containers(ListContainersRequest { filter: None })
+        .await
+        .map_err(|e| ApiError::internal(format!("listing containers: {}", e.message())))?
+        .into_inner()
+        .containers
+        .into_iter()
+        .map(|c| (c.id, c.created_at))
+        .collect();
     let mut containers: BTreeMap<(String, String, String), Sample> = BTreeMap::new();
     for s in stats {
         let Some(attributes) = s.attributes else {
@@ -50,6 +61,7 @@ pub async fn serve(runtime: &Runtime) -> Result<String, ApiError> {
                 cpu_seconds: used.value as f64 / 1e9,
                 memory_bytes: memory.working_set_bytes.map_or(0, |w| w.value),
                 millis: cpu.timestamp / 1_000_000,
+                started: created.get(&attributes.id).map(|&ns| ns as f64 / 1e9),
             },
         );
     }
@@ -57,40 +69,48 @@ pub async fn serve(runtime: &Runtime) -> Result<String, ApiError> {
         cpu_seconds: 0.0,
         memory_bytes: 0,
         millis: now_millis(),
+        started: None,
     });
     Ok(render(&node, &containers))
 }
 
 /// The families krust writes: (name, type, help, node's value or per container).
-type Value = fn(&Sample) -> f64;
+type Value = fn(&Sample) -> Option<f64>;
 const FAMILIES: &[(&str, &str, &str, bool, Value)] = &[
     (
         "container_cpu_usage_seconds_total",
         "counter",
         "Cumulative cpu time consumed by the container in core-seconds",
         false,
-        |s| s.cpu_seconds,
+        |s| Some(s.cpu_seconds),
     ),
     (
         "container_memory_working_set_bytes",
         "gauge",
         "Current working set of the container in bytes",
         false,
-        |s| s.memory_bytes as f64,
+        |s| Some(s.memory_bytes as f64),
+    ),
+    (
+        "container_start_time_seconds",
+        "gauge",
+        "Start time of the container since unix epoch in seconds",
+        false,
+        |s| s.started,
     ),
     (
         "node_cpu_usage_seconds_total",
         "counter",
         "Cumulative cpu time consumed by the node in core-seconds",
         true,
-        |s| s.cpu_seconds,
+        |s| Some(s.cpu_seconds),
     ),
     (
         "node_memory_working_set_bytes",
         "gauge",
         "Current working set of the node in bytes",
         true,
-        |s| s.memory_bytes as f64,
+        |s| Some(s.memory_bytes as f64),
     ),
 ];
 
@@ -99,14 +119,16 @@ fn render(node: &Sample, containers: &BTreeMap<(String, String, String), Sample>
     for (name, kind, help, of_node, value) in FAMILIES {
         let _ = writeln!(text, "# HELP {name} [STABLE] {help}\n# TYPE {name} {kind}");
         if *of_node {
-            let _ = writeln!(text, "{name} {} {}", value(node), node.millis);
+            if let Some(v) = value(node) {
+                let _ = writeln!(text, "{name} {v} {}", node.millis);
+            }
             continue;
         }
         for ((ns, pod, container), s) in containers {
+            let Some(v) = value(s) else { continue };
             let _ = writeln!(
                 text,
-                "{name}{{container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\"}} {} {}",
-                value(s),
+                "{name}{{container=\"{container}\",namespace=\"{ns}\",pod=\"{pod}\"}} {v} {}",
                 s.millis
             );
         }
@@ -147,6 +169,7 @@ fn node_sample() -> Option<Sample> {
         cpu_seconds: busy as f64 / 100.0,
         memory_bytes: field("MemTotal:")?.saturating_sub(field("MemAvailable:")?),
         millis: now_millis(),
+        started: None,
     })
 }
 
@@ -160,6 +183,7 @@ mod tests {
             cpu_seconds: 12.5,
             memory_bytes: 1024,
             millis: 1000,
+            started: None,
         };
         let mut containers = BTreeMap::new();
         containers.insert(
@@ -168,6 +192,7 @@ mod tests {
                 cpu_seconds: 0.25,
                 memory_bytes: 4096,
                 millis: 900,
+                started: Some(1.5),
             },
         );
         let text = render(&node, &containers);
@@ -176,6 +201,9 @@ mod tests {
         ));
         assert!(text.contains(
             "container_memory_working_set_bytes{container=\"c\",namespace=\"default\",pod=\"web\"} 4096 900"
+        ));
+        assert!(text.contains(
+            "container_start_time_seconds{container=\"c\",namespace=\"default\",pod=\"web\"} 1.5 900"
         ));
         assert!(text.contains("node_cpu_usage_seconds_total 12.5 1000"));
         assert!(text.contains("node_memory_working_set_bytes 1024 1000"));
