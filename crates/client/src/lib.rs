@@ -16,6 +16,7 @@
 //!
 //! Components depend on this crate, never on each other.
 
+pub mod backoff;
 pub mod cache;
 pub mod certificate;
 pub mod connect;

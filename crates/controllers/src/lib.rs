@@ -47,6 +47,7 @@ pub mod owner;
 pub mod podautoscaler;
 pub mod podcontrol;
 pub mod podevents;
+pub mod podgc;
 pub mod pods;
 pub mod replicaset;
 pub mod resourcequota;
@@ -93,6 +94,9 @@ pub struct Config {
     pub node_monitor: nodelifecycle::health::MonitorConfig,
     /// Give LoadBalancer Services the nodes' addresses (k3s's ServiceLB).
     pub service_lb: bool,
+    /// Finished pods kept before the oldest are deleted (upstream's
+    /// `--terminated-pod-gc-threshold`; 0 keeps them all).
+    pub terminated_pod_gc_threshold: usize,
 }
 
 /// Starts the controllers (after winning the lease, if leader election is on) and runs
@@ -155,6 +159,11 @@ async fn run_controllers(client: Client, config: &Config) {
     let taint_eviction =
         taint_eviction::TaintEvictionController::new(client.clone(), &informers, te_events);
     let token_cleaner = tokencleaner::TokenCleaner::new(client.clone(), &informers);
+    let pod_gc = podgc::PodGcController::new(
+        client.clone(),
+        &informers,
+        config.terminated_pod_gc_threshold,
+    );
     let service_lb = config
         .service_lb
         .then(|| servicelb::ServiceLbController::new(client.clone(), &informers));
@@ -232,7 +241,7 @@ async fn run_controllers(client: Client, config: &Config) {
     informers.start(tasks).await;
     job_pods.cache().wait_until_ready().await;
     tracing::info!(
-        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, taint-eviction, servicelb, tokencleaner, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
+        "caches synced; controllers started: replicaset, replicationcontroller, deployment, endpointslice, endpoints, namespace, nodeipam, node-lifecycle, taint-eviction, servicelb, tokencleaner, pod-garbage-collector, resourcequota, job, ttl-after-finished, csrapproving, csrsigning, cronjob, daemonset, statefulset, disruption, horizontalpodautoscaling, persistentvolume-binder, attachdetach, pvc-protection, pv-protection, ephemeral-volume, serviceaccount, clusterrole-aggregation, garbagecollector"
     );
     tasks.spawn(queue::run(replicasets, workers));
     tasks.spawn(queue::run(replication_controllers, workers));
@@ -261,6 +270,7 @@ async fn run_controllers(client: Client, config: &Config) {
     tasks.spawn(node_health.run());
     tasks.spawn(queue::run(taint_eviction, workers));
     tasks.spawn(queue::run(token_cleaner, 1));
+    tasks.spawn(queue::run(pod_gc, 1));
     if let Some(service_lb) = service_lb {
         tasks.spawn(queue::run(service_lb, workers));
     }

@@ -62,6 +62,10 @@ pub struct ControllerArgs {
     /// stop evicting).
     #[arg(long, default_value_t = 0.01)]
     secondary_node_eviction_rate: f64,
+    /// Finished pods (Succeeded or Failed) kept before the oldest are deleted (0 keeps
+    /// them all).
+    #[arg(long, default_value_t = krust_controllers::podgc::TERMINATED_POD_GC_THRESHOLD)]
+    terminated_pod_gc_threshold: usize,
     /// Built-in parts to leave out (k3s's flag): `servicelb` leaves LoadBalancer
     /// Services pending for another implementation.
     #[arg(long, value_delimiter = ',')]
@@ -128,6 +132,7 @@ impl ControllerArgs {
             secondary_eviction_rate: self.secondary_node_eviction_rate,
         };
         config.service_lb = !self.disable.contains(&Disable::Servicelb);
+        config.terminated_pod_gc_threshold = self.terminated_pod_gc_threshold;
         Ok(config)
     }
 }
@@ -185,6 +190,7 @@ impl LeaderElectionArgs {
             signing: None,
             node_monitor: Default::default(),
             service_lb: true,
+            terminated_pod_gc_threshold: krust_controllers::podgc::TERMINATED_POD_GC_THRESHOLD,
         })
     }
 }

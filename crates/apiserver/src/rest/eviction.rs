@@ -40,6 +40,7 @@ pub async fn evict(call: &mut Call<'_>) -> Result<Response, ApiError> {
     if !bypasses_budgets(&pod) {
         take_disruption(call, &pod).await?;
     }
+    mark_disruption_target(call, &name).await?;
     let mut del = call.clone();
     del.info.verb = Verb::Delete;
     del.info.subresource = None;
@@ -52,6 +53,32 @@ pub async fn evict(call: &mut Call<'_>) -> Result<Response, ApiError> {
     Ok(response::json(
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
+/// Upstream's condition on an evicted pod, written before it is deleted so that whoever
+/// watches it (a Job's pod failure policy) can tell an eviction from a failure.
+async fn mark_disruption_target(call: &Call<'_>, name: &str) -> Result<(), ApiError> {
+    for attempt in 0..CONFLICT_RETRIES {
+        let (mut pod, revision) = call.current_for_write(name, attempt > 0).await?;
+        let mut conditions: Vec<Value> = pod["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != "DisruptionTarget");
+        conditions.push(json!({
+            "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting", "lastTransitionTime": now(),
+        }));
+        pod["status"]["conditions"] = Value::Array(conditions);
+        match call.put(name, pod, Compare::ModRevision(revision)).await {
+            Err(e) if e.code == 409 => continue,
+            done => return done.map(|_| ()),
+        }
+    }
+    Err(ApiError::conflict(
+        call.target(name),
+        "the pod kept changing; try again",
     ))
 }
 

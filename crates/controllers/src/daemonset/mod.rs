@@ -7,8 +7,10 @@
 //! 2. claim pods, group them by the node they run on or are pinned to;
 //! 3. if the expectations of the last pass are met: create a pod on every node that
 //!    should run one and has none (pinned there by node affinity, bound by the
-//!    scheduler), delete pods on nodes that must not keep them, failed pods and
-//!    extra pods; with nothing of that to do, take the next step of a RollingUpdate
+//!    scheduler), delete pods on nodes that must not keep them, failed pods (with a
+//!    back-off per node: 1 s doubling to 15 minutes, as upstream's, so a pod the kubelet
+//!    keeps rejecting is not replaced in a hot loop) and extra pods; with nothing of
+//!    that to do, take the next step of a RollingUpdate
 //!    ([`update`]); then drop revisions beyond `revisionHistoryLimit`;
 //! 4. write status (desired, current, misscheduled, ready, available, updated,
 //!    unavailable, observedGeneration, collisionCount).
@@ -17,12 +19,14 @@ mod placement;
 mod update;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
+use krust_api::sync::Unpoisoned;
+use krust_client::backoff::Backoff;
 use krust_client::cache::Cache;
 use krust_client::events::{EventRecorder, EventType};
 use krust_client::informer::{EventHandler, SharedInformers};
@@ -42,6 +46,9 @@ pub use placement::{Eligibility, Placement, TEMPLATE_GENERATION, pod_for_node};
 /// Most pods created or deleted in one pass (upstream's `BurstReplicas` for daemons).
 const BURST: usize = 250;
 
+/// Upstream's `failedPodsBackoff`: 1 s, doubling to 15 minutes.
+type FailedPodsBackoff = Backoff<1, 900>;
+
 pub struct DaemonSetController {
     client: Client,
     daemonsets: Cache<DaemonSet>,
@@ -51,6 +58,8 @@ pub struct DaemonSetController {
     queue: Arc<WorkQueue>,
     expectations: Arc<Expectations>,
     events: EventRecorder,
+    /// Replacing finished daemon pods, by `<daemonset key>/<node>`.
+    failed_pods: Mutex<HashMap<String, FailedPodsBackoff>>,
 }
 
 /// A DaemonSet's pods on one node, oldest first; pods that finished and are being
@@ -62,6 +71,8 @@ type NodePods<'a> = HashMap<&'a str, Vec<&'a CachedPod>>;
 struct Plan {
     create_on: Vec<String>,
     delete: Vec<(String, String)>,
+    /// When a finished pod left in place for its back-off may go.
+    retry_after: Option<Duration>,
 }
 
 impl Plan {
@@ -90,6 +101,7 @@ impl DaemonSetController {
             queue: WorkQueue::new("daemonset"),
             expectations: Arc::default(),
             events,
+            failed_pods: Mutex::default(),
         });
         ds_informer.add_handler(Arc::new(DaemonSetEvents(controller.clone())));
         node_informer.add_handler(Arc::new(NodeEvents(controller.clone())));
@@ -177,6 +189,7 @@ impl Reconciler for DaemonSetController {
         let now = Timestamp::now();
 
         let mut result = Ok(());
+        let mut retry_after = None;
         if ds.metadata.deletion_timestamp.is_none() && self.expectations.satisfied(key) {
             let rolling = spec
                 .update_strategy
@@ -185,6 +198,7 @@ impl Reconciler for DaemonSetController {
                 .is_none_or(|t| t == "RollingUpdate");
             let surge = rolling && update::limits(&ds, &placements).is_ok_and(|l| l.max_surge > 0);
             let mut plan = self.manage(&ds, &placements, &on_node, &hash, surge, min_ready, now);
+            retry_after = plan.retry_after;
             if plan.is_empty() && rolling {
                 plan = update::rolling_update(&ds, &placements, &on_node, &hash, min_ready, now)?;
             }
@@ -207,11 +221,12 @@ impl Reconciler for DaemonSetController {
                 .map_err(|e| Error::api("updating status of daemonset", key, e))?;
         }
         result?;
-        // Look again when a ready pod becomes available.
+        // Look again when a ready pod becomes available, or a back-off ends.
         Ok(on_node
             .values()
             .flatten()
             .filter_map(|p| until_available(p, min_ready, now))
+            .chain(retry_after)
             .min())
     }
 }
@@ -241,6 +256,12 @@ impl DaemonSetController {
                 for pod in pods.iter().filter(|p| !p.metadata.terminating) {
                     match pod.status.phase {
                         Some(Phase::Failed | Phase::Succeeded) => {
+                            let backoff = format!("{}/{node}", key_of(&ds.metadata));
+                            if let Some(wait) = self.back_off_failed_pod(backoff) {
+                                plan.retry_after =
+                                    Some(plan.retry_after.map_or(wait, |r| r.min(wait)));
+                                continue;
+                            }
                             let what = if pod.status.phase == Some(Phase::Failed) {
                                 "failed"
                             } else {
@@ -279,6 +300,21 @@ impl DaemonSetController {
         }
         plan.create_on.sort();
         plan
+    }
+
+    /// Whether replacing a finished pod on a node must wait (how long), else records
+    /// the replacement in the node's back-off.
+    fn back_off_failed_pod(&self, key: String) -> Option<Duration> {
+        let now = Instant::now();
+        let mut failed = self.failed_pods.locked();
+        // Entries idle for twice the longest wait start over (upstream's `hasExpired`).
+        failed.retain(|_, b| !b.expired(now));
+        let backoff = failed.entry(key).or_default();
+        if let Some(wait) = backoff.waiting(now) {
+            return Some(wait);
+        }
+        backoff.fail(now);
+        None
     }
 
     /// Carries out a plan: creations (at most [`BURST`], in slow-start batches), then

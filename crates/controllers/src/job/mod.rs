@@ -69,16 +69,41 @@ struct Backoff {
 
 impl Backoff {
     fn remaining(&self) -> Option<Duration> {
-        if self.failures == 0 {
-            return None;
-        }
-        let delay = BACKOFF_BASE
-            .saturating_mul(1 << (self.failures - 1).min(16))
-            .min(BACKOFF_MAX);
-        delay
+        backoff_delay(self.failures)?
             .checked_sub(self.last.elapsed())
             .filter(|d| !d.is_zero())
     }
+}
+
+/// The wait before a new pod after `failures` failures: none, then 10 s doubling per
+/// failure, at most 10 minutes.
+fn backoff_delay(failures: u32) -> Option<Duration> {
+    let doublings = failures.checked_sub(1)?.min(16);
+    Some(BACKOFF_BASE.saturating_mul(1 << doublings).min(BACKOFF_MAX))
+}
+
+/// How long index `i` must still wait for a new pod under backoffLimitPerIndex: the
+/// back-off of its latest failed pod's failures, counted from when that pod finished
+/// (upstream's `getRemainingTimePerIndex`; a pod without a finish time counts as
+/// finished now).
+fn index_backoff(all: &[Arc<Pod>], i: i32, now: Timestamp) -> Option<Duration> {
+    let last = all
+        .iter()
+        .filter(|p| index_of(p) == Some(i) && phase(p) == "Failed")
+        .max_by_key(|p| index_failures(p))?;
+    let delay = backoff_delay(index_failures(last) as u32 + 1)?;
+    let finished = last
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+        .map(|t| t.0)
+        .max()
+        .unwrap_or(now);
+    let since = Duration::try_from(now.duration_since(finished)).unwrap_or_default();
+    delay.checked_sub(since).filter(|d| !d.is_zero())
 }
 
 pub struct JobController {
@@ -834,9 +859,26 @@ impl JobController {
         if spec.pod_replacement_policy.as_deref() == Some("Failed") && terminating > 0 {
             return Ok(None);
         }
-        if let Some(wait) = self.backoff.locked().get(key).and_then(Backoff::remaining) {
-            return Ok(Some(wait));
-        }
+        // Under backoffLimitPerIndex each index waits out its own back-off; otherwise
+        // the Job's failures since its last success hold every new pod back.
+        let mut wait = None;
+        let wanted: Vec<Option<i32>> = if indexed && spec.backoff_limit_per_index.is_some() {
+            let now = Timestamp::now();
+            wanted
+                .into_iter()
+                .filter(|i| match i.and_then(|i| index_backoff(all, i, now)) {
+                    Some(left) => {
+                        wait = min(wait, Some(left));
+                        false
+                    }
+                    None => true,
+                })
+                .collect()
+        } else if let Some(left) = self.backoff.locked().get(key).and_then(Backoff::remaining) {
+            return Ok(Some(left));
+        } else {
+            wanted
+        };
         let wanted: Vec<Option<i32>> = wanted.into_iter().take(BURST_REPLICAS).collect();
         self.control(key, job)
             .create(wanted.len(), |n| {
@@ -855,7 +897,7 @@ impl JobController {
                 pod
             })
             .await?;
-        Ok(None)
+        Ok(wait)
     }
 
     fn control<'a>(&'a self, key: &'a str, job: &'a Job) -> PodControl<'a, Job> {
@@ -1068,6 +1110,34 @@ mod tests {
         assert_eq!(at(1), Some(10));
         assert_eq!(at(3), Some(40));
         assert_eq!(at(20), Some(600));
+    }
+
+    #[test]
+    fn each_index_waits_out_the_back_off_of_its_own_failures() {
+        let now = Timestamp::now();
+        let failed = |index: i32, failures_before: i32, finished_secs_ago: i64| -> Arc<Pod> {
+            let finished = now - k8s_openapi::jiff::SignedDuration::from_secs(finished_secs_ago);
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"annotations": {
+                        "batch.kubernetes.io/job-completion-index": index.to_string(),
+                        INDEX_FAILURE_COUNT: failures_before.to_string()}},
+                    "status": {"phase": "Failed", "containerStatuses": [{"name": "c", "image": "i",
+                        "imageID": "", "ready": false, "restartCount": 0,
+                        "state": {"terminated": {"exitCode": 1, "finishedAt": finished.to_string()}}}]}
+                }))
+                .unwrap(),
+            )
+        };
+        // Index 0 failed once 4 s ago (10 s), index 1 twice, the last 5 s ago (20 s).
+        let pods = vec![failed(0, 0, 4), failed(1, 0, 30), failed(1, 1, 5)];
+        // Timestamps keep whole seconds: a second either way.
+        let secs = |i| index_backoff(&pods, i, now).map(|d| d.as_secs());
+        assert!(matches!(secs(0), Some(5..=6)), "{:?}", secs(0));
+        assert!(matches!(secs(1), Some(14..=15)), "{:?}", secs(1));
+        assert_eq!(secs(2), None, "never failed");
+        let long_ago = vec![failed(0, 0, 11)];
+        assert_eq!(index_backoff(&long_ago, 0, now), None, "waited out");
     }
 
     #[test]

@@ -194,3 +194,53 @@ fn a_daemonset_runs_one_pod_per_eligible_node_and_rolls_out_revisions() {
         .then_some(())
     });
 }
+
+#[test]
+fn failed_daemon_pods_are_replaced_with_a_growing_back_off() {
+    let s = Server::start();
+    let _sim = Component::start(&s, "sim", "sim", &["--nodes=1"]);
+    wait_for("a ready node", DEADLINE, || {
+        let out = s.ok(&["get", "nodes", "--no-headers"]);
+        out.contains(" Ready ").then_some(())
+    });
+    s.ok_stdin(&["apply", "-f", "-"], &daemonset("sleep 3600"));
+    // What a kubelet that rejects the pod does: its phase becomes Failed, again and
+    // again. Each time, the time until the controller has replaced it.
+    let mut replaced = Vec::new();
+    let mut failed: Option<String> = None;
+    for _ in 0..4 {
+        let pod = wait_for("a new daemon pod", DEADLINE, || {
+            let pods = pods_by_node(&s).remove("sim-node-0")?;
+            let name = pods.first()?["metadata"]["name"].as_str()?.to_string();
+            (Some(&name) != failed.as_ref()).then_some(name)
+        });
+        replaced.push(std::time::Instant::now());
+        s.ok(&[
+            "patch",
+            "pod",
+            &pod,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Failed","reason":"NodeAffinity"}}"#,
+        ]);
+        failed = Some(pod);
+    }
+    // The first replacement at once, then after 1, 2, 4 s (upstream's 1 s doubling).
+    let gaps: Vec<f64> = replaced
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    assert!(
+        gaps[1] >= 0.8 && gaps[2] >= 1.5 && gaps[2] >= gaps[1],
+        "waits grow: {gaps:?}"
+    );
+    let events = s.event_messages("agent", "FailedDaemonPod");
+    assert!(
+        events
+            .iter()
+            .any(|m| m.starts_with("Found failed daemon pod default/agent-")
+                && m.ends_with("on node sim-node-0, will try to kill it")),
+        "{events:?}"
+    );
+}

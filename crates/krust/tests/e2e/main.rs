@@ -37,6 +37,7 @@ mod metrics;
 mod multinode;
 mod namespaces;
 mod operator;
+mod podgc;
 mod policy_admission;
 mod proxy;
 mod python_client;

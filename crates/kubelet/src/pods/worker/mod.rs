@@ -42,8 +42,6 @@ mod teardown;
 
 /// The longest a worker waits between passes (relists normally wake it sooner).
 pub const RESYNC: Duration = Duration::from_secs(1);
-const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long starts its back-off afresh.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How often the same volume failure is reported again (upstream's volume manager
@@ -52,27 +50,8 @@ const FAILED_MOUNT_REPEAT: Duration = Duration::from_secs(30);
 /// How often configMap, secret and downwardAPI volumes are brought up to date.
 const VOLUME_REFRESH: Duration = Duration::from_secs(10);
 
-/// The restart (or image pull) back-off of one container.
-#[derive(Debug, Default)]
-struct Backoff {
-    delay: Option<Duration>,
-    until: Option<Instant>,
-}
-
-impl Backoff {
-    fn waiting(&self, now: Instant) -> Option<Duration> {
-        self.until.filter(|u| *u > now).map(|u| u - now)
-    }
-    /// Records a failure: the next try waits 10 s, then twice as long each time.
-    fn fail(&mut self, now: Instant) -> Duration {
-        let delay = self
-            .delay
-            .map_or(BACKOFF_INITIAL, |d| (d * 2).min(BACKOFF_MAX));
-        self.delay = Some(delay);
-        self.until = Some(now + delay);
-        delay
-    }
-}
+/// The restart (or image pull) back-off of one container: 10 s, doubling to 5 minutes.
+type Backoff = krust_client::backoff::Backoff<10, 300>;
 
 pub struct Worker {
     client: Client,
@@ -624,7 +603,7 @@ impl Worker {
                         "CrashLoopBackOff".into(),
                         format!(
                             "back-off {} restarting failed container={name} pod={}_{}({})",
-                            fmt_secs(backoff.delay.unwrap_or(left)),
+                            fmt_secs(backoff.delay().unwrap_or(left)),
                             pod.name_any(),
                             pod.namespace().unwrap_or_default(),
                             pod.uid().unwrap_or_default()
@@ -910,11 +889,14 @@ impl Worker {
         }
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        // A strategic merge patch: conditions (and container statuses) merge by their
+        // keys, so conditions others own — a DisruptionTarget, a readiness gate's — stay,
+        // as upstream's status manager keeps them.
         match api
             .patch_status(
                 &pod.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(&json!({ "status": status })),
+                &Patch::Strategic(&json!({ "status": status })),
             )
             .await
         {
@@ -965,8 +947,6 @@ mod tests {
         let now = Instant::now();
         let delays: Vec<u64> = (0..7).map(|_| b.fail(now).as_secs()).collect();
         assert_eq!(delays, vec![10, 20, 40, 80, 160, 300, 300]);
-        assert!(b.waiting(now).is_some());
-        assert!(b.waiting(now + BACKOFF_MAX).is_none());
         assert_eq!(fmt_secs(Duration::from_secs(20)), "20s");
         assert_eq!(fmt_secs(Duration::from_secs(300)), "5m0s");
     }
