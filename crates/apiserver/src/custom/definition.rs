@@ -130,28 +130,6 @@ impl Strategy for Definition {
         validate_definition(obj, errs);
     }
 
-    /// CEL rules are kept but not evaluated yet: say so rather than pretend.
-    fn warnings(&self, obj: &Value) -> Vec<String> {
-        let mut out = Vec::new();
-        for (i, v) in obj["spec"]["versions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let mut paths = Vec::new();
-            cel_rules(
-                &v["schema"]["openAPIV3Schema"],
-                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
-                &mut paths,
-            );
-            out.extend(paths.into_iter().map(|p| {
-                format!("{p}.x-kubernetes-validations: krust does not evaluate CEL validation rules yet; they are not enforced")
-            }));
-        }
-        out
-    }
-
     fn validate_update(&self, new: &Value, old: &Value, errs: &mut Vec<Cause>) {
         for field in ["group", "scope"] {
             let (a, b) = (&new["spec"][field], &old["spec"][field]);
@@ -368,7 +346,11 @@ fn validate_versions(spec: &Value, errs: &mut Vec<Cause>) {
             continue;
         }
         match serde_json::from_value::<JSONSchemaProps>(schema.clone()) {
-            Ok(s) => validate_structural(&s, &format!("{path}.schema.openAPIV3Schema"), true, errs),
+            Ok(s) => {
+                let path = format!("{path}.schema.openAPIV3Schema");
+                validate_structural(&s, &path, true, errs);
+                super::rules::compile_errors(&s, &path, errs);
+            }
             Err(e) => errs.push(Cause::invalid(
                 format!("{path}.schema.openAPIV3Schema"),
                 &json!("..."),
@@ -386,24 +368,6 @@ fn validate_versions(spec: &Value, errs: &mut Vec<Cause>) {
                     ));
                 }
             }
-        }
-    }
-}
-
-/// The paths of schema nodes that carry `x-kubernetes-validations`.
-fn cel_rules(schema: &Value, path: &str, out: &mut Vec<String>) {
-    if schema["x-kubernetes-validations"]
-        .as_array()
-        .is_some_and(|r| !r.is_empty())
-    {
-        out.push(path.to_string());
-    }
-    for (k, p) in schema["properties"].as_object().into_iter().flatten() {
-        cel_rules(p, &format!("{path}.properties[{k}]"), out);
-    }
-    for key in ["items", "additionalProperties"] {
-        if schema[key].is_object() {
-            cel_rules(&schema[key], &format!("{path}.{key}"), out);
         }
     }
 }
@@ -500,20 +464,6 @@ mod tests {
         obj["spec"]["versions"][0]["schema"] = json!(null);
         assert!(problems(&obj).iter().any(|p| p
             == "spec.versions[0].schema.openAPIV3Schema: Required value: schemas are required"));
-    }
-
-    #[test]
-    fn cel_rules_are_named_in_a_warning() {
-        let mut obj = crd();
-        obj["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
-            json!([{"rule": "self.a > 0"}]);
-        assert_eq!(
-            DEFINITION.warnings(&obj),
-            [
-                "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations: krust does not evaluate CEL validation rules yet; they are not enforced"
-            ]
-        );
-        assert!(DEFINITION.warnings(&crd()).is_empty());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::columns::JsonPath;
+use super::rules::Rules;
 use super::schema;
 use crate::kinds::table::{self, Column};
 use crate::kinds::{Decoder, Kind, Schema, Strategy};
@@ -99,11 +100,13 @@ pub fn build(
         storage: leak(format!("{group}/{}", names.plural)),
     }));
     let api_version = format!("{group}/{}", version.name);
+    let schema = version
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.clone());
     let strategy: &'static CustomStrategy = Box::leak(Box::new(CustomStrategy {
-        schema: version
-            .schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.clone()),
+        rules: schema.as_ref().and_then(Rules::new),
+        schema,
         storage_api_version: format!("{group}/{}", storage_version(crd)),
         api_version,
         columns: columns(version.additional_printer_columns.as_deref()),
@@ -229,6 +232,8 @@ impl ScalePaths {
 
 struct CustomStrategy {
     schema: Option<JSONSchemaProps>,
+    /// The schema's CEL validation rules, compiled.
+    rules: Option<Rules>,
     /// `group/version` of the served version, and of the one objects are stored in.
     api_version: String,
     storage_api_version: String,
@@ -260,9 +265,24 @@ impl CustomStrategy {
     }
 }
 
+/// Whether the schema found a value of the wrong type: rules would then see types they
+/// were not written for, and upstream does not run them.
+fn blocked(errs: &[Cause]) -> bool {
+    errs.iter().any(|e| e.reason == "FieldValueTypeInvalid")
+}
+
 impl Strategy for CustomStrategy {
     fn tracks_generation(&self) -> bool {
         true
+    }
+
+    /// Transition rules (those naming `oldSelf`) against the old object.
+    fn validate_update(&self, new: &Value, old: &Value, errs: &mut Vec<Cause>) {
+        if let (Some(s), Some(rules)) = (&self.schema, &self.rules)
+            && !blocked(errs)
+        {
+            rules.check(s, new, Some(old), "", errs);
+        }
     }
 
     fn default(&self, obj: &mut Value) {
@@ -274,6 +294,17 @@ impl Strategy for CustomStrategy {
     fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
         if let Some(s) = &self.schema {
             schema::validate(s, obj, "", errs);
+            if let Some(rules) = &self.rules {
+                if blocked(errs) {
+                    errs.push(Cause::invalid(
+                        super::rules::shown(""),
+                        &Value::Null,
+                        "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+                    ));
+                } else {
+                    rules.check(s, obj, None, "", errs);
+                }
+            }
         }
         if let Some(scale) = &self.scale {
             let replicas = scale.spec_replicas.iter().fold(obj, |v, f| &v[f.as_str()]);

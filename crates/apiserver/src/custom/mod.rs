@@ -10,6 +10,7 @@ mod columns;
 pub mod controller;
 pub mod definition;
 mod kind;
+mod rules;
 mod schema;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

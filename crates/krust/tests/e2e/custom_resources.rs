@@ -461,3 +461,86 @@ fn custom_objects_take_part_in_garbage_collection_and_namespace_deletion() {
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["items"], json!([]));
 }
+
+/// A definition whose schema carries CEL rules: a plain one with a message, a
+/// transition rule with a message expression and a reason, one on list entries by key.
+fn guarded_definition(rule: &str) -> String {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "guards.stable.example.com"},
+        "spec": {
+            "group": "stable.example.com", "scope": "Namespaced",
+            "names": {"plural": "guards", "singular": "guard", "kind": "Guard"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                    "type": "object",
+                    "x-kubernetes-validations": [
+                        {"rule": rule, "message": "replicas must not exceed maxReplicas"},
+                        {"rule": "self.replicas >= oldSelf.replicas", "reason": "FieldValueForbidden",
+                         "messageExpression": "'may not scale below ' + string(oldSelf.replicas)"}
+                    ],
+                    "properties": {
+                        "replicas": {"type": "integer"},
+                        "maxReplicas": {"type": "integer"},
+                        "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                            "x-kubernetes-list-map-keys": ["name"],
+                            "items": {"type": "object", "required": ["name"], "properties": {
+                                "name": {"type": "string"}, "port": {"type": "integer"}},
+                                "x-kubernetes-validations": [{"rule": "self.port == oldSelf.port",
+                                    "message": "port is immutable", "fieldPath": ".port"}]}}
+                    }
+                }}}}}]
+        }
+    })
+    .to_string()
+}
+
+fn guard(replicas: i64, max: i64, port: i64) -> String {
+    json!({"apiVersion": "stable.example.com/v1", "kind": "Guard", "metadata": {"name": "g"},
+        "spec": {"replicas": replicas, "maxReplicas": max, "ports": [{"name": "http", "port": port}]}})
+    .to_string()
+}
+
+#[test]
+fn cel_validation_rules_decide_creates_and_updates() {
+    let s = Server::start();
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &guarded_definition("self.replicas <="),
+    );
+    assert!(
+        err.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: \"self.replicas <=\": compilation failed: "),
+        "{err}"
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &guarded_definition("self.replicas <= self.maxReplicas"),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=established",
+        "crd/guards.stable.example.com",
+        "--timeout=20s",
+    ]);
+    let err = s.fails_stdin(&["create", "-f", "-"], &guard(5, 3, 80));
+    assert!(
+        err.contains(r#"The Guard "g" is invalid: spec: Invalid value: "object": replicas must not exceed maxReplicas"#),
+        "{err}"
+    );
+    assert!(
+        s.get_json(&["guards"])["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    s.ok_stdin(&["create", "-f", "-"], &guard(2, 3, 80));
+    // Transition rules: against the stored object.
+    let err = s.fails_stdin(&["replace", "-f", "-"], &guard(1, 3, 81));
+    assert!(
+        err.contains("spec: Forbidden: may not scale below 2")
+            && err.contains(r#"spec.ports[0].port: Invalid value: "object": port is immutable"#),
+        "{err}"
+    );
+    s.ok_stdin(&["replace", "-f", "-"], &guard(3, 3, 80));
+    assert_eq!(s.get_json(&["guard", "g"])["spec"]["replicas"], 3);
+}
