@@ -12,6 +12,7 @@ pub mod audit;
 pub mod auth;
 pub mod authz;
 mod bootstrap;
+mod cel;
 mod compactor;
 mod component_status;
 pub mod connect;

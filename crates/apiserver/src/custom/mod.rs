@@ -11,7 +11,7 @@ pub mod controller;
 pub mod definition;
 mod kind;
 mod rules;
-mod schema;
+pub(crate) mod schema;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::RwLock;

@@ -20,7 +20,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cel::objects::Map as CelMap;
 use cel::{Context, Env, Program, Value as Cel};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, ValidationRule,
@@ -29,19 +28,12 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::schema::{additional, items};
+use crate::cel::{env, to_cel};
 
 /// The compiled rules (and message expressions) of one schema, by their source text.
 pub struct Rules {
     env: Arc<Env>,
     programs: HashMap<String, Program>,
-}
-
-fn env() -> Env {
-    let mut env = Env::stdlib();
-    // Both extensions declare only new names on a fresh standard library.
-    let _ = env.add_extension(cel::extensions::strings);
-    let _ = env.add_extension(cel::extensions::lists);
-    env
 }
 
 /// Calls `f` with every rule of the schema and the path of its node, in the form
@@ -276,52 +268,6 @@ fn same_entry<'o>(s: &JSONSchemaProps, old: &'o Value, new: &Value) -> Option<&'
     old.as_array()?
         .iter()
         .find(|o| keys.iter().all(|k| o.get(k) == new.get(k)))
-}
-
-/// A JSON value as CEL sees it under schema `s`; `resource` for the root and embedded
-/// resources, whose metadata shows only `name` and `generateName`.
-fn to_cel(s: Option<&JSONSchemaProps>, v: &Value, resource: bool) -> Cel {
-    match v {
-        Value::Null => Cel::Null,
-        Value::Bool(b) => Cel::Bool(*b),
-        Value::Number(n) => {
-            let double = s.is_some_and(|s| s.type_.as_deref() == Some("number"));
-            match (n.as_i64(), n.as_u64()) {
-                (Some(i), _) if !double => Cel::Int(i),
-                (None, Some(u)) if !double => Cel::UInt(u),
-                _ => Cel::Float(n.as_f64().unwrap_or_default()),
-            }
-        }
-        Value::String(text) => Cel::String(Arc::new(text.clone())),
-        Value::Array(list) => {
-            let item = s.and_then(items);
-            Cel::List(Arc::new(
-                list.iter().map(|v| to_cel(item, v, false)).collect(),
-            ))
-        }
-        Value::Object(map) => {
-            let fields: HashMap<String, Cel> = map
-                .iter()
-                .map(|(k, value)| {
-                    let value = if resource && k == "metadata" {
-                        let shown = ["name", "generateName"]
-                            .iter()
-                            .filter_map(|f| Some((f.to_string(), value.get(*f)?.clone())))
-                            .collect();
-                        to_cel(None, &Value::Object(shown), false)
-                    } else {
-                        let p =
-                            s.and_then(|s| s.properties.as_ref()?.get(k).or_else(|| additional(s)));
-                        let embedded =
-                            p.is_some_and(|p| p.x_kubernetes_embedded_resource == Some(true));
-                        to_cel(p, value, embedded)
-                    };
-                    (k.clone(), value)
-                })
-                .collect();
-            Cel::Map(CelMap::from(fields))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 const OBJECT_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
 /// The schema of a list's items, if it has one.
-pub(super) fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+pub(crate) fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
     match s.items.as_ref()? {
         JSONSchemaPropsOrArray::Schema(one) => Some(one),
         JSONSchemaPropsOrArray::Schemas(many) => many.first(),
@@ -23,7 +23,7 @@ pub(super) fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
 }
 
 /// The schema of a map's values, if its values are typed.
-pub(super) fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+pub(crate) fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
     match s.additional_properties.as_ref()? {
         JSONSchemaPropsOrBool::Schema(one) => Some(one),
         JSONSchemaPropsOrBool::Bool(_) => None,

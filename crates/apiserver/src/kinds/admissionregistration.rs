@@ -136,17 +136,11 @@ fn validate_webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<Cau
             "the timeout value must be between 1 and 30 seconds",
         ));
     }
-    if hook["matchConditions"]
-        .as_array()
-        .is_some_and(|c| !c.is_empty())
-    {
-        // Refused rather than ignored: calling a webhook for requests its conditions
-        // exclude could refuse writes its author meant to allow.
-        errs.push(Cause::forbidden(
-            format!("{path}.matchConditions"),
-            "krust does not evaluate CEL match conditions yet",
-        ));
-    }
+    crate::webhook::validate_match_conditions(
+        &hook["matchConditions"],
+        &format!("{path}.matchConditions"),
+        errs,
+    );
     let config = &hook["clientConfig"];
     match (config["url"].as_str(), config["service"].is_object()) {
         (Some(_), true) | (None, false) => errs.push(Cause::required_because(

@@ -5,7 +5,10 @@
 //! failurePolicy decides what a call that fails means — as upstream's
 //! MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins.
 
+mod conditions;
 mod rules;
+
+pub use conditions::validate as validate_match_conditions;
 
 use std::time::Duration;
 
@@ -157,7 +160,8 @@ pub async fn mutate(
         if !rules::applies(
             &hook.webhook,
             &attributes(call, operation, Some(&served), old_served.as_ref()),
-        ) {
+        ) || !matched(call, hook, operation, Some(&served), old_served.as_ref())?
+        {
             continue;
         }
         if mutate_once(call, hook, operation, &mut served, old_served.as_ref()).await? {
@@ -231,14 +235,46 @@ pub async fn validate(
     let served = obj.map(|o| call.kind.strategy.to_served(o.clone()));
     let old_served = old.map(|o| call.kind.strategy.to_served(o.clone()));
     let attrs = attributes(call, operation, served.as_ref(), old_served.as_ref());
-    let calls = hooks
-        .iter()
-        .filter(|h| rules::applies(&h.webhook, &attrs))
+    let mut chosen = Vec::new();
+    for hook in hooks.iter().filter(|h| rules::applies(&h.webhook, &attrs)) {
+        if matched(call, hook, operation, served.as_ref(), old_served.as_ref())? {
+            chosen.push(hook);
+        }
+    }
+    let calls = chosen
+        .into_iter()
         .map(|h| review(call, h, operation, served.as_ref(), old_served.as_ref()));
     for outcome in futures::future::join_all(calls).await {
         outcome?;
     }
     Ok(())
+}
+
+/// Whether the webhook's match conditions let it be called; one that cannot be
+/// evaluated fails the call, which the failure policy decides.
+fn matched(
+    call: &Call<'_>,
+    hook: &Hook,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, ApiError> {
+    let mut request = review_request(call, "", operation, None, None);
+    if let Some(r) = request.as_object_mut() {
+        r.remove("object");
+        r.remove("oldObject");
+    }
+    match conditions::hold(&hook.webhook, obj, old, &request) {
+        Ok(called) => Ok(called),
+        Err(why) if hook.fails_open() => {
+            tracing::warn!(webhook = %hook.name(), %why, "failed evaluating match conditions; failing open");
+            Ok(false)
+        }
+        Err(why) => Err(ApiError::internal(format!(
+            "failed calling webhook \"{}\": failed evaluating match conditions, failing closed: {why}",
+            hook.name()
+        ))),
+    }
 }
 
 /// Sends one AdmissionReview. `Ok(None)`: the call failed and the webhook fails open.

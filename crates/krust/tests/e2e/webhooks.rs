@@ -222,3 +222,68 @@ fn a_webhook_that_cannot_be_called_fails_closed_or_open_as_configured() {
         "{err}"
     );
 }
+
+#[test]
+fn match_conditions_decide_which_requests_a_webhook_sees() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    let config = |conditions: Value, policy: &str| {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "conditional"},
+            "webhooks": [{
+                "name": "conditional.hooks.example.com", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "failurePolicy": policy,
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/validate", hooks.port), "caBundle": hooks.ca_bundle()},
+                "rules": rules(&["CREATE"]),
+                "matchConditions": conditions
+            }]
+        })
+        .to_string()
+    };
+    let labelled = json!({"name": "labelled",
+        "expression": "has(object.metadata.labels) && object.metadata.labels['check'] == 'yes'"});
+    let by_users = json!({"name": "not-the-system",
+        "expression": "!request.userInfo.username.startsWith('system:serviceaccount:')"});
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &config(json!([labelled, by_users]), "Fail"),
+    );
+    let cm = |name: &str, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels}, "data": {"forbidden": "x"}})
+        .to_string()
+    };
+    // Not labelled: the webhook is not called, the write goes through.
+    s.ok_stdin(&["create", "-f", "-"], &cm("unchecked", json!({})));
+    assert!(hook_server::requests(&hooks, "/validate").is_empty());
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &cm("checked", json!({"check": "yes"})),
+    );
+    assert!(
+        err.contains(
+            r#"admission webhook "conditional.hooks.example.com" denied the request: forbidden key"#
+        ),
+        "{err}"
+    );
+    // A condition that cannot be evaluated fails the call: closed, or open.
+    let broken = json!([{"name": "broken", "expression": "object.spec.replicas > 1"}]);
+    s.ok_stdin(&["apply", "-f", "-"], &config(broken.clone(), "Fail"));
+    let err = s.fails_stdin(&["create", "-f", "-"], &cm("closed", json!({})));
+    assert!(
+        err.contains(r#"failed calling webhook "conditional.hooks.example.com": failed evaluating match conditions, failing closed: matchCondition 'broken' failed"#),
+        "{err}"
+    );
+    s.ok_stdin(&["apply", "-f", "-"], &config(broken, "Ignore"));
+    s.ok_stdin(&["create", "-f", "-"], &cm("open", json!({})));
+    // Conditions that do not compile are refused with the configuration.
+    let err = s.fails_stdin(
+        &["apply", "-f", "-"],
+        &config(json!([{"name": "bad", "expression": "object.x >"}]), "Fail"),
+    );
+    assert!(
+        err.contains("webhooks[0].matchConditions[0].expression: Invalid value: \"object.x >\": compilation failed"),
+        "{err}"
+    );
+}

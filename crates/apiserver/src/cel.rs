@@ -1,0 +1,69 @@
+//! The Common Expression Language as the apiserver evaluates it (the `cel` crate): the
+//! environment every expression compiles in — CEL's standard library with the strings
+//! and lists extensions — and objects as CEL values. Used by custom resources'
+//! validation rules and admission webhooks' match conditions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cel::objects::Map as CelMap;
+use cel::{Env, Value as Cel};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+use serde_json::Value;
+
+use crate::custom::schema::{additional, items};
+
+pub fn env() -> Env {
+    let mut env = Env::stdlib();
+    // Both extensions declare only new names on a fresh standard library.
+    let _ = env.add_extension(cel::extensions::strings);
+    let _ = env.add_extension(cel::extensions::lists);
+    env
+}
+
+/// A JSON value as CEL sees it, typed by schema `s` where there is one (`number` is a
+/// double, `integer` an int); `resource` for the root and embedded resources of a
+/// custom kind, whose metadata shows only `name` and `generateName`, as upstream's.
+pub fn to_cel(s: Option<&JSONSchemaProps>, v: &Value, resource: bool) -> Cel {
+    match v {
+        Value::Null => Cel::Null,
+        Value::Bool(b) => Cel::Bool(*b),
+        Value::Number(n) => {
+            let double = s.is_some_and(|s| s.type_.as_deref() == Some("number"));
+            match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) if !double => Cel::Int(i),
+                (None, Some(u)) if !double => Cel::UInt(u),
+                _ => Cel::Float(n.as_f64().unwrap_or_default()),
+            }
+        }
+        Value::String(text) => Cel::String(Arc::new(text.clone())),
+        Value::Array(list) => {
+            let item = s.and_then(items);
+            Cel::List(Arc::new(
+                list.iter().map(|v| to_cel(item, v, false)).collect(),
+            ))
+        }
+        Value::Object(map) => {
+            let fields: HashMap<String, Cel> = map
+                .iter()
+                .map(|(k, value)| {
+                    let value = if resource && k == "metadata" {
+                        let shown = ["name", "generateName"]
+                            .iter()
+                            .filter_map(|f| Some((f.to_string(), value.get(*f)?.clone())))
+                            .collect();
+                        to_cel(None, &Value::Object(shown), false)
+                    } else {
+                        let p =
+                            s.and_then(|s| s.properties.as_ref()?.get(k).or_else(|| additional(s)));
+                        let embedded =
+                            p.is_some_and(|p| p.x_kubernetes_embedded_resource == Some(true));
+                        to_cel(p, value, embedded)
+                    };
+                    (k.clone(), value)
+                })
+                .collect();
+            Cel::Map(CelMap::from(fields))
+        }
+    }
+}
