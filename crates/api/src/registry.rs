@@ -222,6 +222,8 @@ resources! {
     "apps" "v1" "StatefulSet" "statefulsets" "statefulset" ["sts"] ["all"] true [Status, Scale] "statefulsets";
     "admissionregistration.k8s.io" "v1" "MutatingWebhookConfiguration" "mutatingwebhookconfigurations" "mutatingwebhookconfiguration" [] ["api-extensions"] false [] "mutatingwebhookconfigurations";
     "admissionregistration.k8s.io" "v1" "ValidatingWebhookConfiguration" "validatingwebhookconfigurations" "validatingwebhookconfiguration" [] ["api-extensions"] false [] "validatingwebhookconfigurations";
+    "admissionregistration.k8s.io" "v1" "ValidatingAdmissionPolicy" "validatingadmissionpolicies" "validatingadmissionpolicy" [] ["api-extensions"] false [Status] "validatingadmissionpolicies";
+    "admissionregistration.k8s.io" "v1" "ValidatingAdmissionPolicyBinding" "validatingadmissionpolicybindings" "validatingadmissionpolicybinding" [] ["api-extensions"] false [] "validatingadmissionpolicybindings";
     "apiextensions.k8s.io" "v1" "CustomResourceDefinition" "customresourcedefinitions" "customresourcedefinition" ["crd", "crds"] ["api-extensions"] false [Status] "apiextensions.k8s.io/customresourcedefinitions";
     "apiregistration.k8s.io" "v1" "APIService" "apiservices" "apiservice" [] ["api-extensions"] false [Status] "apiregistration.k8s.io/apiservices";
     "authentication.k8s.io" "v1" "SelfSubjectReview" "selfsubjectreviews" "selfsubjectreview" [] [] false [] "";

@@ -4,7 +4,7 @@
 //! validation rules and admission webhooks' match conditions.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use cel::objects::Map as CelMap;
 use cel::{Env, Value as Cel};
@@ -13,12 +13,16 @@ use serde_json::Value;
 
 use crate::custom::schema::{additional, items};
 
-pub fn env() -> Env {
-    let mut env = Env::stdlib();
-    // Both extensions declare only new names on a fresh standard library.
-    let _ = env.add_extension(cel::extensions::strings);
-    let _ = env.add_extension(cel::extensions::lists);
-    env
+/// The environment, made once (the standard library registers hundreds of overloads).
+pub fn env() -> Arc<Env> {
+    static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+        let mut env = Env::stdlib();
+        // Both extensions declare only new names on a fresh standard library.
+        let _ = env.add_extension(cel::extensions::strings);
+        let _ = env.add_extension(cel::extensions::lists);
+        Arc::new(env)
+    });
+    ENV.clone()
 }
 
 /// A JSON value as CEL sees it, typed by schema `s` where there is one (`number` is a

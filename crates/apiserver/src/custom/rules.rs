@@ -94,10 +94,7 @@ impl Rules {
                 }
             }
         });
-        (!programs.is_empty()).then(|| Rules {
-            env: Arc::new(env),
-            programs,
-        })
+        (!programs.is_empty()).then_some(Rules { env, programs })
     }
 
     /// Checks `v` (at `path`) against the rules of `s` and of the nodes under it: the

@@ -190,6 +190,136 @@ fn validate_webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<Cau
     }
 }
 
+/// ValidatingAdmissionPolicy: upstream's defaults (failurePolicy Fail, match policy
+/// Equivalent, empty selectors) and checks (something to validate, expressions that
+/// compile, unique variable names).
+pub struct AdmissionPolicy;
+pub static VALIDATING_ADMISSION_POLICY: AdmissionPolicy = AdmissionPolicy;
+
+impl Strategy for AdmissionPolicy {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn default(&self, obj: &mut Value) {
+        let spec = &mut obj["spec"];
+        set_missing(spec, "failurePolicy", json!("Fail"));
+        let constraints = &mut spec["matchConstraints"];
+        if constraints.is_object() {
+            set_missing(constraints, "matchPolicy", json!("Equivalent"));
+            set_missing(constraints, "namespaceSelector", json!({}));
+            set_missing(constraints, "objectSelector", json!({}));
+            for rule in each_mut(constraints, "/resourceRules") {
+                set_missing(rule, "scope", json!("*"));
+            }
+        }
+    }
+
+    fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
+        let spec = &obj["spec"];
+        let empty = |field: &str| spec[field].as_array().is_none_or(Vec::is_empty);
+        if empty("validations") && empty("auditAnnotations") {
+            errs.push(Cause::required_because(
+                "spec.validations",
+                "validations or auditAnnotations must contain at least one item",
+            ));
+        }
+        if spec["matchConstraints"]["resourceRules"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+        {
+            errs.push(Cause::required("spec.matchConstraints.resourceRules"));
+        }
+        if let Some(p) = spec["failurePolicy"].as_str()
+            && !["Fail", "Ignore"].contains(&p)
+        {
+            errs.push(Cause::not_supported(
+                "spec.failurePolicy",
+                &spec["failurePolicy"],
+                &["Fail", "Ignore"],
+            ));
+        }
+        crate::webhook::validate_match_conditions(
+            &spec["matchConditions"],
+            "spec.matchConditions",
+            errs,
+        );
+        let mut names = Vec::new();
+        for (field, key) in [("variables", "expression"), ("validations", "expression")] {
+            for (i, item) in spec[field].as_array().into_iter().flatten().enumerate() {
+                let at = format!("spec.{field}[{i}]");
+                if field == "variables" {
+                    match item["name"].as_str().filter(|n| !n.is_empty()) {
+                        None => errs.push(Cause::required(format!("{at}.name"))),
+                        Some(n) if names.contains(&n) => {
+                            errs.push(Cause::duplicate(format!("{at}.name"), &item["name"]));
+                        }
+                        Some(n) => names.push(n),
+                    }
+                }
+                crate::webhook::check_expression(&item[key], &format!("{at}.{key}"), errs);
+                if let Some(m) = item["messageExpression"].as_str() {
+                    crate::webhook::check_expression(
+                        &json!(m),
+                        &format!("{at}.messageExpression"),
+                        errs,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// ValidatingAdmissionPolicyBinding: a policy, and at least one known action (Deny
+/// and Warn not together).
+pub struct AdmissionPolicyBinding;
+pub static VALIDATING_ADMISSION_POLICY_BINDING: AdmissionPolicyBinding = AdmissionPolicyBinding;
+
+impl Strategy for AdmissionPolicyBinding {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn default(&self, obj: &mut Value) {
+        let reference = &mut obj["spec"]["paramRef"];
+        if reference.is_object() {
+            set_missing(reference, "parameterNotFoundAction", json!("Deny"));
+        }
+    }
+
+    fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
+        let spec = &obj["spec"];
+        if spec["policyName"].as_str().is_none_or(str::is_empty) {
+            errs.push(Cause::required("spec.policyName"));
+        }
+        let actions: Vec<&str> = spec["validationActions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if actions.is_empty() {
+            errs.push(Cause::required("spec.validationActions"));
+        }
+        for (i, action) in actions.iter().enumerate() {
+            if !["Deny", "Warn", "Audit"].contains(action) {
+                errs.push(Cause::not_supported(
+                    format!("spec.validationActions[{i}]"),
+                    &json!(action),
+                    &["Audit", "Deny", "Warn"],
+                ));
+            }
+        }
+        if actions.contains(&"Deny") && actions.contains(&"Warn") {
+            errs.push(Cause::invalid(
+                "spec.validationActions",
+                &spec["validationActions"],
+                "must not contain both Deny and Warn (repeating the same validation failure information in the API response and headers serves no purpose)",
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

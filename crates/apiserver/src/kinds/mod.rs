@@ -305,6 +305,16 @@ pub fn all() -> &'static [Kind] {
                 "validatingwebhookconfigurations",
                 &admissionregistration::VALIDATING_WEBHOOK_CONFIGURATION,
             ),
+            kind::<api::admissionregistration::v1::ValidatingAdmissionPolicy>(
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicies",
+                &admissionregistration::VALIDATING_ADMISSION_POLICY,
+            ),
+            kind::<api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>(
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicybindings",
+                &admissionregistration::VALIDATING_ADMISSION_POLICY_BINDING,
+            ),
             kind::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
                 "apiextensions.k8s.io",
                 "customresourcedefinitions",

@@ -23,7 +23,7 @@ pub fn hold(
     else {
         return Ok(true);
     };
-    let env = std::sync::Arc::new(env());
+    let env = env();
     let mut context = Context::with_env(env.clone());
     let null = Value::Null;
     context.add_variable_from_value("object", to_cel(None, object.unwrap_or(&null), false));
@@ -70,7 +70,6 @@ pub fn validate(conditions: &Value, path: &str, errs: &mut Vec<krust_api::status
             field: path.to_string(),
         });
     }
-    let env = env();
     let mut names = std::collections::HashSet::new();
     for (i, condition) in list.iter().enumerate() {
         let at = format!("{path}[{i}]");
@@ -81,19 +80,22 @@ pub fn validate(conditions: &Value, path: &str, errs: &mut Vec<krust_api::status
             }
             Some(_) => {}
         }
-        match condition["expression"]
-            .as_str()
-            .filter(|e| !e.trim().is_empty())
-        {
-            None => errs.push(Cause::required(format!("{at}.expression"))),
-            Some(expression) => {
-                if let Err(e) = env.compile(expression) {
-                    errs.push(Cause::invalid(
-                        format!("{at}.expression"),
-                        &condition["expression"],
-                        format!("compilation failed: {e}"),
-                    ));
-                }
+        check_expression(&condition["expression"], &format!("{at}.expression"), errs);
+    }
+}
+
+/// The problem of an expression field: missing, or not compiling.
+pub fn check_expression(expression: &Value, path: &str, errs: &mut Vec<krust_api::status::Cause>) {
+    use krust_api::status::Cause;
+    match expression.as_str().filter(|e| !e.trim().is_empty()) {
+        None => errs.push(Cause::required(path)),
+        Some(source) => {
+            if let Err(e) = env().compile(source) {
+                errs.push(Cause::invalid(
+                    path,
+                    expression,
+                    format!("compilation failed: {e}"),
+                ));
             }
         }
     }

@@ -1,4 +1,5 @@
-//! Admission webhooks (admissionregistration.k8s.io/v1): mutating webhooks change an
+//! Admission webhooks (admissionregistration.k8s.io/v1) and, before the validating
+//! ones, ValidatingAdmissionPolicies ([`policy`]): mutating webhooks change an
 //! object after the built-in mutating plugins, one after another (and once more, for
 //! those that ask, when a later one changed it); validating webhooks then judge it, all
 //! at once. Each is called with an admission.k8s.io AdmissionReview over HTTPS and its
@@ -6,9 +7,10 @@
 //! MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins.
 
 mod conditions;
+mod policy;
 mod rules;
 
-pub use conditions::validate as validate_match_conditions;
+pub use conditions::{check_expression, validate as validate_match_conditions};
 
 use std::time::Duration;
 
@@ -229,12 +231,17 @@ pub async fn validate(
         return Ok(());
     }
     let hooks = hooks(call, VALIDATING);
-    if hooks.is_empty() {
+    let bound = policy::bound(call);
+    if hooks.is_empty() && !bound {
         return Ok(());
     }
     let served = obj.map(|o| call.kind.strategy.to_served(o.clone()));
     let old_served = old.map(|o| call.kind.strategy.to_served(o.clone()));
     let attrs = attributes(call, operation, served.as_ref(), old_served.as_ref());
+    // Policies first, as upstream's plugin order has them.
+    if bound {
+        policy::validate(call, &attrs, &bare_request(call, operation))?;
+    }
     let mut chosen = Vec::new();
     for hook in hooks.iter().filter(|h| rules::applies(&h.webhook, &attrs)) {
         if matched(call, hook, operation, served.as_ref(), old_served.as_ref())? {
@@ -259,12 +266,7 @@ fn matched(
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<bool, ApiError> {
-    let mut request = review_request(call, "", operation, None, None);
-    if let Some(r) = request.as_object_mut() {
-        r.remove("object");
-        r.remove("oldObject");
-    }
-    match conditions::hold(&hook.webhook, obj, old, &request) {
+    match conditions::hold(&hook.webhook, obj, old, &bare_request(call, operation)) {
         Ok(called) => Ok(called),
         Err(why) if hook.fails_open() => {
             tracing::warn!(webhook = %hook.name(), %why, "failed evaluating match conditions; failing open");
@@ -275,6 +277,16 @@ fn matched(
             hook.name()
         ))),
     }
+}
+
+/// The AdmissionRequest without its objects: CEL's `request`.
+fn bare_request(call: &Call<'_>, operation: Operation) -> Value {
+    let mut request = review_request(call, "", operation, None, None);
+    if let Some(r) = request.as_object_mut() {
+        r.remove("object");
+        r.remove("oldObject");
+    }
+    request
 }
 
 /// Sends one AdmissionReview. `Ok(None)`: the call failed and the webhook fails open.

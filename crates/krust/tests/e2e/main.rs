@@ -6,6 +6,7 @@
 mod common;
 mod https;
 
+mod admission_policy;
 mod agent;
 mod aggregation;
 mod architecture;
