@@ -242,7 +242,35 @@ pub fn pod_status(pod: &Pod, observed: &Observed) -> Value {
             .expect("conditions")
             .push(disruption);
     }
+    keep_others_conditions(&mut status, pod);
     status
+}
+
+/// The condition types only the kubelet writes (upstream's `PodConditionByKubelet`).
+const KUBELET_CONDITIONS: [&str; 5] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+];
+
+/// Conditions that others set — a readiness gate's, a DisruptionTarget from an
+/// eviction — stay as the API has them, unless the kubelet sets that type itself; the
+/// status is written with a merge patch, which replaces the whole list (upstream's
+/// status manager merges them the same way).
+fn keep_others_conditions(status: &mut Value, pod: &Pod) {
+    let Some(api) = pod.status.as_ref().and_then(|s| s.conditions.as_ref()) else {
+        return;
+    };
+    let conditions = status["conditions"].as_array_mut().expect("conditions");
+    for c in api {
+        let ours = KUBELET_CONDITIONS.contains(&c.type_.as_str())
+            || conditions.iter().any(|o| o["type"] == c.type_.as_str());
+        if !ours && let Ok(c) = k8s_openapi::serde_json::to_value(c) {
+            conditions.push(c);
+        }
+    }
 }
 
 /// Two statuses that differ only in transition times say the same.
@@ -286,6 +314,35 @@ pub fn conditions_shown<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn conditions_others_own_are_kept_and_the_kubelets_are_its_own() {
+        let mut p = pod("Never");
+        p.status = Some(
+            k8s_openapi::serde_json::from_value(json!({"conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"},
+                {"type": "example.com/gate", "status": "True"},
+                {"type": "Ready", "status": "True"}
+            ]}))
+            .unwrap(),
+        );
+        let mut status = json!({"conditions": [{"type": "Ready", "status": "False"}]});
+        keep_others_conditions(&mut status, &p);
+        let types: Vec<(&str, &str)> = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("Ready", "False"),
+                ("DisruptionTarget", "True"),
+                ("example.com/gate", "True")
+            ]
+        );
+    }
 
     fn pod(policy: &str) -> Pod {
         k8s_openapi::serde_json::from_value(json!({

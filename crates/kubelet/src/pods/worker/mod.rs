@@ -889,14 +889,11 @@ impl Worker {
         }
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        // A strategic merge patch: conditions (and container statuses) merge by their
-        // keys, so conditions others own — a DisruptionTarget, a readiness gate's — stay,
-        // as upstream's status manager keeps them.
         match api
             .patch_status(
                 &pod.name_any(),
                 &PatchParams::default(),
-                &Patch::Strategic(&json!({ "status": status })),
+                &Patch::Merge(&json!({ "status": status })),
             )
             .await
         {
