@@ -395,6 +395,22 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
         let Some((old, old_rev)) = current else {
             // Server-side apply of a missing object creates it.
             let mut obj = server_side_apply(call, part, None, &patch)?;
+            // A YAML `metadata: name:x` is a string: refused, as upstream's typed
+            // conversion refuses it (found by fuzzing: indexing into it panicked).
+            let got = match obj.get("metadata") {
+                _ if !obj.is_object() => Some("no object"),
+                None | Some(Value::Null | Value::Object(_)) => None,
+                Some(Value::String(_)) => Some("string"),
+                Some(Value::Array(_)) => Some("list"),
+                Some(_) => Some("scalar"),
+            };
+            if let Some(got) = got {
+                return Err(ApiError::bad_request(format!(
+                    "failed to create typed patch object ({}, Kind={}): .metadata: expected map, got {got}",
+                    info.api_version(),
+                    info.kind
+                )));
+            }
             obj["metadata"]["name"] = json!(name);
             let obj = call.decode_value(obj, (&info.api_version(), info.kind))?;
             let obj = call.kind.strategy.to_storage(obj);

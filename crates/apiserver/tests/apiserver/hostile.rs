@@ -117,3 +117,33 @@ async fn ten_thousand_labels_are_stored_and_read_back() {
     );
     still_serving_with(&h, 1).await;
 }
+
+/// Found by fuzzing (`apiserver_request`, optimized campaign): an apply whose YAML
+/// `metadata` is a string (`name:1 a` without a space) made the create path index into
+/// it and panic; it is a 400, and nothing is written.
+#[tokio::test]
+async fn an_apply_whose_metadata_is_not_a_map_is_a_bad_request() {
+    let h = Harness::new().await;
+    for metadata in ["name:1 a", "[a, b]"] {
+        let body =
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {metadata}\ndata:\n  k: v\n");
+        let got = h
+            .call_raw_as(
+                "PATCH",
+                &format!("{CMS}/a?fieldManager=fuzz&force=true"),
+                "application/apply-patch+yaml",
+                body.into_bytes(),
+            )
+            .await;
+        assert_status(&got, 400, "BadRequest");
+        assert!(
+            got.1["message"]
+                .as_str()
+                .unwrap()
+                .contains(".metadata: expected map"),
+            "{}",
+            got.1
+        );
+    }
+    still_serving_with(&h, 0).await;
+}
