@@ -263,10 +263,44 @@ fn chaos(cluster_cidr: &str, mut etcd: Option<Etcd>) {
     // Nothing of the workload is left on the node once it is deleted.
     s.ok(&["delete", "deploy/web", "--wait=true", "--timeout=90s"]);
     s.ok(&["delete", "jobs", "--all", "--wait=true", "--timeout=90s"]);
-    wait_for("the node's pods gone", CONVERGE, || {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
         let pods = s.get_json(&["pods"]);
-        pods["items"].as_array()?.is_empty().then_some(())
-    });
+        let left: Vec<String> = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "{} phase={} deleting={} finalizers={} conditions={}",
+                    p["metadata"]["name"],
+                    p["status"]["phase"],
+                    p["metadata"]["deletionTimestamp"],
+                    p["metadata"]["finalizers"],
+                    p["status"]["conditions"]
+                )
+            })
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let tail = |log: String| log.lines().rev().take(80).collect::<Vec<_>>().join("\n");
+            let agent_log = agent
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|a| a.log())
+                .unwrap_or_default();
+            panic!(
+                "pods left {CONVERGE:?} after their deletion:\n{}\nagent (last lines first):\n{}\nserver:\n{}",
+                left.join("\n"),
+                tail(agent_log),
+                tail(s.log())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let left = || {
         let namespaces: Vec<_> = network_namespaces_in(&cidr)
             .into_iter()
