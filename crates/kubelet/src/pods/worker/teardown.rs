@@ -137,8 +137,10 @@ impl Worker {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// The containers are gone: the pod object can go (grace period 0).
-    pub(super) async fn delete_for_good(&self, pod: &Pod) {
+    /// The containers are gone: the pod object can go (grace period 0). Whether it is
+    /// gone: a failed delete (the apiserver restarting, a connection the restart broke)
+    /// is tried again by the next pass — no one else would ever finish the pod.
+    pub(super) async fn delete_for_good(&self, pod: &Pod) -> bool {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let params = DeleteParams {
@@ -150,10 +152,14 @@ impl Worker {
             ..DeleteParams::default()
         };
         match api.delete(&pod.name_any(), &params).await {
-            Ok(_) => tracing::info!(pod = %pod.name_any(), "pod terminated"),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Ok(_) => {
+                tracing::info!(pod = %pod.name_any(), "pod terminated");
+                true
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
             Err(err) => {
-                tracing::warn!(pod = %pod.name_any(), error = %err, "deleting the terminated pod failed")
+                tracing::warn!(pod = %pod.name_any(), error = %err, "deleting the terminated pod failed; trying again");
+                false
             }
         }
     }
