@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::agent::{EdgeDir, containers, join_edge, network_namespaces_in, stop_edge};
-use crate::common::{Etcd, KUBECTL, Server, ready_pods, wait_for};
+use crate::common::{Component, Etcd, KUBECTL, Server, ready_pods, wait_for};
 use crate::history::History;
 
 /// How long the chaos lasts, and how long the cluster then has to settle.
@@ -55,6 +55,22 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The last lines of the server's and the agent's logs (newest first), for a failure.
+fn logs(s: &Server, agent: &Mutex<Option<Component>>) -> String {
+    let tail = |log: String| log.lines().rev().take(80).collect::<Vec<_>>().join("\n");
+    let agent_log = agent
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map(|a| a.log())
+        .unwrap_or_default();
+    format!(
+        "server (last lines first):\n{}\nagent:\n{}",
+        tail(s.log()),
+        tail(agent_log)
+    )
 }
 
 /// A tiny deterministic generator, seeded from the clock and printed, so that a failing
@@ -229,19 +245,10 @@ fn chaos(cluster_cidr: &str, mut etcd: Option<Etcd>) {
         }
         if settle.elapsed() > CONVERGE {
             let state = kubectl(&kubeconfig, &["get", "jobs,pods", "-o", "wide"]);
-            let tail = |log: String| log.lines().rev().take(60).collect::<Vec<_>>().join("\n");
-            let agent_log = agent
-                .lock()
-                .unwrap()
-                .as_ref()
-                .map(|a| a.log())
-                .unwrap_or_default();
             panic!(
-                "Jobs still running {CONVERGE:?} after the chaos:\n{}\nserver (last lines \
-                 first):\n{}\nagent:\n{}",
+                "Jobs still running {CONVERGE:?} after the chaos:\n{}\n{}",
                 state.unwrap_or_default(),
-                tail(s.log()),
-                tail(agent_log)
+                logs(&s, &agent)
             );
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -290,18 +297,10 @@ fn chaos(cluster_cidr: &str, mut etcd: Option<Etcd>) {
             break;
         }
         if Instant::now() > deadline {
-            let tail = |log: String| log.lines().rev().take(80).collect::<Vec<_>>().join("\n");
-            let agent_log = agent
-                .lock()
-                .unwrap()
-                .as_ref()
-                .map(|a| a.log())
-                .unwrap_or_default();
             panic!(
-                "pods left {CONVERGE:?} after their deletion:\n{}\nagent (last lines first):\n{}\nserver:\n{}",
+                "pods left {CONVERGE:?} after their deletion:\n{}\n{}",
                 left.join("\n"),
-                tail(agent_log),
-                tail(s.log())
+                logs(&s, &agent)
             );
         }
         std::thread::sleep(Duration::from_millis(500));
