@@ -143,7 +143,7 @@ pub struct Api {
     /// metrics.k8s.io API.
     pub resource_metrics: resource_metrics::Samples,
     /// The HTTPS client of admission webhooks.
-    pub webhooks: outbound::Client,
+    pub webhooks: Arc<outbound::Client>,
     /// The aggregated apiservers available now, and the client that reaches them.
     pub aggregator: aggregator::Aggregator,
     /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` for agents
@@ -257,7 +257,7 @@ impl Api {
             tokens,
             audit,
             resource_metrics: resource_metrics::Samples::new(config.metric_resolution),
-            webhooks: outbound::Client::new(&pki.ca_cert, None),
+            webhooks: Arc::new(outbound::Client::new(&pki.ca_cert, None)),
             aggregator: aggregator::Aggregator::new(&pki),
             ca_bundle: pki.ca_cert.clone(),
         });

@@ -176,6 +176,24 @@ impl Client {
         serde_json::from_slice(resp.body())
             .map_err(|e| format!("failed to decode the response: {e}"))
     }
+
+    /// POSTs a review (admission, conversion) to the webhook whose `clientConfig` gave
+    /// `target`, trusting the configuration's `caBundle`; the decoded answer.
+    pub async fn post_review(
+        &self,
+        client_config: &serde_json::Value,
+        target: &Target,
+        review: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, String> {
+        use base64::Engine;
+        let ca_bundle = client_config["caBundle"]
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+        let body = serde_json::to_vec(review).unwrap_or_default();
+        self.post_json(target, Trust::Bundle(ca_bundle.as_deref()), body, timeout)
+            .await
+    }
 }
 
 impl Target {

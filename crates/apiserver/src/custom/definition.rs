@@ -227,17 +227,86 @@ fn validate_definition(obj: &Value, errs: &mut Vec<Cause>) {
     }
     validate_names(names, "spec.names", errs);
     validate_versions(spec, errs);
-    match spec["conversion"]["strategy"].as_str() {
-        Some("None") => {}
-        Some("Webhook") => errs.push(Cause::forbidden(
+    validate_conversion(spec, errs);
+}
+
+/// `spec.conversion`, with upstream's (internal) field names in its messages.
+fn validate_conversion(spec: &Value, errs: &mut Vec<Cause>) {
+    let conversion = &spec["conversion"];
+    let strategy = &conversion["strategy"];
+    let client_config = &conversion["webhook"]["clientConfig"];
+    let versions = &conversion["webhook"]["conversionReviewVersions"];
+    const CONFIG: &str = "spec.conversion.webhookClientConfig";
+    const VERSIONS: &str = "spec.conversion.conversionReviewVersions";
+    match strategy.as_str() {
+        Some("None") => {
+            if !client_config.is_null() {
+                errs.push(Cause::forbidden(
+                    CONFIG,
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
+            if !versions.is_null() {
+                errs.push(Cause::forbidden(
+                    VERSIONS,
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
+            return;
+        }
+        Some("Webhook") => {}
+        None | Some("") => {
+            errs.push(Cause::required("spec.conversion.strategy"));
+            return;
+        }
+        Some(_) => {
+            errs.push(Cause::not_supported(
+                "spec.conversion.strategy",
+                strategy,
+                &["None", "Webhook"],
+            ));
+            return;
+        }
+    }
+    if spec["preserveUnknownFields"] == true {
+        errs.push(Cause::invalid(
             "spec.conversion.strategy",
-            "krust does not call conversion webhooks yet; use None",
-        )),
-        _ => errs.push(Cause::not_supported(
-            "spec.conversion.strategy",
-            &spec["conversion"]["strategy"],
-            &["None", "Webhook"],
-        )),
+            strategy,
+            "must be None if spec.preserveUnknownFields is true",
+        ));
+    }
+    if client_config.is_null() {
+        errs.push(Cause::required_because(
+            CONFIG,
+            "required when strategy is set to Webhook",
+        ));
+    } else {
+        crate::kinds::admissionregistration::check_client_config(client_config, CONFIG, errs);
+    }
+    let list: Vec<&Value> = versions.as_array().into_iter().flatten().collect();
+    if list.is_empty() {
+        errs.push(Cause::required(VERSIONS));
+        return;
+    }
+    for (i, v) in list.iter().enumerate() {
+        if list[..i].contains(v) {
+            errs.push(Cause::invalid(
+                format!("{VERSIONS}[{i}]"),
+                v,
+                "duplicate version",
+            ));
+        }
+    }
+    if !list.iter().any(|v| *v == "v1" || *v == "v1beta1") {
+        let shown: Vec<String> = list.iter().map(|v| v.to_string()).collect();
+        errs.push(Cause {
+            reason: "FieldValueInvalid",
+            message: format!(
+                "Invalid value: []string{{{}}}: must include at least one of v1, v1beta1",
+                shown.join(", ")
+            ),
+            field: VERSIONS.into(),
+        });
     }
 }
 

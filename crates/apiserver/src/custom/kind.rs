@@ -12,6 +12,7 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::columns::JsonPath;
+use super::conversion::Webhook;
 use super::rules::Rules;
 use super::schema;
 use crate::kinds::table::{self, Column};
@@ -27,7 +28,7 @@ pub fn served_versions(crd: &CustomResourceDefinition) -> Vec<&CustomResourceDef
 }
 
 /// What makes two versions' kinds the same: the names the definition was accepted
-/// with, its scope, the storage version, and the version itself.
+/// with, its scope, the storage version, its conversion, and the version itself.
 pub fn identity(
     crd: &CustomResourceDefinition,
     version: &CustomResourceDefinitionVersion,
@@ -37,13 +38,14 @@ pub fn identity(
         "names": crd.status.as_ref().and_then(|s| s.accepted_names.as_ref()),
         "scope": crd.spec.scope,
         "storage": storage_version(crd),
+        "conversion": crd.spec.conversion,
         "versions": crd.spec.versions.len(),
         "version": version,
     })
     .to_string()
 }
 
-fn storage_version(crd: &CustomResourceDefinition) -> &str {
+pub fn storage_version(crd: &CustomResourceDefinition) -> &str {
     crd.spec
         .versions
         .iter()
@@ -120,6 +122,7 @@ pub fn build(
             })
             .collect(),
         scale: scale.map(ScalePaths::new),
+        conversion: Webhook::of(crd),
     }));
     let decode: Decoder = Box::leak(Box::new(move |v| strategy.decode(v)));
     Box::leak(Box::new(Kind {
@@ -240,6 +243,7 @@ struct CustomStrategy {
     columns: &'static [Column],
     selectable: Vec<(&'static str, JsonPath)>,
     scale: Option<ScalePaths>,
+    conversion: Option<Webhook>,
 }
 
 impl CustomStrategy {
@@ -385,6 +389,10 @@ impl Strategy for CustomStrategy {
     fn to_served(&self, mut obj: Value) -> Value {
         obj["apiVersion"] = json!(self.api_version);
         obj
+    }
+
+    fn conversion_webhook(&self) -> Option<&Webhook> {
+        self.conversion.as_ref()
     }
 }
 

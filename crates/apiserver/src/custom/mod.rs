@@ -8,6 +8,7 @@
 
 mod columns;
 pub mod controller;
+pub mod conversion;
 pub mod definition;
 mod kind;
 mod rules;

@@ -141,28 +141,7 @@ fn validate_webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<Cau
         &format!("{path}.matchConditions"),
         errs,
     );
-    let config = &hook["clientConfig"];
-    match (config["url"].as_str(), config["service"].is_object()) {
-        (Some(_), true) | (None, false) => errs.push(Cause::required_because(
-            format!("{path}.clientConfig"),
-            "exactly one of url or service is required",
-        )),
-        (Some(url), false) if !url.starts_with("https://") => errs.push(Cause::invalid(
-            format!("{path}.clientConfig.url"),
-            &config["url"],
-            "'https' is the only allowed URL scheme",
-        )),
-        _ => {}
-    }
-    if config["service"].is_object() {
-        for field in ["namespace", "name"] {
-            if config["service"][field].as_str().is_none_or(str::is_empty) {
-                errs.push(Cause::required(format!(
-                    "{path}.clientConfig.service.{field}"
-                )));
-            }
-        }
-    }
+    check_client_config(&hook["clientConfig"], &format!("{path}.clientConfig"), errs);
     for (j, rule) in hook["rules"].as_array().into_iter().flatten().enumerate() {
         for (k, op) in rule["operations"]
             .as_array()
@@ -186,6 +165,75 @@ fn validate_webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<Cau
                 &rule["scope"],
                 &["*", "Cluster", "Namespaced"],
             ));
+        }
+    }
+}
+
+/// Where a webhook is called (`url`, or a `service`), checked as upstream checks
+/// admission and conversion webhooks' client configurations at `path`.
+pub fn check_client_config(config: &Value, path: &str, errs: &mut Vec<Cause>) {
+    const FORM: &str = "; desired format: https://host[/path]";
+    match (config["url"].as_str(), config["service"].is_object()) {
+        (Some(_), true) | (None, false) => errs.push(Cause::required_because(
+            path,
+            "exactly one of url or service is required",
+        )),
+        (Some(url), false) => {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+            let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            let url_path = format!("{path}.url");
+            if scheme != "https" {
+                errs.push(Cause::invalid(
+                    &url_path,
+                    &json!(scheme),
+                    format!("'https' is the only allowed URL scheme{FORM}"),
+                ));
+            }
+            if host.is_empty() {
+                errs.push(Cause::invalid(
+                    &url_path,
+                    &json!(host),
+                    format!("host must be specified{FORM}"),
+                ));
+            }
+            if host.contains('@') {
+                errs.push(Cause::invalid(
+                    &url_path,
+                    &json!(host.split('@').next()),
+                    "user information is not permitted in the URL",
+                ));
+            }
+            if let Some((_, fragment)) = rest.split_once('#') {
+                errs.push(Cause::invalid(
+                    &url_path,
+                    &json!(fragment),
+                    "fragments are not permitted in the URL",
+                ));
+            }
+            if let Some((_, query)) = rest.split_once('?') {
+                let query = query.split('#').next().unwrap_or_default();
+                errs.push(Cause::invalid(
+                    &url_path,
+                    &json!(query),
+                    "query parameters are not permitted in the URL",
+                ));
+            }
+        }
+        (None, true) => {
+            for field in ["namespace", "name"] {
+                if config["service"][field].as_str().is_none_or(str::is_empty) {
+                    errs.push(Cause::required(format!("{path}.service.{field}")));
+                }
+            }
+            if let Some(p) = config["service"]["path"].as_str()
+                && !p.starts_with('/')
+            {
+                errs.push(Cause::invalid(
+                    format!("{path}.service.path"),
+                    &json!(p),
+                    "must start with a '/'",
+                ));
+            }
         }
     }
 }
@@ -359,7 +407,7 @@ mod tests {
                 "webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1",
                 "webhooks[0].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"",
                 "webhooks[0].timeoutSeconds: Invalid value: 60: the timeout value must be between 1 and 30 seconds",
-                "webhooks[0].clientConfig.url: Invalid value: \"http://example.com/\": 'https' is the only allowed URL scheme",
+                "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme; desired format: https://host[/path]",
                 "webhooks[1].name: Invalid value: \"short.name\": should be a domain with at least three segments separated by dots",
                 "webhooks[1].clientConfig: Required value: exactly one of url or service is required",
                 "webhooks[1].name: Duplicate value: \"short.name\"",

@@ -3,7 +3,7 @@
 //! handlers are generic; everything a kind does differently lives here, as in upstream's
 //! `pkg/registry/*/strategy.go`.
 
-mod admissionregistration;
+pub mod admissionregistration;
 mod apiregistration;
 mod apps;
 mod autoscaling;
@@ -152,6 +152,13 @@ pub trait Strategy: Sync {
     }
     fn to_served(&self, obj: Value) -> Value {
         obj
+    }
+
+    /// The webhook that converts this resource's objects between versions, for custom
+    /// resources whose definition converts by one; the conversions above then only
+    /// rewrite `apiVersion`.
+    fn conversion_webhook(&self) -> Option<&crate::custom::conversion::Webhook> {
+        None
     }
 }
 

@@ -106,7 +106,7 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
         }
     };
     Ok(match outcome {
-        Deleted::Pending(obj) => call.reply(StatusCode::OK, &call.kind.strategy.to_served(obj)),
+        Deleted::Pending(obj) => call.reply(StatusCode::OK, &call.to_served(obj).await?),
         Deleted::Gone(obj) if call.kind.strategy.returns_deleted_object() => {
             call.reply(StatusCode::OK, &obj)
         }
@@ -257,7 +257,7 @@ pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value,
                 serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             v["metadata"]["resourceVersion"] = json!(revision.to_string());
             call.api.admission.after_delete(call, &v).await;
-            Ok(call.kind.strategy.to_served(v))
+            call.to_served(v).await
         }
         TxnResult::Failed { current: None, .. } => Err(ApiError::not_found(call.target(name))),
         TxnResult::Failed { .. } => Err(ApiError::stale(call.target(name))),

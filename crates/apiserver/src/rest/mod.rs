@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 
 use crate::Api;
 use crate::auth::User;
+use crate::custom::conversion::Caller;
 use crate::kinds::{FieldValidation, Kind};
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::{self, Output, Response};
@@ -71,6 +72,11 @@ pub struct Call<'a> {
     pub warnings: Warnings,
     /// Annotations for the request's audit events (PodSecurity's).
     pub audit: crate::audit::Annotations,
+}
+
+/// The one object a conversion of one object gives back.
+fn one(mut objects: Vec<Value>) -> Value {
+    objects.pop().unwrap_or(Value::Null)
 }
 
 /// Warnings any stage of a call may add; the response carries them as `Warning` headers.
@@ -440,6 +446,42 @@ impl Call<'_> {
             }
             TxnResult::Failed { .. } => Err(ApiError::stale(self.target(name))),
         }
+    }
+
+    /// An object of the served version in storage form: by the kind's strategy, after
+    /// the definition's conversion webhook where a custom resource has one.
+    pub async fn to_storage(&self, obj: Value) -> Result<Value, ApiError> {
+        let obj = match self.kind.strategy.conversion_webhook() {
+            Some(webhook) => {
+                let caller = Caller::of(self.api);
+                let storage = webhook.storage.as_str();
+                one(webhook.convert(&caller, vec![obj], storage).await?)
+            }
+            None => obj,
+        };
+        Ok(self.kind.strategy.to_storage(obj))
+    }
+
+    /// A stored object in the served version (the reverse of [`Call::to_storage`]).
+    pub async fn to_served(&self, obj: Value) -> Result<Value, ApiError> {
+        let obj = match self.kind.strategy.conversion_webhook() {
+            Some(webhook) => {
+                let caller = Caller::of(self.api);
+                let served = self.kind.info.api_version();
+                one(webhook.convert(&caller, vec![obj], &served).await?)
+            }
+            None => obj,
+        };
+        Ok(self.kind.strategy.to_served(obj))
+    }
+
+    /// Stored objects as this call returns them: in the served version where the
+    /// definition's conversion webhook must convert them (metadata alone needs none).
+    pub async fn served_bytes(&self, items: Vec<Bytes>) -> Result<Vec<Bytes>, ApiError> {
+        if self.output == Output::Metadata {
+            return Ok(items);
+        }
+        crate::custom::conversion::served_bytes(&Caller::of(self.api), self.kind, items).await
     }
 
     /// Responds with one object, adding any warnings.

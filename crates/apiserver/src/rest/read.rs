@@ -23,11 +23,12 @@ pub async fn get(call: &Call<'_>) -> Result<Response, ApiError> {
         .resource_cache()?
         .get(&call.key(name))
         .ok_or_else(|| ApiError::not_found(call.target(name)))?;
+    let json = call.served_bytes(vec![obj.json.clone()]).await?;
     Ok(response::object(
         call.kind,
         call.output,
         StatusCode::OK,
-        &obj.json,
+        &json[0],
     ))
 }
 
@@ -115,6 +116,7 @@ pub async fn list(call: &Call<'_>) -> Result<Response, ApiError> {
         .filter(|o| filter.matches(o))
         .map(|o| o.json.clone())
         .collect();
+    let items = call.served_bytes(items).await?;
     Ok(response::list(
         call.kind,
         call.output,
@@ -187,6 +189,7 @@ async fn list_paged(
     } else {
         None
     };
+    let items = call.served_bytes(items).await?;
     Ok(response::list(
         call.kind,
         call.output,

@@ -20,6 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::read::{Filter, list_prefix};
 use super::{Call, parse_rv};
+use crate::custom::conversion::Caller;
 use crate::kinds::Kind;
 use crate::response::{self, Output, Response};
 use crate::watch_cache::{CacheEvent, CachedObject, EventType, ResourceCache};
@@ -65,6 +66,9 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
         cache,
         bookmarks,
         first_table: std::sync::atomic::AtomicBool::new(true),
+        converter: (call.kind.strategy.conversion_webhook().is_some()
+            && call.output != Output::Metadata)
+            .then(|| Caller::of(call.api)),
     };
     let global = call.api.cache.clone();
     let store = call.api.store.clone();
@@ -164,6 +168,9 @@ struct Watcher {
     cache: Arc<ResourceCache>,
     bookmarks: bool,
     first_table: std::sync::atomic::AtomicBool,
+    /// How objects reach the definition's conversion webhook, for custom resources
+    /// that convert by one.
+    converter: Option<Caller>,
 }
 
 impl Watcher {
@@ -179,7 +186,8 @@ impl Watcher {
         let mut changes = self.cache.subscribe();
         if let Some(objs) = initial {
             for o in objs.iter().filter(|o| self.in_scope(o)) {
-                if tx.send(self.frame(EventType::Added, o)).await.is_err() {
+                let frame = self.frame(EventType::Added, o).await;
+                if !send(&tx, frame).await {
                     return;
                 }
             }
@@ -211,8 +219,8 @@ impl Watcher {
             };
             for ev in &events {
                 cursor = ev.revision();
-                if let Some(frame) = self.event_frame(ev)
-                    && tx.send(frame).await.is_err()
+                if let Some(frame) = self.event_frame(ev).await.transpose()
+                    && !send(&tx, frame).await
                 {
                     return;
                 }
@@ -247,8 +255,8 @@ impl Watcher {
             };
             let rev = event.revision();
             if let Some(ev) = CacheEvent::from_store(&self.cache, &event)
-                && let Some(frame) = self.event_frame(&ev)
-                && tx.send(frame).await.is_err()
+                && let Some(frame) = self.event_frame(&ev).await.transpose()
+                && !send(tx, frame).await
             {
                 return Replay::ClientGone;
             }
@@ -265,36 +273,52 @@ impl Watcher {
 
     /// The frame for one cache event as this watcher sees it, or none if it does not
     /// concern the watcher's namespace and selectors.
-    fn event_frame(&self, ev: &CacheEvent) -> Option<Bytes> {
+    async fn event_frame(&self, ev: &CacheEvent) -> Result<Option<Bytes>, ApiError> {
         let now = self.in_scope(&ev.object);
         let before = ev.prev.as_ref().is_some_and(|p| self.in_scope(p));
         let ty = match (ev.kind, before, now) {
             (EventType::Deleted, _, true) => EventType::Deleted,
             (EventType::Deleted, true, false) => EventType::Deleted,
-            (EventType::Deleted, false, false) => return None,
+            (EventType::Deleted, false, false) => return Ok(None),
             (_, false, true) => EventType::Added,
             (EventType::Modified, true, true) => EventType::Modified,
             (EventType::Added, true, true) => EventType::Modified,
             (_, true, false) => EventType::Deleted,
-            (_, false, false) => return None,
+            (_, false, false) => return Ok(None),
         };
-        if ty == ev.kind && self.output == Output::Json && self.kind.info.group != "events.k8s.io" {
-            return Some(ev.json_frame().clone());
+        // The cache's frame holds the stored object: right only for the storage version.
+        if ty == ev.kind && self.output == Output::Json && !self.kind.converts {
+            return Ok(Some(ev.json_frame().clone()));
         }
-        Some(self.frame(ty, &ev.object))
+        self.frame(ty, &ev.object).await.map(Some)
     }
 
-    fn frame(&self, ty: EventType, o: &CachedObject) -> Bytes {
+    /// The stored object in the served version, where a conversion webhook must do it.
+    async fn converted(&self, o: &CachedObject) -> Result<Bytes, ApiError> {
+        match &self.converter {
+            Some(caller) => {
+                let items = vec![o.json.clone()];
+                let mut converted =
+                    crate::custom::conversion::served_bytes(caller, self.kind, items).await?;
+                Ok(converted.pop().unwrap_or_default())
+            }
+            None => Ok(o.json.clone()),
+        }
+    }
+
+    async fn frame(&self, ty: EventType, o: &CachedObject) -> Result<Bytes, ApiError> {
         let object: Value = match self.output {
             Output::Json => {
-                let bytes = response::served_bytes(self.kind, &o.json);
-                return frame_bytes(ty.as_str(), &bytes);
+                let bytes = response::served_bytes(self.kind, &self.converted(o).await?);
+                return Ok(frame_bytes(ty.as_str(), &bytes));
             }
             Output::Metadata => response::partial_metadata(&o.value()),
             Output::Table(include) => {
-                let obj: Value =
-                    serde_json::from_slice(&response::served_bytes(self.kind, &o.json))
-                        .unwrap_or(Value::Null);
+                let obj: Value = serde_json::from_slice(&response::served_bytes(
+                    self.kind,
+                    &self.converted(o).await?,
+                ))
+                .unwrap_or(Value::Null);
                 let mut t = response::table_of(
                     self.kind,
                     &[obj],
@@ -311,7 +335,7 @@ impl Watcher {
                 t
             }
         };
-        line(&json!({"type": ty.as_str(), "object": object}))
+        Ok(line(&json!({"type": ty.as_str(), "object": object})))
     }
 
     fn bookmark(&self, rev: Revision, initial_end: bool) -> Bytes {
@@ -323,6 +347,20 @@ impl Watcher {
         line(
             &json!({"type": "BOOKMARK", "object": {"kind": self.kind.info.kind, "apiVersion": api_version, "metadata": meta}}),
         )
+    }
+}
+
+/// Sends an event's frame, or the error that ends the watch (a conversion that failed,
+/// as upstream's watch ends on an object it cannot decode). Whether the watch goes on.
+async fn send(tx: &Frames, frame: Result<Bytes, ApiError>) -> bool {
+    match frame {
+        Ok(frame) => tx.send(frame).await.is_ok(),
+        Err(err) => {
+            let _ = tx
+                .send(line(&json!({"type": "ERROR", "object": err.to_status()})))
+                .await;
+            false
+        }
     }
 }
 

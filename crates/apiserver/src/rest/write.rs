@@ -26,9 +26,9 @@ const PATCH_RETRIES: usize = 5;
 pub async fn create(call: &mut Call<'_>) -> Result<Response, ApiError> {
     let info = call.kind.info;
     let mut obj = call.decode_body((&info.api_version(), info.kind))?;
-    obj = call.kind.strategy.to_storage(obj);
+    obj = call.to_storage(obj).await?;
     let created = create_object(call, obj, Ownership::Record).await?;
-    let served = call.kind.strategy.to_served(created);
+    let served = call.to_served(created).await?;
     Ok(call.reply(StatusCode::CREATED, &served))
 }
 
@@ -181,7 +181,7 @@ pub(crate) fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Res
 pub async fn update(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError> {
     let info = call.kind.info;
     let body = call.decode_body((&info.api_version(), info.kind))?;
-    let body = call.kind.strategy.to_storage(body);
+    let body = call.to_storage(body).await?;
     let name = call.name().to_string();
     let body_name = body["metadata"]["name"].as_str().unwrap_or_default();
     if body_name != name {
@@ -210,7 +210,7 @@ pub async fn update(call: &mut Call<'_>, part: Part) -> Result<Response, ApiErro
         match update_object(call, part, body.clone(), old, old_rev, Ownership::Record).await {
             Err(e) if e.code == 409 && precondition.is_none() && attempt < ATTEMPTS => continue,
             updated => {
-                return Ok(call.reply(StatusCode::OK, &call.kind.strategy.to_served(updated?)));
+                return Ok(call.reply(StatusCode::OK, &call.to_served(updated?).await?));
             }
         }
     }
@@ -413,11 +413,11 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
             }
             obj["metadata"]["name"] = json!(name);
             let obj = call.decode_value(obj, (&info.api_version(), info.kind))?;
-            let obj = call.kind.strategy.to_storage(obj);
+            let obj = call.to_storage(obj).await?;
             let created = create_object(call, obj, Ownership::Applied).await?;
-            return Ok(call.reply(StatusCode::CREATED, &call.kind.strategy.to_served(created)));
+            return Ok(call.reply(StatusCode::CREATED, &call.to_served(created).await?));
         };
-        let mut served_old = call.kind.strategy.to_served(old.clone());
+        let mut served_old = call.to_served(old.clone()).await?;
         served_old["metadata"]["resourceVersion"] = json!(old_rev.to_string());
         let patched = match ty {
             PatchType::Apply => server_side_apply(call, part, Some(&served_old), &patch)?,
@@ -444,7 +444,7 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
             )));
         }
         let new = call.decode_value(patched, (&info.api_version(), info.kind))?;
-        let new = call.kind.strategy.to_storage(new);
+        let new = call.to_storage(new).await?;
         let ownership = if ty == PatchType::Apply {
             Ownership::Applied
         } else {
@@ -461,7 +461,7 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
             }
             Err(e) => return Err(e),
             Ok(updated) => {
-                return Ok(call.reply(StatusCode::OK, &call.kind.strategy.to_served(updated)));
+                return Ok(call.reply(StatusCode::OK, &call.to_served(updated).await?));
             }
         }
     }

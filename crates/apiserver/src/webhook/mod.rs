@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use rules::Attributes;
 
-use crate::outbound::{self, Trust};
+use crate::outbound;
 use crate::rest::Call;
 
 const MUTATING: &str = "/registry/mutatingwebhookconfigurations/";
@@ -152,8 +152,8 @@ pub async fn mutate(
     if hooks.is_empty() {
         return Ok(false);
     }
-    let mut served = call.kind.strategy.to_served(obj.clone());
-    let old_served = old.map(|o| call.kind.strategy.to_served(o.clone()));
+    let mut served = call.to_served(obj.clone()).await?;
+    let old_served = served_version(call, old).await?;
     let mut changes = 0usize;
     // Webhooks that asked to be called again if a later one changes the object, with
     // the number of changes made when they were called.
@@ -179,9 +179,17 @@ pub async fn mutate(
         }
     }
     if changes > 0 {
-        *obj = call.kind.strategy.to_storage(served);
+        *obj = call.to_storage(served).await?;
     }
     Ok(changes > 0)
+}
+
+/// A stored object, if any, in the version the call is for: webhooks see that one.
+async fn served_version(call: &Call<'_>, obj: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    match obj {
+        Some(o) => Ok(Some(call.to_served(o.clone()).await?)),
+        None => Ok(None),
+    }
 }
 
 /// Calls one mutating webhook and applies its patch. Returns whether it changed the
@@ -235,8 +243,8 @@ pub async fn validate(
     if hooks.is_empty() && !bound {
         return Ok(());
     }
-    let served = obj.map(|o| call.kind.strategy.to_served(o.clone()));
-    let old_served = old.map(|o| call.kind.strategy.to_served(o.clone()));
+    let served = served_version(call, obj).await?;
+    let old_served = served_version(call, old).await?;
     let attrs = attributes(call, operation, served.as_ref(), old_served.as_ref());
     // Policies first, as upstream's plugin order has them.
     if bound {
@@ -335,18 +343,10 @@ async fn review(
         Ok(t) => t,
         Err(e) => return failed(format!("failed to call webhook: {e}")),
     };
-    let ca_bundle = hook.webhook["clientConfig"]["caBundle"]
-        .as_str()
-        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
     let answer = call
         .api
         .webhooks
-        .post_json(
-            &target,
-            Trust::Bundle(ca_bundle.as_deref()),
-            serde_json::to_vec(&body).unwrap_or_default(),
-            timeout,
-        )
+        .post_review(&hook.webhook["clientConfig"], &target, &body, timeout)
         .await;
     let answer = match answer {
         Ok(a) => a,

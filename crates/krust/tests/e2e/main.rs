@@ -15,6 +15,7 @@ mod autoscaling;
 mod certificates;
 mod chaos;
 mod controllers;
+mod conversion;
 mod custom_resources;
 mod daemonsets;
 mod disruption;

@@ -11,7 +11,7 @@ use crate::common::{KUBECTL, Server};
 use serde_json::{Value, json};
 
 /// Lines a child process prints, as they come.
-struct Lines {
+pub struct Lines {
     child: Child,
     rx: mpsc::Receiver<String>,
 }
@@ -35,13 +35,13 @@ impl Lines {
         Lines { child, rx }
     }
 
-    fn next(&self) -> String {
+    pub fn next(&self) -> String {
         self.rx
             .recv_timeout(Duration::from_secs(10))
             .expect("a line within 10s")
     }
 
-    fn next_json(&self) -> Value {
+    pub fn next_json(&self) -> Value {
         serde_json::from_str(&self.next()).expect("a JSON line")
     }
 }
@@ -53,7 +53,8 @@ impl Drop for Lines {
     }
 }
 
-fn curl_stream(s: &Server, path: &str) -> Lines {
+/// A streaming request (a watch) with the admin certificate: the lines of its answer.
+pub fn curl_stream(s: &Server, path: &str) -> Lines {
     let tls = s.data_dir().join("server/tls");
     let mut cmd = Command::new("curl");
     cmd.args(["-sSN"])
@@ -189,6 +190,33 @@ fn watch_resumes_from_a_resource_version_and_follows_selectors() {
     assert_eq!(
         (e["type"].as_str(), e["object"]["metadata"]["name"].as_str()),
         (Some("DELETED"), Some("after2"))
+    );
+}
+
+/// A watch in a version whose objects are stored in another one (autoscaling/v1's
+/// HorizontalPodAutoscalers are stored as v2's) sees every event in its own version.
+#[test]
+fn a_watch_sees_events_in_the_version_it_asked_for() {
+    let s = Server::apiserver(&[]);
+    s.ok(&["create", "deployment", "web", "--image=busybox"]);
+    let hpas = "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers";
+    let (_, list) = s.curl("GET", hpas, None, None);
+    let rv = list["metadata"]["resourceVersion"].as_str().unwrap();
+    let watch = curl_stream(&s, &format!("{hpas}?watch=1&resourceVersion={rv}"));
+    s.ok(&[
+        "autoscale",
+        "deployment",
+        "web",
+        "--min=1",
+        "--max=3",
+        "--cpu-percent=50",
+    ]);
+    let ev = watch.next_json();
+    assert_eq!(ev["type"], "ADDED");
+    assert_eq!(ev["object"]["apiVersion"], "autoscaling/v1", "{ev}");
+    assert_eq!(
+        ev["object"]["spec"]["targetCPUUtilizationPercentage"], 50,
+        "{ev}"
     );
 }
 
