@@ -52,7 +52,7 @@ pub fn apply(
             "metadata.managedFields must be nil".into(),
         ));
     }
-    let ty = TypeRef::root(endpoint.group, endpoint.version, endpoint.kind);
+    let ty = TypeRef::of_endpoint(endpoint);
     let api_version = endpoint.api_version();
     let reset = paths(endpoint.reset_fields);
     let mut managers = managed::decode(live.and_then(managed_fields))
@@ -137,7 +137,7 @@ pub fn apply(
 /// a value cannot be indexed (a list item without its keys), `new` gets `old`'s
 /// managedFields back.
 pub fn record_update(endpoint: &Endpoint, old: Option<&Value>, new: &mut Value, manager: &Manager) {
-    let ty = TypeRef::root(endpoint.group, endpoint.version, endpoint.kind);
+    let ty = TypeRef::of_endpoint(endpoint);
     let api_version = endpoint.api_version();
     let reset = paths(endpoint.reset_fields);
     let old_fields = old.and_then(managed_fields);

@@ -15,8 +15,9 @@
 //! How values merge and are owned follows the structural schema of built-in kinds
 //! (`schema`): objects field by field, `x-kubernetes-list-type: map` lists item by item
 //! on their keys, sets value by value, and atomic lists, maps and structs as a whole.
-//! Kinds the schema does not know merge as free-form JSON: objects key by key, lists
-//! atomic, and `metadata` as `ObjectMeta`.
+//! Custom resources merge by their definition's schema ([`CustomSchema`]). Kinds no
+//! schema describes merge as free-form JSON: objects key by key, lists atomic, and
+//! `metadata` as `ObjectMeta`.
 //!
 //! Also as upstream: an object written before anybody applied to it has its fields
 //! owned by the updater `before-first-apply`; at most 10 updaters are kept, older ones
@@ -36,6 +37,7 @@
 //!   `{}` or nothing depending on the Go type.
 //! - Only list keys and duplicates are validated, not scalar types or unknown fields.
 
+mod custom;
 mod field_manager;
 mod last_applied;
 mod managed;
@@ -55,6 +57,7 @@ mod tests;
 
 use thiserror::Error;
 
+pub use custom::CustomSchema;
 pub use field_manager::{apply, record_update};
 
 /// [`Endpoint::reset_fields`] of the main resource of a kind with a status subresource.
@@ -75,6 +78,9 @@ pub struct Endpoint<'a> {
     /// subresource. Nobody gains or loses ownership of them, and an apply leaves them
     /// as they are in the live object.
     pub reset_fields: &'a [&'a [&'a str]],
+    /// A custom resource's schema; `None` for built-in kinds (the generated table's)
+    /// and free-form kinds.
+    pub schema: Option<&'static CustomSchema>,
 }
 
 impl<'a> Endpoint<'a> {
@@ -86,6 +92,7 @@ impl<'a> Endpoint<'a> {
             kind,
             subresource: None,
             reset_fields: &[],
+            schema: None,
         }
     }
 

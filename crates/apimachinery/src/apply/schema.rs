@@ -7,6 +7,7 @@
 //! lists only the types that hold something other than plain fields below them: a field
 //! it does not list is [`Ty::Plain`].
 
+use super::custom::Node;
 use super::table::{ROOTS, TYPES};
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
@@ -96,6 +97,8 @@ pub(super) enum TypeRef {
     Set,
     Struct(&'static TypeSchema),
     Keyed(&'static [Key], &'static Ty),
+    /// A node of a custom resource's schema (a struct, map or keyed list).
+    Custom(&'static Node),
 }
 
 /// How values of a [`TypeRef`] that are JSON objects merge.
@@ -119,6 +122,14 @@ pub(super) enum ListKind {
 }
 
 impl TypeRef {
+    /// The root type of an endpoint's kind: its custom schema's, or the table's.
+    pub(super) fn of_endpoint(endpoint: &super::Endpoint) -> TypeRef {
+        match endpoint.schema {
+            Some(schema) => TypeRef::of_node(&schema.root),
+            None => TypeRef::root(endpoint.group, endpoint.version, endpoint.kind),
+        }
+    }
+
     /// The root type of a kind; `group` is `""` for the core group.
     pub(super) fn root(group: &str, version: &str, kind: &str) -> TypeRef {
         ROOTS
@@ -130,7 +141,18 @@ impl TypeRef {
 
     /// Whether this is the root of a kind the table knows.
     pub(super) fn is_known_kind(self) -> bool {
-        !matches!(self, TypeRef::UnknownKind)
+        matches!(self, TypeRef::Struct(_))
+    }
+
+    fn of_node(node: &'static Node) -> TypeRef {
+        match node {
+            Node::Plain => TypeRef::Plain,
+            Node::Deduced => TypeRef::Deduced,
+            Node::Atomic => TypeRef::Atomic,
+            Node::Set => TypeRef::Set,
+            Node::ObjectMeta => named(OBJECT_META).map_or(TypeRef::Deduced, TypeRef::Struct),
+            Node::Struct { .. } | Node::Map(_) | Node::Keyed(..) => TypeRef::Custom(node),
+        }
     }
 
     fn of(ty: &'static Ty) -> TypeRef {
@@ -157,7 +179,20 @@ impl TypeRef {
                 named(OBJECT_META).map_or(TypeRef::Deduced, TypeRef::Struct)
             }
             TypeRef::UnknownKind => TypeRef::Deduced,
-            TypeRef::Plain | TypeRef::Atomic | TypeRef::Set | TypeRef::Keyed(..) => TypeRef::Plain,
+            TypeRef::Custom(Node::Struct {
+                fields,
+                keeps_unknown,
+            }) => match fields.iter().find(|(field, _)| field == name) {
+                Some((_, node)) => TypeRef::of_node(node),
+                None if *keeps_unknown => TypeRef::Deduced,
+                None => TypeRef::Plain,
+            },
+            TypeRef::Custom(Node::Map(element)) => TypeRef::of_node(element),
+            TypeRef::Plain
+            | TypeRef::Atomic
+            | TypeRef::Set
+            | TypeRef::Keyed(..)
+            | TypeRef::Custom(_) => TypeRef::Plain,
         }
     }
 
@@ -165,6 +200,7 @@ impl TypeRef {
     pub(super) fn element(self) -> TypeRef {
         match self {
             TypeRef::Keyed(_, element) => TypeRef::of(element),
+            TypeRef::Custom(Node::Keyed(_, element)) => TypeRef::of_node(element),
             _ => TypeRef::Plain,
         }
     }
@@ -172,7 +208,10 @@ impl TypeRef {
     pub(super) fn map_kind(self) -> MapKind {
         match self {
             TypeRef::Plain | TypeRef::Struct(_) => MapKind::Struct,
+            TypeRef::Custom(Node::Struct { .. }) => MapKind::Struct,
             TypeRef::Deduced | TypeRef::UnknownKind => MapKind::Map,
+            TypeRef::Custom(Node::Map(_)) => MapKind::Map,
+            TypeRef::Custom(_) => MapKind::Atomic,
             // A set or keyed list given an object: a value the schema does not expect,
             // taken whole.
             TypeRef::Atomic | TypeRef::Set | TypeRef::Keyed(..) => MapKind::Atomic,
@@ -185,6 +224,7 @@ impl TypeRef {
         match self {
             TypeRef::Set => Some(ListKind::Set),
             TypeRef::Keyed(keys, _) => Some(ListKind::Keyed(keys)),
+            TypeRef::Custom(Node::Keyed(keys, _)) => Some(ListKind::Keyed(keys)),
             _ => None,
         }
     }

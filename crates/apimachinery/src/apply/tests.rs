@@ -819,3 +819,87 @@ fn refuses_invalid_configurations() {
         "{message}"
     );
 }
+
+/// A custom resource merges by its definition's schema: a keyed list item by item, a
+/// set value by value, an atomic map as a whole, free-form fields key by key.
+#[test]
+fn custom_resources_merge_by_their_schema() {
+    use super::CustomSchema;
+    let schema = CustomSchema::leak(&json!({
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": {
+                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                          "x-kubernetes-list-map-keys": ["name"],
+                          "items": {"type": "object", "properties": {
+                              "name": {"type": "string"}, "port": {"type": "integer"}}}},
+                "hosts": {"type": "array", "x-kubernetes-list-type": "set",
+                          "items": {"type": "string"}},
+                "args": {"type": "array", "items": {"type": "string"}},
+                "selector": {"type": "object", "x-kubernetes-map-type": "atomic",
+                             "additionalProperties": {"type": "string"}},
+                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+            }}
+        }
+    }));
+    let widget = Endpoint {
+        schema: Some(schema),
+        ..Endpoint::new("example.com", "v1", "Widget")
+    };
+    let object = |spec: Value| {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": "w", "namespace": "default"}, "spec": spec})
+    };
+    let a = applied(
+        &widget,
+        None,
+        &object(json!({
+            "ports": [{"name": "http", "port": 80}], "hosts": ["a"], "args": ["x"],
+            "selector": {"app": "w"}, "extra": {"one": 1}
+        })),
+        manager("a", T1),
+    );
+    let b = applied(
+        &widget,
+        Some(&a),
+        &object(json!({
+            "ports": [{"name": "https", "port": 443}], "hosts": ["b"], "extra": {"two": 2}
+        })),
+        manager("b", T2),
+    );
+    let spec = &b["spec"];
+    assert_eq!(
+        spec["ports"],
+        json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}])
+    );
+    assert_eq!(spec["hosts"], json!(["a", "b"]));
+    assert_eq!(spec["extra"], json!({"one": 1, "two": 2}));
+    assert_eq!(
+        fields_of(&b, "b")["f:spec"]["f:ports"],
+        json!({"k:{\"name\":\"https\"}": {".": {}, "f:name": {}, "f:port": {}}})
+    );
+    // The atomic list and map are owned whole: another manager's value conflicts.
+    let clash = apply(
+        &widget,
+        Some(&b),
+        &object(json!({"args": ["y"], "selector": {"app": "w", "tier": "x"}})),
+        &manager("c", T3),
+        false,
+    );
+    let fields: Vec<String> = conflicts(clash).into_iter().map(|c| c.field).collect();
+    assert_eq!(fields, [".spec.args", ".spec.selector"]);
+}
+
+/// Keys without a default identify items by the item's own value (ownerReferences by
+/// `uid`): they used to be taken as missing.
+#[test]
+fn items_keyed_by_a_field_without_default_merge() {
+    let mut cm = config_map(json!({"a": "1"}));
+    cm["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"}]);
+    let applied = applied(&CONFIG_MAP, None, &cm, manager("a", T1));
+    assert_eq!(
+        fields_of(&applied, "a")["f:metadata"]["f:ownerReferences"],
+        json!({"k:{\"uid\":\"u1\"}": {}})
+    );
+}

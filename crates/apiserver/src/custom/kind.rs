@@ -9,6 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use krust_api::registry::{ResourceInfo, Subresource};
 use krust_api::status::Cause;
+use krust_apimachinery::apply::CustomSchema;
 use serde_json::{Value, json};
 
 use super::columns::JsonPath;
@@ -123,6 +124,12 @@ pub fn build(
             .collect(),
         scale: scale.map(ScalePaths::new),
         conversion: Webhook::of(crd),
+        apply_schema: version
+            .schema
+            .as_ref()
+            .and_then(|s| serde_json::to_value(&s.open_api_v3_schema).ok())
+            .filter(|s| !s.is_null())
+            .map(|s| CustomSchema::leak(&s)),
     }));
     let decode: Decoder = Box::leak(Box::new(move |v| strategy.decode(v)));
     Box::leak(Box::new(Kind {
@@ -244,6 +251,8 @@ struct CustomStrategy {
     selectable: Vec<(&'static str, JsonPath)>,
     scale: Option<ScalePaths>,
     conversion: Option<Webhook>,
+    /// The schema as server-side apply reads it.
+    apply_schema: Option<&'static CustomSchema>,
 }
 
 impl CustomStrategy {
@@ -393,6 +402,10 @@ impl Strategy for CustomStrategy {
 
     fn conversion_webhook(&self) -> Option<&Webhook> {
         self.conversion.as_ref()
+    }
+
+    fn apply_schema(&self) -> Option<&'static CustomSchema> {
+        self.apply_schema
     }
 }
 

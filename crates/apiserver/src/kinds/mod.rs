@@ -160,6 +160,12 @@ pub trait Strategy: Sync {
     fn conversion_webhook(&self) -> Option<&crate::custom::conversion::Webhook> {
         None
     }
+
+    /// The schema server-side apply merges custom resources by (built-in kinds have
+    /// theirs in `krust_apimachinery`).
+    fn apply_schema(&self) -> Option<&'static krust_apimachinery::apply::CustomSchema> {
+        None
+    }
 }
 
 /// Field validation strictness (`fieldValidation` query parameter).

@@ -182,6 +182,7 @@ impl Call<'_> {
     pub fn endpoint(&self, part: Part) -> krust_apimachinery::apply::Endpoint<'static> {
         let info = self.kind.info;
         let mut e = krust_apimachinery::apply::Endpoint::new(info.group, info.version, info.kind);
+        e.schema = self.kind.strategy.apply_schema();
         match part {
             Part::Main if self.kind.has_status() => {
                 e.reset_fields = krust_apimachinery::apply::RESET_STATUS

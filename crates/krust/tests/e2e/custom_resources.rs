@@ -32,7 +32,11 @@ fn crontab_definition() -> String {
                                 "cronSpec": {"type": "string", "pattern": "^(\\d+|\\*)(/\\d+)?(\\s+(\\d+|\\*)(/\\d+)?){4}$"},
                                 "image": {"type": "string", "default": "busybox"},
                                 "replicas": {"type": "integer", "minimum": 1, "maximum": 10, "default": 1},
-                                "settings": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                                "settings": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                                    "x-kubernetes-list-map-keys": ["name"],
+                                    "items": {"type": "object", "properties": {
+                                        "name": {"type": "string"}, "port": {"type": "integer"}}}}
                             }},
                             "status": {"type": "object", "properties": {
                                 "replicas": {"type": "integer"},
@@ -264,6 +268,36 @@ fn status_scale_and_versions_behave_as_upstream() {
     let applied = s.get_json(&["ct", "applied"]);
     assert_eq!(applied["spec"]["image"], "a");
     assert_eq!(applied["spec"]["replicas"], 1);
+    // The schema's list types merge as upstream's: a keyed list item by item, each
+    // manager owning its own.
+    let with_port = |manager: &str, name: &str, port: i64| {
+        s.ok_stdin(
+            &[
+                "apply",
+                "--server-side",
+                &format!("--field-manager={manager}"),
+                "-f",
+                "-",
+            ],
+            &crontab(
+                "applied",
+                json!({"cronSpec": "* * * * *", "ports": [{"name": name, "port": port}]}),
+            ),
+        );
+    };
+    with_port("ops", "http", 80);
+    with_port("edge", "https", 443);
+    let applied = s.get_json(&["ct", "applied"]);
+    assert_eq!(
+        applied["spec"]["ports"],
+        json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}])
+    );
+    with_port("edge", "admin", 8080);
+    let ports = s.get_json(&["ct", "applied"])["spec"]["ports"].clone();
+    assert_eq!(
+        ports,
+        json!([{"name": "http", "port": 80}, {"name": "admin", "port": 8080}])
+    );
 
     // Everything survives a restart.
     let mut s = s;

@@ -89,9 +89,12 @@ fn item_element(kind: ListKind, item: &Value) -> Result<PathElement, String> {
             let mut key: Vec<(String, Value)> = keys
                 .iter()
                 .filter_map(|key| {
-                    let value = fields.get(key.name).cloned().or(match key.default? {
-                        KeyDefault::Str(s) => Some(Value::from(s)),
-                        KeyDefault::Int(i) => Some(Value::from(i)),
+                    // The item's own value, else the key's default (if it has one).
+                    let value = fields.get(key.name).cloned().or_else(|| {
+                        key.default.map(|default| match default {
+                            KeyDefault::Str(s) => Value::from(s),
+                            KeyDefault::Int(i) => Value::from(i),
+                        })
                     })?;
                     Some((key.name.to_owned(), value))
                 })
