@@ -95,12 +95,7 @@ fn crashes_of_server_agent_and_containerd_lose_no_write_and_leak_nothing() {
     chaos("10.92.0.0/16", None);
 }
 
-// Every write checks out in every run so far, but on a loaded 2-core CI machine the
-// cluster sometimes converges past the test's bounds (2 of 7 runs: the rollout after
-// 120 s, pods left 120 s after their deletion). Run by hand (`--run-ignored all`) until
-// the cause is found (docs/status.md).
 #[test]
-#[ignore = "converges past its bounds in 2 of 7 runs on a loaded machine; under investigation"]
 fn crashes_on_the_etcd_backend_and_of_its_members_lose_no_write_and_leak_nothing() {
     chaos("10.95.0.0/16", Some(Etcd::cluster(3)));
 }

@@ -817,3 +817,69 @@ fn host_ports_and_host_network_pods_answer_on_the_node() {
     );
     s.ok(&["delete", "pod", "hp", "hn", "--timeout=60s"]);
 }
+
+/// Whether [`refuse_node_deletes`] refuses the kubelet's deletes.
+static REFUSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// A validating webhook that refuses deletes by a node while [`REFUSING`] holds.
+fn refuse_node_deletes(seen: &crate::https::Seen) -> (u16, Value) {
+    let request = &seen.body["request"];
+    let by_node = request["userInfo"]["username"]
+        .as_str()
+        .is_some_and(|u| u.starts_with("system:node:"));
+    let allowed = !(by_node && REFUSING.load(std::sync::atomic::Ordering::Relaxed));
+    let response = json!({"uid": request["uid"], "allowed": allowed,
+        "status": {"code": 503, "message": "not now"}});
+    (
+        200,
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+    )
+}
+
+/// The kubelet's final delete of a pod whose containers are gone can fail (an
+/// apiserver restarting, say); it is tried again until it succeeds, or the pod would
+/// stay Terminating for good.
+#[test]
+fn a_final_delete_that_fails_is_tried_again() {
+    let s = Server::with_agent(&["--cluster-cidr=10.57.0.0/16"]);
+    let hooks = crate::https::HttpsServer::start(&[], None, refuse_node_deletes);
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "hold-deletes"},
+            "webhooks": [{
+                "name": "hold.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/", hooks.port), "caBundle": hooks.ca_bundle()},
+                "rules": [{"operations": ["DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "objectSelector": {"matchLabels": {"held": "yes"}}
+            }]
+        })
+        .to_string(),
+    );
+    let mut held = pod("held", "busybox", &["sleep", "3600"]);
+    held["metadata"]["labels"] = json!({"held": "yes"});
+    create(&s, held);
+    s.ok(&["wait", "--for=condition=Ready", "pod/held", "--timeout=60s"]);
+    s.ok(&["delete", "pod", "held", "--wait=false"]);
+    let node_deletes = || {
+        hooks
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.body["request"]["userInfo"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("system:node:"))
+            })
+            .count()
+    };
+    wait_for("the kubelet's final delete", DEADLINE, || {
+        (node_deletes() > 0).then_some(())
+    });
+    assert!(s.get_json(&["pod", "held"])["metadata"]["deletionTimestamp"].is_string());
+    REFUSING.store(false, std::sync::atomic::Ordering::Relaxed);
+    wait_for("the pod to be gone", DEADLINE, || {
+        (!s.kubectl(&["get", "pod", "held"]).status.success()).then_some(())
+    });
+    assert!(node_deletes() >= 2, "the delete was tried again");
+}
