@@ -1,6 +1,7 @@
 //! The Common Expression Language as the apiserver evaluates it (the `cel` crate): the
 //! environment every expression compiles in — CEL's standard library with the strings
-//! and lists extensions — and objects as CEL values. Used by custom resources'
+//! and lists extensions and Kubernetes' own libraries ([`library`]) — and objects as
+//! CEL values. Used by custom resources'
 //! validation rules and admission webhooks' match conditions.
 
 use std::collections::HashMap;
@@ -13,6 +14,8 @@ use serde_json::Value;
 
 use crate::custom::schema::{additional, items};
 
+mod library;
+
 /// The environment, made once (the standard library registers hundreds of overloads).
 pub fn env() -> Arc<Env> {
     static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
@@ -20,6 +23,7 @@ pub fn env() -> Arc<Env> {
         // Both extensions declare only new names on a fresh standard library.
         let _ = env.add_extension(cel::extensions::strings);
         let _ = env.add_extension(cel::extensions::lists);
+        let _ = env.add_extension(library::extension);
         Arc::new(env)
     });
     ENV.clone()
