@@ -139,7 +139,11 @@ fn position<'b, 'v>(
         .enumerate()
         .filter(|(_, item)| item.equals(wanted.as_ref()))
         .map(|(i, _)| i as i64);
-    let index = if last { found.next_back() } else { found.next() };
+    let index = if last {
+        found.next_back()
+    } else {
+        found.next()
+    };
     Ok(CowVal::owned(CelInt::from(index.unwrap_or(-1))))
 }
 
@@ -198,15 +202,8 @@ fn matches(
 
 #[cfg(test)]
 mod tests {
-    use cel::{Context, Value};
-
-    fn eval(expr: &str) -> Result<Value, String> {
-        let env = super::super::env();
-        let program = env.compile(expr).map_err(|e| e.to_string())?;
-        program
-            .execute(&Context::with_env(env))
-            .map_err(|e| e.to_string())
-    }
+    use super::super::eval;
+    use cel::Value;
 
     #[test]
     fn kubernetes_list_functions() {

@@ -1,6 +1,6 @@
 //! The Common Expression Language as the apiserver evaluates it (the `cel` crate): the
 //! environment every expression compiles in — CEL's standard library with the strings
-//! and lists extensions and Kubernetes' own libraries ([`library`]) — and objects as
+//! and lists extensions and Kubernetes' own libraries ([`library`], [`quantity`]) — and objects as
 //! CEL values. Used by custom resources'
 //! validation rules and admission webhooks' match conditions.
 
@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::custom::schema::{additional, items};
 
 mod library;
+mod quantity;
 
 /// The environment, made once (the standard library registers hundreds of overloads).
 pub fn env() -> Arc<Env> {
@@ -24,9 +25,20 @@ pub fn env() -> Arc<Env> {
         let _ = env.add_extension(cel::extensions::strings);
         let _ = env.add_extension(cel::extensions::lists);
         let _ = env.add_extension(library::extension);
+        let _ = env.add_extension(quantity::extension);
         Arc::new(env)
     });
     ENV.clone()
+}
+
+/// Evaluates an expression without variables: the libraries' tests.
+#[cfg(test)]
+fn eval(expr: &str) -> Result<cel::Value, String> {
+    let env = env();
+    let program = env.compile(expr).map_err(|e| e.to_string())?;
+    program
+        .execute(&cel::Context::with_env(env))
+        .map_err(|e| e.to_string())
 }
 
 /// A JSON value as CEL sees it, typed by schema `s` where there is one (`number` is a
