@@ -62,6 +62,17 @@ impl CustomKinds {
             .copied()
     }
 
+    /// The kind named `kind` in `group`/`version`, if a definition serves it.
+    pub fn find_kind(&self, group: &str, version: &str, kind: &str) -> Option<&'static Kind> {
+        self.0
+            .read_locked()
+            .by_definition
+            .values()
+            .flatten()
+            .find(|k| k.info.group == group && k.info.version == version && k.info.kind == kind)
+            .copied()
+    }
+
     /// Whether the definition of a kind is being deleted (creates are refused then).
     /// On every create: no allocation, and nothing to compare unless a definition is
     /// being deleted.

@@ -4,7 +4,7 @@
 //! `matchConstraints` and the binding's `matchResources` (rules, namespaceSelector,
 //! objectSelector, excluded rules) — and the policy's `matchConditions` hold; then the
 //! policy's `variables` are computed in order and its `validations` run over `object`,
-//! `oldObject`, `request`, `params` (the binding's `paramRef`: a built-in object by name,
+//! `oldObject`, `request`, `params` (the binding's `paramRef`: an object by name,
 //! or every one a selector picks, each checked) and `variables`. A failed validation
 //! does what the binding's `validationActions` say: Deny refuses the request
 //! (`ValidatingAdmissionPolicy 'p' with binding 'b' denied request: <message>`, with the
@@ -63,7 +63,11 @@ fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Option<Vec<Value>
     let kind = &policy["spec"]["paramKind"];
     let (api_version, kind) = (kind["apiVersion"].as_str()?, kind["kind"].as_str()?);
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let info = krust_api::registry::find_kind(group, version, kind)?;
+    // A built-in kind, or (as usually) a custom one made for the policy's parameters.
+    let info = krust_api::registry::find_kind(group, version, kind).or_else(|| {
+        let custom = call.api.cache.custom.find_kind(group, version, kind)?;
+        Some(custom.info)
+    })?;
     let reference = &binding["spec"]["paramRef"];
     let namespace = reference["namespace"]
         .as_str()

@@ -154,3 +154,91 @@ fn validating_admission_policies_deny_and_warn_with_params_and_variables() {
     ]);
     assert!(listed.contains("replica-limit"), "{listed}");
 }
+
+/// Upstream's documented example: the parameters are objects of a custom kind made
+/// for them; Kubernetes' CEL libraries (regex, quantity) are there to use.
+#[test]
+fn a_policy_takes_its_parameters_from_a_custom_kind() {
+    let s = Server::apiserver(&[]);
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "replicalimits.rules.example.com"},
+            "spec": {"group": "rules.example.com", "scope": "Namespaced",
+                "names": {"plural": "replicalimits", "singular": "replicalimit", "kind": "ReplicaLimit"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "maxReplicas": {"type": "integer"}, "maxMemory": {"type": "string"}}}}}]}
+        })
+        .to_string(),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/replicalimits.rules.example.com",
+        "--timeout=30s",
+    ]);
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "rules.example.com/v1", "kind": "ReplicaLimit",
+            "metadata": {"name": "limit", "namespace": "default"},
+            "maxReplicas": 2, "maxMemory": "1Gi"})
+        .to_string(),
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "limits"},
+            "spec": {
+                "paramKind": {"apiVersion": "rules.example.com/v1", "kind": "ReplicaLimit"},
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["deployments"]}]},
+                "validations": [
+                    {"expression": "object.spec.replicas <= params.maxReplicas",
+                     "messageExpression": "'at most ' + string(params.maxReplicas) + ' replicas'"},
+                    {"expression": "object.metadata.name.findAll('[0-9]').size() == 0",
+                     "message": "no digits in names"},
+                    {"expression": "object.spec.template.spec.containers.all(c, !has(c.resources.limits) || quantity(c.resources.limits.memory).compareTo(quantity(params.maxMemory)) <= 0)",
+                     "message": "too much memory"}
+                ]
+            }
+        })
+        .to_string(),
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "limits"},
+            "spec": {"policyName": "limits", "validationActions": ["Deny"],
+                "paramRef": {"name": "limit", "namespace": "default", "parameterNotFoundAction": "Deny"}}
+        })
+        .to_string(),
+    );
+    let denied = |name: &str, replicas: i64, memory: &str| {
+        let mut d: Value =
+            serde_json::from_str(&deployment("default", name, replicas, json!({}))).unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] =
+            json!({"limits": {"memory": memory}});
+        s.fails_stdin(&["create", "-f", "-"], &d.to_string())
+    };
+    let prefix = "ValidatingAdmissionPolicy 'limits' with binding 'limits' denied request:";
+    let err = denied("web", 3, "64Mi");
+    assert!(
+        err.contains(&format!("{prefix} at most 2 replicas")),
+        "{err}"
+    );
+    let err = denied("web1", 1, "64Mi");
+    assert!(
+        err.contains(&format!("{prefix} no digits in names")),
+        "{err}"
+    );
+    let err = denied("web", 1, "2Gi");
+    assert!(err.contains(&format!("{prefix} too much memory")), "{err}");
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &deployment("default", "web", 2, json!({})),
+    );
+}
