@@ -1,6 +1,6 @@
 //! The Common Expression Language as the apiserver evaluates it (the `cel` crate): the
 //! environment every expression compiles in — CEL's standard library with the strings
-//! and lists extensions and Kubernetes' own libraries ([`library`], [`quantity`]) — and objects as
+//! and lists extensions and Kubernetes' own libraries ([`library`], [`quantity`], [`network`]) — and objects as
 //! CEL values. Used by custom resources'
 //! validation rules and admission webhooks' match conditions.
 
@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::custom::schema::{additional, items};
 
 mod library;
+mod network;
 mod quantity;
 
 /// The environment, made once (the standard library registers hundreds of overloads).
@@ -26,6 +27,7 @@ pub fn env() -> Arc<Env> {
         let _ = env.add_extension(cel::extensions::lists);
         let _ = env.add_extension(library::extension);
         let _ = env.add_extension(quantity::extension);
+        let _ = env.add_extension(network::extension);
         Arc::new(env)
     });
     ENV.clone()
