@@ -205,8 +205,11 @@ impl Worker {
         if pod.metadata.deletion_timestamp.is_some() {
             let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30);
             self.tear_down(Some(pod), grace).await;
-            self.delete_for_good(pod).await;
-            return Pass::Finished;
+            return if self.delete_for_good(pod).await {
+                Pass::Finished
+            } else {
+                Pass::Continue
+            };
         }
         if let Some(message) = self.evictions.message(&pod.uid().unwrap_or_default()) {
             if self.observed.evicted.is_none() {
