@@ -66,7 +66,11 @@ pub fn scaled_value(quantity: &str, scale: i32) -> Result<i64, QuantityError> {
         }
         _ => return Err(err("unknown suffix")),
     };
-    let exponent = decimal_exponent + scale - frac_part.len() as i32;
+    // Checked: an exponent a client wrote (`1e2147483647`) must not overflow.
+    let exponent = i32::try_from(frac_part.len())
+        .ok()
+        .and_then(|frac| decimal_exponent.checked_add(scale)?.checked_sub(frac))
+        .ok_or_else(|| err("exponent out of range"))?;
     let magnitude = mantissa << binary_exponent;
     let result: i128 = if exponent >= 0 {
         10i128
@@ -74,7 +78,7 @@ pub fn scaled_value(quantity: &str, scale: i32) -> Result<i64, QuantityError> {
             .and_then(|p| magnitude.checked_mul(p))
             .unwrap_or(i128::MAX)
     } else {
-        match 10i128.checked_pow((-exponent) as u32) {
+        match 10i128.checked_pow(exponent.unsigned_abs()) {
             Some(divisor) if negative => magnitude / divisor,
             Some(divisor) => (magnitude + divisor - 1) / divisor,
             None if negative || magnitude == 0 => 0,
@@ -102,6 +106,8 @@ mod tests {
         assert_eq!(scaled_value("1n", 3).unwrap(), 1);
         assert_eq!(scaled_value("-1500m", 0).unwrap(), -1);
         assert!(scaled_value("12Q", 0).is_err());
+        assert!(scaled_value("1e2147483647", 3).is_err());
+        assert_eq!(scaled_value("1e-2147483648", 0).unwrap(), 1);
         assert!(scaled_value("", 0).is_err());
     }
 }

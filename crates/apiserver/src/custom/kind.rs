@@ -77,8 +77,7 @@ pub fn build(
     if subs.is_some_and(|s| s.status.is_some()) {
         subresources.push(Subresource::Status);
     }
-    let scale = subs.and_then(|s| s.scale.clone());
-    if scale.is_some() {
+    if subs.is_some_and(|s| s.scale.is_some()) {
         subresources.push(Subresource::Scale);
     }
     let strings = |list: &Option<Vec<String>>| -> &'static [&'static str] {
@@ -103,13 +102,33 @@ pub fn build(
         storage: leak(format!("{group}/{}", names.plural)),
     }));
     let api_version = format!("{group}/{}", version.name);
-    let schema = version
-        .schema
+    let schema_of = |v: &CustomResourceDefinitionVersion| {
+        v.schema.as_ref().and_then(|s| s.open_api_v3_schema.clone())
+    };
+    let conversion = Webhook::of(crd);
+    // Defaulting, validation and the scale subresource see objects in storage form.
+    // Converted by a webhook, that is another shape than this version's: they are
+    // checked by the storage version's schema (upstream checks the request's version
+    // before converting; see docs/status.md). Otherwise only apiVersion differs, and
+    // this version's schema is upstream's choice.
+    let checked_version = match conversion {
+        Some(_) => crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .unwrap_or(version),
+        None => version,
+    };
+    let checked = schema_of(checked_version);
+    let checked_scale = checked_version
+        .subresources
         .as_ref()
-        .and_then(|s| s.open_api_v3_schema.clone());
+        .and_then(|s| s.scale.clone());
     let strategy: &'static CustomStrategy = Box::leak(Box::new(CustomStrategy {
-        rules: schema.as_ref().and_then(Rules::new),
-        schema,
+        rules: checked.as_ref().and_then(Rules::new),
+        checked,
+        schema: schema_of(version),
         storage_api_version: format!("{group}/{}", storage_version(crd)),
         api_version,
         columns: columns(version.additional_printer_columns.as_deref()),
@@ -122,8 +141,8 @@ pub fn build(
                 Some((leak(f.json_path.trim_start_matches('.').to_string()), path))
             })
             .collect(),
-        scale: scale.map(ScalePaths::new),
-        conversion: Webhook::of(crd),
+        scale: checked_scale.map(ScalePaths::new),
+        conversion,
         apply_schema: version
             .schema
             .as_ref()
@@ -241,8 +260,11 @@ impl ScalePaths {
 }
 
 struct CustomStrategy {
+    /// This version's schema: what a request's body is pruned by.
     schema: Option<JSONSchemaProps>,
-    /// The schema's CEL validation rules, compiled.
+    /// The schema objects in storage form are defaulted and validated by (see `build`),
+    /// and its CEL validation rules, compiled.
+    checked: Option<JSONSchemaProps>,
     rules: Option<Rules>,
     /// `group/version` of the served version, and of the one objects are stored in.
     api_version: String,
@@ -291,7 +313,7 @@ impl Strategy for CustomStrategy {
 
     /// Transition rules (those naming `oldSelf`) against the old object.
     fn validate_update(&self, new: &Value, old: &Value, errs: &mut Vec<Cause>) {
-        if let (Some(s), Some(rules)) = (&self.schema, &self.rules)
+        if let (Some(s), Some(rules)) = (&self.checked, &self.rules)
             && !blocked(errs)
         {
             rules.check(s, new, Some(old), "", errs);
@@ -299,13 +321,13 @@ impl Strategy for CustomStrategy {
     }
 
     fn default(&self, obj: &mut Value) {
-        if let Some(s) = &self.schema {
+        if let Some(s) = &self.checked {
             schema::default(s, obj);
         }
     }
 
     fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
-        if let Some(s) = &self.schema {
+        if let Some(s) = &self.checked {
             schema::validate(s, obj, "", errs);
             if let Some(rules) = &self.rules {
                 if blocked(errs) {

@@ -108,7 +108,7 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
     Ok(match outcome {
         Deleted::Pending(obj) => call.reply(StatusCode::OK, &call.to_served(obj).await?),
         Deleted::Gone(obj) if call.kind.strategy.returns_deleted_object() => {
-            call.reply(StatusCode::OK, &obj)
+            call.reply(StatusCode::OK, &call.kind.strategy.to_served(obj))
         }
         Deleted::Gone(obj) => response::json(
             StatusCode::OK,
@@ -257,7 +257,9 @@ pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value,
                 serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             v["metadata"]["resourceVersion"] = json!(revision.to_string());
             call.api.admission.after_delete(call, &v).await;
-            call.to_served(v).await
+            // In storage form: converted where it is answered, so that no conversion
+            // can fail a delete that has happened.
+            Ok(v)
         }
         TxnResult::Failed { current: None, .. } => Err(ApiError::not_found(call.target(name))),
         TxnResult::Failed { .. } => Err(ApiError::stale(call.target(name))),
@@ -287,6 +289,7 @@ pub async fn delete_collection(call: &Call<'_>) -> Result<Response, ApiError> {
         .iter()
         .map(|v| bytes::Bytes::from(serde_json::to_vec(v).unwrap_or_default()))
         .collect();
+    let items = call.served_bytes(items).await?;
     Ok(response::list(
         call.kind,
         call.output,

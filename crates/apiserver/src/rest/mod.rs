@@ -261,8 +261,23 @@ impl Call<'_> {
         self.consistent().await?;
         let cache = self.resource_cache()?;
         match cache.get(&self.key(name)) {
-            Some(obj) => Ok((obj.value(), obj.revision)),
+            Some(obj) => Ok((self.upgraded(obj.value()).await?, obj.revision)),
             None => Err(ApiError::not_found(self.target(name))),
+        }
+    }
+
+    /// A stored object in the current storage version, where a custom resource's
+    /// conversion webhook must make it so (it was stored before the definition's storage
+    /// version changed): a write then merges objects of one shape.
+    async fn upgraded(&self, obj: Value) -> Result<Value, ApiError> {
+        match self.kind.strategy.conversion_webhook() {
+            Some(webhook) if obj["apiVersion"].as_str() != Some(webhook.storage.as_str()) => {
+                let caller = Caller::of(self.api);
+                Ok(one(webhook
+                    .convert(&caller, vec![obj], &webhook.storage)
+                    .await?))
+            }
+            _ => Ok(obj),
         }
     }
 
@@ -287,7 +302,7 @@ impl Call<'_> {
         let kv = kv.ok_or_else(|| ApiError::not_found(self.target(name)))?;
         let obj = serde_json::from_slice(&kv.value)
             .map_err(|e| ApiError::internal(format!("decoding the stored object: {e}")))?;
-        Ok((obj, kv.mod_revision))
+        Ok((self.upgraded(obj).await?, kv.mod_revision))
     }
 
     pub fn resource_cache(

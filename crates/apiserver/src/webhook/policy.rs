@@ -58,36 +58,47 @@ fn matches(resources: &Value, a: &Attributes<'_>) -> bool {
     included && !excluded
 }
 
-/// The parameter objects a binding gives its policy: `None` when the policy takes none.
-fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Option<Vec<Value>> {
+/// The parameter objects a binding gives its policy: `None` when the policy takes none;
+/// an error (upstream's) when its paramKind names no served kind.
+fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Result<Option<Vec<Value>>, String> {
     let kind = &policy["spec"]["paramKind"];
-    let (api_version, kind) = (kind["apiVersion"].as_str()?, kind["kind"].as_str()?);
+    let (Some(api_version), Some(kind)) = (kind["apiVersion"].as_str(), kind["kind"].as_str())
+    else {
+        return Ok(None);
+    };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     // A built-in kind, or (as usually) a custom one made for the policy's parameters.
-    let info = krust_api::registry::find_kind(group, version, kind).or_else(|| {
-        let custom = call.api.cache.custom.find_kind(group, version, kind)?;
-        Some(custom.info)
-    })?;
+    let info = krust_api::registry::find_kind(group, version, kind)
+        .or_else(|| Some(call.api.cache.custom.find_kind(group, version, kind)?.info))
+        .ok_or_else(|| {
+            format!(
+                "failed to configure policy: failed to find resource referenced by paramKind: '{api_version}, Kind={kind}'"
+            )
+        })?;
     let reference = &binding["spec"]["paramRef"];
     let namespace = reference["namespace"]
         .as_str()
         .or_else(|| call.namespace().filter(|_| info.namespaced));
     if let Some(name) = reference["name"].as_str() {
-        return Some(
+        return Ok(Some(
             call.api
                 .cache
                 .object(info, namespace, name)
                 .into_iter()
                 .collect(),
-        );
+        ));
     }
-    let selector = LabelSelector::from_label_selector_json(&reference["selector"]).ok()?;
-    let cache = call.api.cache.cache(&info.storage_prefix())?;
+    let Ok(selector) = LabelSelector::from_label_selector_json(&reference["selector"]) else {
+        return Ok(Some(Vec::new()));
+    };
+    let Some(cache) = call.api.cache.cache(&info.storage_prefix()) else {
+        return Ok(Some(Vec::new()));
+    };
     let prefix = match namespace {
         Some(ns) if info.namespaced => info.storage_prefix_in(Some(ns)),
         _ => info.storage_prefix(),
     };
-    Some(
+    Ok(Some(
         cache
             .list(&prefix)
             .0
@@ -95,7 +106,7 @@ fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Option<Vec<Value>
             .filter(|o| selector.matches(&o.labels))
             .map(|o| o.value())
             .collect(),
-    )
+    ))
 }
 
 /// Runs one policy's validations with `params`.
@@ -230,8 +241,10 @@ pub fn validate(call: &Call<'_>, a: &Attributes<'_>, request: &Value) -> Result<
             .filter_map(Value::as_str)
             .collect();
         let all_params = match params(call, &policy, &binding) {
-            None => vec![Value::Null],
-            Some(found) if found.is_empty() => {
+            Ok(None) => vec![Value::Null],
+            Err(_) if fails_open => continue,
+            Err(e) => return Err(ApiError::forbidden(format!("{prefix} denied request: {e}"))),
+            Ok(Some(found)) if found.is_empty() => {
                 if binding["spec"]["paramRef"]["parameterNotFoundAction"] == "Allow" {
                     continue;
                 }
@@ -239,7 +252,7 @@ pub fn validate(call: &Call<'_>, a: &Attributes<'_>, request: &Value) -> Result<
                     "{prefix} denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
                 )));
             }
-            Some(found) => found,
+            Ok(Some(found)) => found,
         };
         for params in &all_params {
             for verdict in evaluate(&policy, &base, params) {

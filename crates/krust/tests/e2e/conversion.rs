@@ -81,7 +81,8 @@ fn definition(conversion: Value) -> String {
             "preserveUnknownFields": false,
             "versions": [
                 {"name": "v1", "served": true, "storage": true,
-                 "schema": props(json!({"hostPort": {"type": "string"}}))},
+                 "schema": {"openAPIV3Schema": {"type": "object", "required": ["hostPort"],
+                     "properties": {"hostPort": {"type": "string"}}}}},
                 {"name": "v2", "served": true, "storage": false,
                  "schema": props(json!({"host": {"type": "string"}, "port": {"type": "string"}}))}
             ],
@@ -180,6 +181,16 @@ fn a_conversion_webhook_serves_every_version_of_a_custom_resource() {
     );
     let v1 = s.get_json(&["widgets.v1.stable.example.com", "cr-1"]);
     assert_eq!(v1["hostPort"], "localhost:8080");
+    // Written through v2, stored (and checked by the storage schema) in v1.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": format!("{GROUP}/v2"), "kind": "Widget",
+                "metadata": {"name": "cr-v2"}, "host": "h", "port": "1"})
+        .to_string(),
+    );
+    let v1 = s.get_json(&["widgets.v1.stable.example.com", "cr-v2"]);
+    assert_eq!(v1["hostPort"], "h:1");
+    s.ok(&["delete", "widgets.v1.stable.example.com", "cr-v2"]);
 
     // v2 becomes the storage version: a v1 object is converted on its way in.
     s.ok(&[
@@ -257,6 +268,26 @@ fn a_conversion_webhook_serves_every_version_of_a_custom_resource() {
     let ev = watch.next_json();
     assert_eq!(ev["type"], "MODIFIED");
     assert_eq!(ev["object"]["hostPort"], "localhost:9090", "{ev}");
+
+    // An object still stored in the old storage version, written through it: merged in
+    // the new storage version, stored there.
+    s.ok(&[
+        "patch",
+        "widgets.v1.stable.example.com",
+        "cr-1",
+        "--type=merge",
+        "-p",
+        r#"{"hostPort":"localhost:9000"}"#,
+    ]);
+    let v2 = s.get_json(&["widgets.v2.stable.example.com", "cr-1"]);
+    assert_eq!(
+        (&v2["host"], &v2["port"]),
+        (&json!("localhost"), &json!("9000"))
+    );
+    let before = reviews(&hooks).len();
+    let list = s.get_json(&["widgets.v2.stable.example.com"]);
+    assert_eq!(names(&list), ["cr-1", "cr-2"]);
+    assert_eq!(reviews(&hooks).len(), before, "both are stored in v2 now");
 
     // A converter that refuses fails the write with its message; nothing is stored.
     let err = s.fails_stdin(&["create", "-f", "-"], &widget_v1("bad", "nocolon"));
