@@ -124,25 +124,39 @@ async fn main() -> Result {
     }))?;
     let started = Instant::now();
     jobs.create(&PostParams::default(), &job).await?;
-    until("the Job to complete", Duration::from_secs(600), || async {
+    let outcome = until("the Job to complete", Duration::from_secs(600), || async {
         let status = jobs.get("batch").await?.status.unwrap_or_default();
-        let done = |t: &str| {
+        let condition = |t: &str| {
             status
                 .conditions
                 .iter()
                 .flatten()
-                .any(|c| c.type_ == t && c.status == "True")
+                .find(|c| c.type_ == t && c.status == "True")
+                .cloned()
         };
-        if done("Failed") {
-            return Err("the Job failed".into());
+        if let Some(failed) = condition("Failed") {
+            return Err(format!(
+                "the Job failed: {} {} ({} pods failed)",
+                failed.reason.unwrap_or_default(),
+                failed.message.unwrap_or_default(),
+                status.failed.unwrap_or(0)
+            )
+            .into());
         }
-        Ok(done("Complete"))
+        Ok(condition("Complete").is_some())
     })
-    .await?;
-    println!(
-        "Job of 1000 completions, parallelism 100, 1 s pods: complete in {:.2?}",
-        started.elapsed()
-    );
+    .await;
+    // A Job that fails is reported, and the StatefulSet still measured.
+    match outcome {
+        Ok(_) => println!(
+            "Job of 1000 completions, parallelism 100, 1 s pods: complete in {:.2?}",
+            started.elapsed()
+        ),
+        Err(e) => println!(
+            "Job of 1000 completions: {e} after {:.2?}",
+            started.elapsed()
+        ),
+    }
     report("the Job", cm_pid);
 
     // StatefulSet: 100 replicas, Parallel.
