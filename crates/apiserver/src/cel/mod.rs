@@ -14,6 +14,31 @@ use serde_json::Value;
 
 use crate::custom::schema::{additional, items};
 
+/// Implements CEL's `Val` for a `Copy` Rust type compared by `==`, as the opaque CEL
+/// type `$cel` (Kubernetes' quantities, addresses, networks).
+macro_rules! opaque {
+    ($ty:ty, $cel:expr) => {
+        impl cel::common::value::Val for $ty {
+            fn get_type(&self) -> &cel::common::types::Type {
+                <Self as cel::common::value::Val>::cel_type()
+            }
+            fn cel_type() -> &'static cel::common::types::Type {
+                &$cel
+            }
+            fn equals(&self, other: &dyn cel::common::value::Val) -> bool {
+                other.downcast_ref::<$ty>() == Some(self)
+            }
+            fn clone_as_boxed<'v>(&self) -> Box<dyn cel::common::value::Val + 'v> {
+                Box::new(*self)
+            }
+            fn as_any(&self) -> Option<&dyn std::any::Any> {
+                Some(self)
+            }
+        }
+        impl cel::common::value::StaticVal for $ty {}
+    };
+}
+
 mod library;
 mod network;
 mod quantity;

@@ -3,11 +3,9 @@
 //! `isLoopback`, `containsIP`, `prefixLength`, ...), and `isIP`/`isCIDR` say whether a
 //! string is one; IPv4-mapped IPv6 addresses and zones are refused, as upstream's.
 
-use std::any::Any;
 use std::net::IpAddr;
 
 use cel::common::types::{CelBool, CelInt, CelString, Type};
-use cel::common::value::{StaticVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
 static IP: Type = Type::new_unspecified_type("net.IP");
@@ -22,29 +20,6 @@ pub struct Ip(IpAddr);
 pub struct Cidr {
     addr: IpAddr,
     prefix: u8,
-}
-
-macro_rules! opaque {
-    ($ty:ty, $cel:expr) => {
-        impl Val for $ty {
-            fn get_type(&self) -> &Type {
-                <Self as Val>::cel_type()
-            }
-            fn cel_type() -> &'static Type {
-                &$cel
-            }
-            fn equals(&self, other: &dyn Val) -> bool {
-                other.downcast_ref::<$ty>() == Some(self)
-            }
-            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
-                Box::new(*self)
-            }
-            fn as_any(&self) -> Option<&dyn Any> {
-                Some(self)
-            }
-        }
-        impl StaticVal for $ty {}
-    };
 }
 
 opaque!(Ip, IP);

@@ -4,11 +4,9 @@
 //! `asInteger`, `asApproximateFloat`), and `isQuantity` says whether a string is one.
 //! Values are kept in thousandths, so parts below a milli-unit round up.
 
-use std::any::Any;
 use std::cmp::Ordering;
 
 use cel::common::types::{CelBool, CelDouble, CelInt, CelString, Type};
-use cel::common::value::{StaticVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 use krust_api::quantity::scaled_value;
 
@@ -18,25 +16,7 @@ static QUANTITY: Type = Type::new_unspecified_type("kubernetes.Quantity");
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Quantity(i128);
 
-impl Val for Quantity {
-    fn get_type(&self) -> &Type {
-        <Self as Val>::cel_type()
-    }
-    fn cel_type() -> &'static Type {
-        &QUANTITY
-    }
-    fn equals(&self, other: &dyn Val) -> bool {
-        other.downcast_ref::<Quantity>() == Some(self)
-    }
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
-        Box::new(*self)
-    }
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
-}
-
-impl StaticVal for Quantity {}
+opaque!(Quantity, QUANTITY);
 
 /// Registers the library on `env`.
 pub fn extension(env: &mut Env) -> Result<(), DeclarationError> {
