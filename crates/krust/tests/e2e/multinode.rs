@@ -349,13 +349,18 @@ fn two_nodes_over_host_gw_route_pods_through_each_others_address() {
     );
     let ip_of = |node: &str| format!("10.99.22.{}", 10 + node[1..].parse::<u8>().unwrap());
     let (here, elsewhere) = (ip_of(&a.1), ip_of(&b.1));
-    let curl = |url: &str| {
+    // The body and status code, or curl's exit code (28: timed out, 7: refused).
+    let curl_status = |url: &str| {
         let out = Command::new("curl")
             .args(["-s", "-m", "3", "-w", "\n%{http_code}", url])
             .output()
             .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.status.code(),
+        )
     };
+    let curl = |url: &str| curl_status(url).0;
     let answered = wait_for("the local endpoint answering", DEADLINE, || {
         let body = curl(&format!("http://{here}:{node_port}/"));
         body.starts_with(&a.0).then_some(body)
@@ -366,18 +371,24 @@ fn two_nodes_over_host_gw_route_pods_through_each_others_address() {
         log.contains("10.99.22.1]:"),
         "the client's address kept: {log}"
     );
-    let dropped = curl(&format!("http://{elsewhere}:{node_port}/"));
-    assert_eq!(dropped, "\n000", "no endpoint on {elsewhere}: dropped");
     let healthy = curl(&format!("http://{here}:{health_port}/"));
     assert!(
         healthy.contains(r#""localEndpoints":1"#) && healthy.ends_with("200"),
         "{healthy}"
     );
-    let unhealthy = curl(&format!("http://{elsewhere}:{health_port}/"));
-    assert!(
-        unhealthy.contains(r#""localEndpoints":0"#) && unhealthy.ends_with("503"),
-        "{unhealthy}"
-    );
+    // The other node's proxy follows the Service on its own time: nothing listens
+    // there until it has.
+    let unhealthy = wait_for("the other node's health check port", DEADLINE, || {
+        let body = curl(&format!("http://{elsewhere}:{health_port}/"));
+        body.ends_with("503").then_some(body)
+    });
+    assert!(unhealthy.contains(r#""localEndpoints":0"#), "{unhealthy}");
+    // Dropped, not refused: the client times out (curl's 28) instead of a reset (7).
+    let dropped = wait_for("the node port dropped elsewhere", DEADLINE, || {
+        let (body, code) = curl_status(&format!("http://{elsewhere}:{node_port}/"));
+        (code == Some(28)).then_some(body)
+    });
+    assert_eq!(dropped, "\n000", "no endpoint on {elsewhere}: dropped");
     assert_eq!(
         c.fetch_from(&b.0, &format!("http://{elsewhere}:{node_port}/")),
         a.0,
