@@ -31,6 +31,12 @@ struct Expected {
 impl Expectations {
     /// True when the owner `key` may act: everything it asked for has been observed, or
     /// its expectations expired, or it never had any.
+    ///
+    /// Ask before reading the owner's pods from the cache, as upstream does: then every
+    /// pod the expectations waited for is in what is read. Asked after, a creation
+    /// observed in between counts as met while the pods read lack it, and the owner
+    /// creates it again (measured: a Job of 1,000 one-second pods on 50 simulated nodes
+    /// over-created, deleted the excess and failed on backoffLimit 0).
     pub fn satisfied(&self, key: &str) -> bool {
         self.satisfied_at(key, Instant::now())
     }

@@ -153,6 +153,8 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
         let (ns, name) = split_key(key);
+        // Before the pods are read (see `Expectations::satisfied`).
+        let satisfied = self.expectations.satisfied(key);
         let Some(object) = self.replicaset(ns, name) else {
             self.expectations.forget(key);
             return Ok(None);
@@ -161,7 +163,7 @@ impl<K: Replicated> Reconciler for ReplicaSetController<K> {
         let selector = selector_of(&rs)?;
         let pods = self.claim_pods(&*object, &selector).await?;
         let mut manage_err = None;
-        if self.expectations.satisfied(key)
+        if satisfied
             && rs.metadata.deletion_timestamp.is_none()
             && let Err(err) = self.manage_replicas(key, &*object, &rs, &pods).await
         {

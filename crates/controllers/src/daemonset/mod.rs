@@ -137,6 +137,8 @@ impl Reconciler for DaemonSetController {
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
         let (ns, name) = split_key(key);
+        // Before the pods are read (see `Expectations::satisfied`).
+        let satisfied = self.expectations.satisfied(key);
         let Some(ds) = self.daemonsets.get(Some(ns), name) else {
             self.expectations.forget(key);
             return Ok(None);
@@ -190,7 +192,7 @@ impl Reconciler for DaemonSetController {
 
         let mut result = Ok(());
         let mut retry_after = None;
-        if ds.metadata.deletion_timestamp.is_none() && self.expectations.satisfied(key) {
+        if ds.metadata.deletion_timestamp.is_none() && satisfied {
             let rolling = spec
                 .update_strategy
                 .as_ref()

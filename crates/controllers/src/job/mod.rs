@@ -399,6 +399,8 @@ impl Reconciler for JobController {
 
     async fn reconcile(&self, key: &str) -> Result<Option<Duration>, Error> {
         let (ns, name) = split_key(key);
+        // Before the pods are read (see `Expectations::satisfied`).
+        let satisfied = self.expectations.satisfied(key);
         let pods: Vec<Arc<Pod>> = self.pods.state_filter(|p| {
             p.metadata.namespace.as_deref() == Some(ns)
                 && controller_of(&p.metadata).is_some_and(|r| r.kind == "Job" && r.name == name)
@@ -420,7 +422,7 @@ impl Reconciler for JobController {
                 .await?;
             return Ok(None);
         }
-        self.sync(key, &job, owned).await
+        self.sync(key, &job, owned, satisfied).await
     }
 }
 
@@ -469,6 +471,7 @@ impl JobController {
         key: &str,
         job: &Arc<Job>,
         pods: Vec<Arc<Pod>>,
+        satisfied: bool,
     ) -> Result<Option<Duration>, Error> {
         let spec = job.spec.clone().unwrap_or_default();
         let original = job.status.clone().unwrap_or_default();
@@ -684,9 +687,9 @@ impl JobController {
                         }
                     }
                 }
-                None if suspended => self.delete_pods(key, &job, &active).await?,
+                None if suspended => self.remove_pods(key, &job, &active).await?,
                 None => {
-                    if self.expectations.satisfied(key) {
+                    if satisfied {
                         requeue = min(
                             requeue,
                             self.manage(
@@ -851,7 +854,7 @@ impl JobController {
                 .collect();
             (excess, vec![None; want.saturating_sub(active.len())])
         };
-        self.delete_pods(key, job, &excess).await?;
+        self.remove_pods(key, job, &excess).await?;
         if wanted.is_empty() {
             return Ok(None);
         }
@@ -921,6 +924,14 @@ impl JobController {
             })
             .collect();
         self.control(key, job).delete(&pods).await
+    }
+
+    /// Deletes pods the Job no longer wants (excess, or suspended) without counting
+    /// them as failed: upstream lets go of them (the tracking finalizer) first.
+    async fn remove_pods(&self, key: &str, job: &Job, pods: &[&Arc<Pod>]) -> Result<(), Error> {
+        self.release(pods.iter().copied().filter(|p| has_finalizer(p)))
+            .await?;
+        self.delete_pods(key, job, pods).await
     }
 }
 

@@ -247,6 +247,43 @@ fn suspended_jobs_run_nothing_and_deadlines_stop_jobs() {
     common::wait_for("pods deleted", Duration::from_secs(20), || {
         job_pods(&s, "paused").is_empty().then_some(())
     });
+    // Pods the Job itself removes (suspended, or beyond a lowered parallelism) are let
+    // go first, as upstream: they are not failures, even under backoffLimit 0.
+    let paused = s.get_json(&["job", "paused"]);
+    assert!(
+        paused["status"]["failed"].as_i64().unwrap_or(0) == 0,
+        "{paused}"
+    );
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &job(
+            "narrowed",
+            json!({"backoffLimit": 0, "parallelism": 3, "completions": 3}),
+            "true",
+        ),
+    );
+    common::wait_for("three pods", Duration::from_secs(20), || {
+        (job_pods(&s, "narrowed").len() == 3).then_some(())
+    });
+    s.ok(&[
+        "patch",
+        "job",
+        "narrowed",
+        "-p",
+        r#"{"spec":{"parallelism":1}}"#,
+    ]);
+    let narrowed = common::wait_for("one pod left", Duration::from_secs(20), || {
+        let j = s.get_json(&["job", "narrowed"]);
+        (job_pods(&s, "narrowed").len() == 1 && j["status"]["active"] == 1).then_some(j)
+    });
+    assert!(
+        narrowed["status"]["failed"].as_i64().unwrap_or(0) == 0,
+        "{narrowed}"
+    );
+    assert!(
+        condition(&narrowed, "FailureTarget").is_none(),
+        "{narrowed}"
+    );
 
     s.ok_stdin(
         &["create", "-f", "-"],
