@@ -74,6 +74,35 @@ pub struct Call<'a> {
     pub audit: crate::audit::Annotations,
 }
 
+/// An object `kind` serves in storage form: by the kind's strategy, after the
+/// definition's conversion webhook where a custom resource has one.
+pub async fn stored_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
+    let obj = match kind.strategy.conversion_webhook() {
+        Some(webhook) => {
+            let storage = webhook.storage.as_str();
+            one(webhook
+                .convert(&Caller::of(api), vec![obj], storage)
+                .await?)
+        }
+        None => obj,
+    };
+    Ok(kind.strategy.to_storage(obj))
+}
+
+/// A stored object as `kind` serves it (the reverse of [`stored_as`]).
+pub async fn served_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
+    let obj = match kind.strategy.conversion_webhook() {
+        Some(webhook) => {
+            let served = kind.info.api_version();
+            one(webhook
+                .convert(&Caller::of(api), vec![obj], &served)
+                .await?)
+        }
+        None => obj,
+    };
+    Ok(kind.strategy.to_served(obj))
+}
+
 /// The one object a conversion of one object gives back.
 fn one(mut objects: Vec<Value>) -> Value {
     objects.pop().unwrap_or(Value::Null)
@@ -467,28 +496,12 @@ impl Call<'_> {
     /// An object of the served version in storage form: by the kind's strategy, after
     /// the definition's conversion webhook where a custom resource has one.
     pub async fn to_storage(&self, obj: Value) -> Result<Value, ApiError> {
-        let obj = match self.kind.strategy.conversion_webhook() {
-            Some(webhook) => {
-                let caller = Caller::of(self.api);
-                let storage = webhook.storage.as_str();
-                one(webhook.convert(&caller, vec![obj], storage).await?)
-            }
-            None => obj,
-        };
-        Ok(self.kind.strategy.to_storage(obj))
+        stored_as(self.api, self.kind, obj).await
     }
 
     /// A stored object in the served version (the reverse of [`Call::to_storage`]).
     pub async fn to_served(&self, obj: Value) -> Result<Value, ApiError> {
-        let obj = match self.kind.strategy.conversion_webhook() {
-            Some(webhook) => {
-                let caller = Caller::of(self.api);
-                let served = self.kind.info.api_version();
-                one(webhook.convert(&caller, vec![obj], &served).await?)
-            }
-            None => obj,
-        };
-        Ok(self.kind.strategy.to_served(obj))
+        served_as(self.api, self.kind, obj).await
     }
 
     /// Stored objects as this call returns them: in the served version where the

@@ -15,12 +15,14 @@ pub use conditions::{check_expression, validate as validate_match_conditions};
 use std::time::Duration;
 
 use base64::Engine;
+use krust_api::registry::ResourceInfo;
 use krust_api::selector::object_labels;
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
 use rules::Attributes;
 
+use crate::kinds::Kind;
 use crate::outbound;
 use crate::rest::Call;
 
@@ -152,43 +154,145 @@ pub async fn mutate(
     if hooks.is_empty() {
         return Ok(false);
     }
+    let kinds = equivalents(call);
+    // The object in the version of the last webhook called: converted only when the
+    // next one is called in another.
+    let mut kind = call.kind;
     let mut served = call.to_served(obj.clone()).await?;
-    let old_served = served_version(call, old).await?;
+    let mut olds = Versions::new(old);
     let mut changes = 0usize;
     // Webhooks that asked to be called again if a later one changes the object, with
-    // the number of changes made when they were called.
-    let mut reinvoke: Vec<(&Hook, usize)> = Vec::new();
+    // their version and the number of changes made when they were called.
+    let mut reinvoke: Vec<(&Hook, &'static Kind, usize)> = Vec::new();
     for hook in &hooks {
-        if !rules::applies(
-            &hook.webhook,
-            &attributes(call, operation, Some(&served), old_served.as_ref()),
-        ) || !matched(call, hook, operation, Some(&served), old_served.as_ref())?
-        {
+        let mut attrs = attributes(call, operation, Some(&served), old);
+        let Some(target) = invoked_as(hook, &kinds, &mut attrs) else {
+            continue;
+        };
+        served = convert(call, kind, target, served).await?;
+        kind = target;
+        let old = olds.get(call, target).await?;
+        if !matched(call, hook, target, operation, Some(&served), old)? {
             continue;
         }
-        if mutate_once(call, hook, operation, &mut served, old_served.as_ref()).await? {
+        if mutate_once(call, hook, target, operation, &mut served, old).await? {
             changes += 1;
         }
         if hook.webhook["reinvocationPolicy"] == "IfNeeded" {
-            reinvoke.push((hook, changes));
+            reinvoke.push((hook, target, changes));
         }
     }
-    for (hook, seen) in reinvoke {
+    for (hook, target, seen) in reinvoke {
         if seen < changes {
-            mutate_once(call, hook, operation, &mut served, old_served.as_ref()).await?;
+            served = convert(call, kind, target, served).await?;
+            kind = target;
+            let old = olds.get(call, target).await?;
+            mutate_once(call, hook, target, operation, &mut served, old).await?;
         }
     }
     if changes > 0 {
-        *obj = call.to_storage(served).await?;
+        *obj = crate::rest::stored_as(call.api, kind, served).await?;
     }
     Ok(changes > 0)
 }
 
-/// A stored object, if any, in the version the call is for: webhooks see that one.
-async fn served_version(call: &Call<'_>, obj: Option<&Value>) -> Result<Option<Value>, ApiError> {
-    match obj {
-        Some(o) => Ok(Some(call.to_served(o.clone()).await?)),
-        None => Ok(None),
+/// The kinds a webhook may be called in for this call: its own first, then the other
+/// versions of the same resource, those stored with it (autoscaling/v1 and v2 HPAs,
+/// core and events.k8s.io events, the versions of a custom resource), as upstream's
+/// equivalent resource mapper lists them.
+fn equivalents(call: &Call<'_>) -> Vec<&'static Kind> {
+    let own = call.kind;
+    let storage = own.info.storage;
+    let mut kinds = vec![own];
+    if storage.is_empty() {
+        return kinds;
+    }
+    let custom = call.api.cache.custom.all();
+    kinds.extend(
+        crate::kinds::all()
+            .iter()
+            .chain(custom)
+            .filter(|k| k.info.storage == storage && !std::ptr::eq(*k, own)),
+    );
+    kinds
+}
+
+/// The version a webhook is called in, if any: the request's own when its rules name
+/// it; else, under `matchPolicy: Equivalent` (the default), the first other version of
+/// the resource that they name.
+fn invoked_as(
+    hook: &Hook,
+    kinds: &[&'static Kind],
+    attrs: &mut Attributes<'_>,
+) -> Option<&'static Kind> {
+    let tried = if hook.webhook["matchPolicy"] == "Exact" {
+        &kinds[..1]
+    } else {
+        kinds
+    };
+    tried.iter().copied().find(|kind| {
+        attrs.group = kind.info.group;
+        attrs.version = kind.info.version;
+        attrs.resource = kind.info.plural;
+        rules::applies(&hook.webhook, attrs)
+    })
+}
+
+/// An object served as `from` in the version `to` serves (itself when they are one).
+async fn convert(
+    call: &Call<'_>,
+    from: &'static Kind,
+    to: &'static Kind,
+    obj: Value,
+) -> Result<Value, ApiError> {
+    if std::ptr::eq(from, to) {
+        return Ok(obj);
+    }
+    let stored = crate::rest::stored_as(call.api, from, obj).await?;
+    crate::rest::served_as(call.api, to, stored).await
+}
+
+/// A stored object (if any) in each version webhooks are called in, converted once.
+struct Versions<'o> {
+    stored: Option<&'o Value>,
+    converted: Vec<(&'static Kind, Value)>,
+}
+
+impl<'o> Versions<'o> {
+    fn new(stored: Option<&'o Value>) -> Self {
+        Versions {
+            stored,
+            converted: Vec::new(),
+        }
+    }
+
+    /// Converts the object for `kind` unless done before.
+    async fn prepare(&mut self, call: &Call<'_>, kind: &'static Kind) -> Result<(), ApiError> {
+        let Some(stored) = self.stored else {
+            return Ok(());
+        };
+        if !self.converted.iter().any(|(k, _)| std::ptr::eq(*k, kind)) {
+            let served = crate::rest::served_as(call.api, kind, stored.clone()).await?;
+            self.converted.push((kind, served));
+        }
+        Ok(())
+    }
+
+    /// The object as `kind` serves it, once prepared.
+    fn find(&self, kind: &'static Kind) -> Option<&Value> {
+        self.converted
+            .iter()
+            .find(|(k, _)| std::ptr::eq(*k, kind))
+            .map(|(_, v)| v)
+    }
+
+    async fn get(
+        &mut self,
+        call: &Call<'_>,
+        kind: &'static Kind,
+    ) -> Result<Option<&Value>, ApiError> {
+        self.prepare(call, kind).await?;
+        Ok(self.find(kind))
     }
 }
 
@@ -197,11 +301,12 @@ async fn served_version(call: &Call<'_>, obj: Option<&Value>) -> Result<Option<V
 async fn mutate_once(
     call: &Call<'_>,
     hook: &Hook,
+    kind: &'static Kind,
     operation: Operation,
     served: &mut Value,
     old: Option<&Value>,
 ) -> Result<bool, ApiError> {
-    let Some(response) = review(call, hook, operation, Some(served), old).await? else {
+    let Some(response) = review(call, hook, kind, operation, Some(served), old).await? else {
         return Ok(false);
     };
     let Some(patch) = response["patch"].as_str() else {
@@ -243,22 +348,49 @@ pub async fn validate(
     if hooks.is_empty() && !bound {
         return Ok(());
     }
-    let served = served_version(call, obj).await?;
-    let old_served = served_version(call, old).await?;
-    let attrs = attributes(call, operation, served.as_ref(), old_served.as_ref());
+    let (mut objects, mut olds) = (Versions::new(obj), Versions::new(old));
+    objects.prepare(call, call.kind).await?;
+    olds.prepare(call, call.kind).await?;
     // Policies first, as upstream's plugin order has them.
     if bound {
-        policy::validate(call, &attrs, &bare_request(call, operation))?;
+        let attrs = attributes(
+            call,
+            operation,
+            objects.find(call.kind),
+            olds.find(call.kind),
+        );
+        policy::validate(call, &attrs, &bare_request(call, call.kind, operation))?;
     }
+    let kinds = equivalents(call);
     let mut chosen = Vec::new();
-    for hook in hooks.iter().filter(|h| rules::applies(&h.webhook, &attrs)) {
-        if matched(call, hook, operation, served.as_ref(), old_served.as_ref())? {
-            chosen.push(hook);
+    for hook in &hooks {
+        let mut attrs = attributes(call, operation, obj, old);
+        let Some(kind) = invoked_as(hook, &kinds, &mut attrs) else {
+            continue;
+        };
+        objects.prepare(call, kind).await?;
+        olds.prepare(call, kind).await?;
+        if matched(
+            call,
+            hook,
+            kind,
+            operation,
+            objects.find(kind),
+            olds.find(kind),
+        )? {
+            chosen.push((hook, kind));
         }
     }
-    let calls = chosen
-        .into_iter()
-        .map(|h| review(call, h, operation, served.as_ref(), old_served.as_ref()));
+    let calls = chosen.into_iter().map(|(h, kind)| {
+        review(
+            call,
+            h,
+            kind,
+            operation,
+            objects.find(kind),
+            olds.find(kind),
+        )
+    });
     for outcome in futures::future::join_all(calls).await {
         outcome?;
     }
@@ -270,11 +402,13 @@ pub async fn validate(
 fn matched(
     call: &Call<'_>,
     hook: &Hook,
+    kind: &'static Kind,
     operation: Operation,
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<bool, ApiError> {
-    match conditions::hold(&hook.webhook, obj, old, &bare_request(call, operation)) {
+    let request = bare_request(call, kind, operation);
+    match conditions::hold(&hook.webhook, obj, old, &request) {
         Ok(called) => Ok(called),
         Err(why) if hook.fails_open() => {
             tracing::warn!(webhook = %hook.name(), %why, "failed evaluating match conditions; failing open");
@@ -288,8 +422,8 @@ fn matched(
 }
 
 /// The AdmissionRequest without its objects: CEL's `request`.
-fn bare_request(call: &Call<'_>, operation: Operation) -> Value {
-    let mut request = review_request(call, "", operation, None, None);
+fn bare_request(call: &Call<'_>, kind: &'static Kind, operation: Operation) -> Value {
+    let mut request = review_request(call, "", kind, operation, None, None);
     if let Some(r) = request.as_object_mut() {
         r.remove("object");
         r.remove("oldObject");
@@ -302,6 +436,7 @@ fn bare_request(call: &Call<'_>, operation: Operation) -> Value {
 async fn review(
     call: &Call<'_>,
     hook: &Hook,
+    kind: &'static Kind,
     operation: Operation,
     obj: Option<&Value>,
     old: Option<&Value>,
@@ -332,7 +467,7 @@ async fn review(
         return failed("webhook does not accept v1 or v1beta1 AdmissionReview".into());
     };
     let uid = uuid::Uuid::new_v4().to_string();
-    let request = review_request(call, &uid, operation, obj, old);
+    let request = review_request(call, &uid, kind, operation, obj, old);
     let body = json!({
         "apiVersion": format!("admission.k8s.io/{version}"),
         "kind": "AdmissionReview",
@@ -378,24 +513,29 @@ async fn review(
     Ok(Some(response.clone()))
 }
 
+/// The AdmissionRequest for a webhook called in `kind`'s version; `requestKind` and
+/// `requestResource` say what the client sent.
 fn review_request(
     call: &Call<'_>,
     uid: &str,
+    kind: &'static Kind,
     operation: Operation,
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> Value {
-    let info = call.kind.info;
     let sub = call
         .info
         .subresource
         .as_deref()
         .and_then(krust_api::registry::Subresource::parse);
-    let (group, version, kind) =
-        sub.and_then(|s| s.kind())
-            .unwrap_or((info.group, info.version, info.kind));
-    let kind = json!({"group": group, "version": version, "kind": kind});
-    let resource = json!({"group": info.group, "version": info.version, "resource": info.plural});
+    let kind_of = |info: &ResourceInfo| {
+        let (group, version, kind) =
+            sub.and_then(|s| s.kind())
+                .unwrap_or((info.group, info.version, info.kind));
+        json!({"group": group, "version": version, "kind": kind})
+    };
+    let resource_of = |info: &ResourceInfo| json!({"group": info.group, "version": info.version, "resource": info.plural});
+    let (info, requested) = (kind.info, call.kind.info);
     let name = obj
         .or(old)
         .and_then(|o| o["metadata"]["name"].as_str())
@@ -403,10 +543,10 @@ fn review_request(
         .unwrap_or_default();
     let mut request = json!({
         "uid": uid,
-        "kind": kind,
-        "resource": resource,
-        "requestKind": kind,
-        "requestResource": resource,
+        "kind": kind_of(info),
+        "resource": resource_of(info),
+        "requestKind": kind_of(requested),
+        "requestResource": resource_of(requested),
         "name": name,
         "operation": operation.as_str(),
         "userInfo": {"username": call.user.name, "groups": call.user.groups},

@@ -287,3 +287,89 @@ fn match_conditions_decide_which_requests_a_webhook_sees() {
         "{err}"
     );
 }
+
+#[test]
+fn an_equivalent_match_calls_a_webhook_in_the_version_it_names() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    // Both name autoscaling/v2 HPAs only; the mutating one leaves matchPolicy to its
+    // default (Equivalent), the validating one asks for Exact.
+    let hook = |kind: &str, name: &str, path: &str, policy: Option<&str>| {
+        let mut webhook = json!({
+            "name": name, "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("https://127.0.0.1:{}{path}", hooks.port), "caBundle": hooks.ca_bundle()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": ["autoscaling"], "apiVersions": ["v2"],
+                       "resources": ["horizontalpodautoscalers"]}]
+        });
+        if let Some(policy) = policy {
+            webhook["matchPolicy"] = json!(policy);
+        }
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+               "metadata": {"name": name}, "webhooks": [webhook]})
+        .to_string()
+    };
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &hook(
+            "MutatingWebhookConfiguration",
+            "label.hooks.example.com",
+            "/mutate",
+            None,
+        ),
+    );
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &hook(
+            "ValidatingWebhookConfiguration",
+            "exact.hooks.example.com",
+            "/validate",
+            Some("Exact"),
+        ),
+    );
+    let hpa = |version: &str, name: &str| {
+        let spec = if version == "v1" {
+            json!({"maxReplicas": 3, "targetCPUUtilizationPercentage": 50,
+                   "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}})
+        } else {
+            json!({"maxReplicas": 3,
+                   "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}})
+        };
+        json!({"apiVersion": format!("autoscaling/{version}"), "kind": "HorizontalPodAutoscaler",
+               "metadata": {"name": name}, "spec": spec})
+        .to_string()
+    };
+    // Sent as v1: the mutating webhook is called in v2, the one it names, and its
+    // label is kept; the Exact one is not called.
+    s.ok_stdin(&["create", "-f", "-"], &hpa("v1", "old"));
+    let review = hook_server::requests(&hooks, "/mutate")
+        .into_iter()
+        .find(|r| r["name"] == "old")
+        .expect("the mutating webhook saw the v1 create");
+    let v2 = json!({"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"});
+    let v1 = json!({"group": "autoscaling", "version": "v1", "kind": "HorizontalPodAutoscaler"});
+    assert_eq!(review["kind"], v2);
+    assert_eq!(review["requestKind"], v1);
+    assert_eq!(review["resource"]["version"], "v2");
+    assert_eq!(review["requestResource"]["version"], "v1");
+    assert_eq!(review["object"]["apiVersion"], "autoscaling/v2");
+    assert_eq!(
+        review["object"]["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"], 50,
+        "the object converted to v2: {review}"
+    );
+    let old = s.get_json(&["horizontalpodautoscalers.v1.autoscaling", "old"]);
+    assert_eq!(old["metadata"]["labels"]["mutated-by"], "hook", "{old}");
+    assert_eq!(old["spec"]["targetCPUUtilizationPercentage"], 50, "{old}");
+    assert!(
+        !hook_server::requests(&hooks, "/validate")
+            .iter()
+            .any(|r| r["name"] == "old"),
+        "matchPolicy Exact: not called for v1"
+    );
+    // Sent as v2: both are called, in the request's own version.
+    s.ok_stdin(&["create", "-f", "-"], &hpa("v2", "new"));
+    let exact = hook_server::requests(&hooks, "/validate")
+        .into_iter()
+        .find(|r| r["name"] == "new")
+        .expect("the Exact webhook saw the v2 create");
+    assert_eq!((&exact["kind"], &exact["requestKind"]), (&v2, &v2));
+}
