@@ -55,9 +55,14 @@ async fn main() -> Result {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let nodes: usize = std::env::args().nth(1).map_or(Ok(1000), |a| a.parse())?;
 
-    // /26 per node: every simulated node gets a pod range from the default /16.
-    let cluster = Cluster::start(&["--disable-controllers", "--node-cidr-mask-size=26"]).await?;
-    let cm = cluster.component("controller-manager", &["--leader-elect=false"])?;
+    // /26 per node: every simulated node gets a pod range from the default /16 (the
+    // controller manager allocates them: without the flag it would give /24s, enough
+    // for 256 nodes, and the others' pods would wait for a range that never comes).
+    let cluster = Cluster::start(&["--disable-controllers"]).await?;
+    let cm = cluster.component(
+        "controller-manager",
+        &["--leader-elect=false", "--node-cidr-mask-size=26"],
+    )?;
     let cm_pid = cm.pid();
     let _sim = cluster.component("sim", &["--nodes", &nodes.to_string()])?;
     let client = cluster.client().await?;

@@ -167,13 +167,6 @@ fn on_pod(
             let _ = tx.send(Action::Finish(pod));
         }
     } else if !is_running_and_ready(&pod) && !is_finished(&pod) && seen.started.insert(uid) {
-        if let Some((after, _)) = exit_plan(&pod) {
-            later(
-                tx,
-                config.pod_ready_delay + after,
-                Action::Exit(pod.clone(), 1),
-            );
-        }
         later(tx, config.pod_ready_delay, Action::Start(pod, 0));
     }
 }
@@ -223,6 +216,12 @@ async fn act(
                 tracing::warn!(%node, "a node has no pod range (is the cluster CIDR large enough for every node?): its pods start without an IP");
             }
             let result = start(client, &pod, addresses).await;
+            // The containers' time counts from their start: an exit written before the
+            // start (a node waiting for its pod range) would be overwritten by it, and
+            // the pod would run for ever.
+            if let (Ok(()), Some((after, _))) = (&result, exit_plan(&pod)) {
+                later(tx, after, Action::Exit(pod.clone(), 1));
+            }
             (pod, result)
         }
         Action::Exit(pod, n) => {

@@ -119,14 +119,17 @@ fn sim_job(name: &str, spec: Value, annotations: Value, restart: &str) -> String
 
 #[test]
 fn annotated_pods_exit_so_jobs_run_to_the_end_on_simulated_nodes() {
-    let s = Server::start();
+    // One pod range for two nodes: the pods of the node without one start late
+    // (without an IP), and must still exit after their time — counted from the start.
+    let s = Server::start_with(&["--cluster-cidr=10.56.0.0/24"]);
     let _sim = Component::start(&s, "sim", "sim", &["--nodes=2"]);
     let exit_ok = json!({"sim.krust.io/exit-after": "500ms"});
+    let created = std::time::Instant::now();
     s.ok_stdin(
         &["create", "-f", "-"],
         &sim_job(
             "ok",
-            json!({"completions": 4, "parallelism": 2}),
+            json!({"completions": 4, "parallelism": 4}),
             exit_ok,
             "Never",
         ),
@@ -148,6 +151,16 @@ fn annotated_pods_exit_so_jobs_run_to_the_end_on_simulated_nodes() {
     ]);
     let ok = s.get_json(&["job", "ok"]);
     assert_eq!(ok["status"]["succeeded"], 4);
+    // Past the late start (5 s without a range): no pod came back to life.
+    std::thread::sleep(Duration::from_secs(6).saturating_sub(created.elapsed()));
+    let pods = s.get_json(&["pods", "-l", "job-name=ok"]);
+    let phases: Vec<&Value> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["status"]["phase"])
+        .collect();
+    assert_eq!(phases, [&json!("Succeeded"); 4], "{pods}");
     let pod = &s.get_json(&["pods", "-l", "job-name=ok"])["items"][0];
     assert_eq!(pod["status"]["phase"], "Succeeded");
     assert_eq!(
