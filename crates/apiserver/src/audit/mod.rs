@@ -9,6 +9,7 @@
 pub mod log;
 pub mod policy;
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -174,15 +175,18 @@ impl Auditor {
 /// Annotations the stages of a request add to its audit events (PodSecurity's), shared
 /// by the call's copies.
 #[derive(Clone, Default)]
-pub struct Annotations(Arc<std::sync::Mutex<Vec<(&'static str, String)>>>);
+pub struct Annotations(Arc<std::sync::Mutex<Vec<Annotation>>>);
+
+/// A key (fixed, as PodSecurity's, or made, as a webhook's `<name>/<key>`) and its value.
+type Annotation = (Cow<'static, str>, String);
 
 impl Annotations {
-    pub fn add(&self, key: &'static str, value: String) {
+    pub fn add(&self, key: impl Into<Cow<'static, str>>, value: String) {
         use krust_api::sync::Unpoisoned;
-        self.0.locked().push((key, value));
+        self.0.locked().push((key.into(), value));
     }
 
-    fn all(&self) -> Vec<(&'static str, String)> {
+    fn all(&self) -> Vec<Annotation> {
         use krust_api::sync::Unpoisoned;
         self.0.locked().clone()
     }
@@ -217,7 +221,7 @@ impl Trail {
         if !added.is_empty() {
             let annotations = event.entry("annotations").or_insert_with(|| json!({}));
             for (key, value) in added {
-                annotations[key] = json!(value);
+                annotations[&*key] = json!(value);
             }
         }
         event.insert("stage".into(), json!(stage.as_str()));

@@ -82,8 +82,9 @@ fn check_name_shown(rule: NameRule, field: &str, name: &str, v: &Value, errs: &m
     }
 }
 
-/// A qualified name (`prefix/name` label or annotation key).
-fn check_qualified_name(field: &str, key: &str, errs: &mut Vec<Cause>) {
+/// Whether `key` is a qualified name: a `name` of at most 63 characters with an
+/// optional DNS subdomain `prefix/` (label and annotation keys).
+pub fn is_qualified_name(key: &str) -> bool {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -95,8 +96,12 @@ fn check_qualified_name(field: &str, key: &str, errs: &mut Vec<Cause>) {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && name.as_bytes()[0].is_ascii_alphanumeric()
         && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
-    let prefix_ok = prefix.is_none_or(is_dns1123_subdomain);
-    if !name_ok || !prefix_ok {
+    name_ok && prefix.is_none_or(is_dns1123_subdomain)
+}
+
+/// A qualified name (`prefix/name` label or annotation key).
+fn check_qualified_name(field: &str, key: &str, errs: &mut Vec<Cause>) {
+    if !is_qualified_name(key) {
         errs.push(Cause::invalid(
             field,
             &Value::String(key.to_string()),

@@ -499,6 +499,21 @@ async fn review(
             response["uid"].as_str().unwrap_or_default()
         ));
     }
+    // Audit annotations go under the webhook's name, as upstream keys them; one whose
+    // key is no qualified name is dropped, as upstream drops it.
+    for (key, value) in response["auditAnnotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        let key = format!("{name}/{key}");
+        match value.as_str() {
+            Some(value) if crate::kinds::validation::is_qualified_name(&key) => {
+                call.audit.add(key, value.to_string());
+            }
+            _ => tracing::warn!(webhook = %name, %key, "dropping an invalid audit annotation"),
+        }
+    }
     for warning in response["warnings"]
         .as_array()
         .into_iter()

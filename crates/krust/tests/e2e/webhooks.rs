@@ -6,6 +6,8 @@
 
 mod hook_server;
 
+use std::time::Duration;
+
 use crate::common;
 use crate::common::Server;
 use crate::https::HttpsServer;
@@ -71,7 +73,17 @@ fn install(s: &Server, hooks: &HttpsServer) {
 
 #[test]
 fn webhooks_mutate_and_validate_writes_as_upstream() {
-    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (policy, log) = (dir.path().join("audit.yaml"), dir.path().join("audit.log"));
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n",
+    )
+    .unwrap();
+    let s = Server::start_with(&[
+        &format!("--audit-policy-file={}", policy.display()),
+        &format!("--audit-log-path={}", log.display()),
+    ]);
     let hooks = hook_server::start();
     install(&s, &hooks);
     s.ok(&["create", "namespace", "guarded"]);
@@ -118,6 +130,31 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
     ]);
     assert_eq!(review["userInfo"]["username"], me.as_str());
     assert_eq!(review["dryRun"], false);
+    // Its audit annotation is on the request's audit events, under its name; the one
+    // with an invalid key is not.
+    let audited = common::wait_for("the create's audit event", Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| {
+                e["verb"] == "create"
+                    && e["objectRef"]["name"] == "good"
+                    && e["stage"] == "ResponseComplete"
+            })
+    });
+    let annotations = &audited["annotations"];
+    assert_eq!(
+        annotations["check.hooks.example.com/verdict"], "allowed",
+        "{audited}"
+    );
+    assert!(
+        !annotations
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.contains("not a key")),
+        "{audited}"
+    );
     // The validating webhook saw the mutated object.
     let validated = hook_server::requests(&hooks, "/validate")
         .into_iter()

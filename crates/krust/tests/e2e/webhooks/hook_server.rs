@@ -2,7 +2,8 @@
 //! `hook.hooks.svc`), answering AdmissionReviews on
 //! - `/mutate`: adds the label `mutated-by: hook` (a JSONPatch);
 //! - `/validate`: refuses objects with a `forbidden` data key (403, "forbidden key")
-//!   and the deletion of objects named `keep`, and warns "checked by hook" otherwise.
+//!   and the deletion of objects named `keep`, and otherwise warns "checked by hook"
+//!   and adds the audit annotation `verdict: allowed` (and one with an invalid key).
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -47,7 +48,8 @@ fn answer(seen: &Seen) -> (u16, Value) {
             "uid": uid, "allowed": false,
             "status": {"code": 403, "reason": "Forbidden", "message": "forbidden key"},
         }),
-        _ => json!({"uid": uid, "allowed": true, "warnings": ["checked by hook"]}),
+        _ => json!({"uid": uid, "allowed": true, "warnings": ["checked by hook"],
+                    "auditAnnotations": {"verdict": "allowed", "not a key!": "dropped"}}),
     };
     (
         200,
