@@ -43,6 +43,17 @@ mod library;
 mod network;
 mod quantity;
 
+/// Compiles and runs `expression` in `context`: its value, or why it has none.
+pub fn run(
+    env: &Env,
+    expression: &str,
+    context: &cel::Context<'_, '_>,
+) -> Result<cel::Value, String> {
+    env.compile(expression)
+        .map_err(|e| e.to_string())
+        .and_then(|p| p.execute(context).map_err(|e| e.to_string()))
+}
+
 /// The environment, made once (the standard library registers hundreds of overloads).
 pub fn env() -> Arc<Env> {
     static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {

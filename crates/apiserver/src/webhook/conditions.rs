@@ -7,7 +7,7 @@
 use cel::{Context, Value as Cel};
 use serde_json::Value;
 
-use crate::cel::{env, to_cel};
+use crate::cel::{env, run, to_cel};
 
 /// Whether the webhook is for this request: `Ok(true)` when it has no conditions or
 /// all hold, `Ok(false)` when one is false, `Err` when one could not be evaluated.
@@ -33,10 +33,7 @@ pub fn hold(
     for condition in conditions {
         let name = condition["name"].as_str().unwrap_or_default();
         let expression = condition["expression"].as_str().unwrap_or_default();
-        let outcome = env
-            .compile(expression)
-            .map_err(|e| e.to_string())
-            .and_then(|p| p.execute(&context).map_err(|e| e.to_string()));
+        let outcome = run(&env, expression, &context);
         match outcome {
             Ok(Cel::Bool(true)) => {}
             Ok(Cel::Bool(false)) => return Ok(false),

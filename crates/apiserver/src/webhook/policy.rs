@@ -21,7 +21,7 @@ use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
 use super::rules::{self, Attributes};
-use crate::cel::{env, to_cel};
+use crate::cel::{env, run, to_cel};
 use crate::rest::Call;
 
 pub const POLICIES: &str = "/registry/validatingadmissionpolicies/";
@@ -30,11 +30,16 @@ pub const BINDINGS: &str = "/registry/validatingadmissionpolicybindings/";
 /// What one validation of a policy concluded.
 enum Verdict {
     Pass,
-    /// The message and the reason of a validation that did not hold.
-    Fail(String, String),
+    /// The message and the reason of a validation that did not hold, and its index.
+    Fail(String, String, usize),
     /// An expression that could not be evaluated, with why.
     Error(String),
+    /// An audit annotation's key and (non-empty) value.
+    Annotate(String, String),
 }
+
+/// The audit annotation that records validations failed under the Audit action.
+const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_failure";
 
 /// The rules and selectors of a policy's `matchConstraints` or a binding's
 /// `matchResources`, in a webhook's shape for [`rules::applies`].
@@ -109,7 +114,7 @@ fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Result<Option<Vec
     ))
 }
 
-/// Runs one policy's validations with `params`.
+/// Runs one policy's validations with `params`, then its audit annotations.
 fn evaluate(policy: &Value, base: &Context<'_, '_>, params: &Value) -> Vec<Verdict> {
     let env = env();
     let mut context = base.new_inner_scope();
@@ -121,11 +126,7 @@ fn evaluate(policy: &Value, base: &Context<'_, '_>, params: &Value) -> Vec<Verdi
         let name = variable["name"].as_str().unwrap_or_default().to_string();
         let expression = variable["expression"].as_str().unwrap_or_default();
         context.add_variable_from_value("variables", Cel::Map(CelMap::from(variables.clone())));
-        match env
-            .compile(expression)
-            .map_err(|e| e.to_string())
-            .and_then(|p| p.execute(&context).map_err(|e| e.to_string()))
-        {
+        match run(&env, expression, &context) {
             Ok(value) => {
                 variables.insert(name, value);
             }
@@ -135,16 +136,14 @@ fn evaluate(policy: &Value, base: &Context<'_, '_>, params: &Value) -> Vec<Verdi
         }
     }
     context.add_variable_from_value("variables", Cel::Map(CelMap::from(variables)));
-    for validation in policy["spec"]["validations"]
+    for (index, validation) in policy["spec"]["validations"]
         .as_array()
         .into_iter()
         .flatten()
+        .enumerate()
     {
         let expression = validation["expression"].as_str().unwrap_or_default();
-        let outcome = env
-            .compile(expression)
-            .map_err(|e| e.to_string())
-            .and_then(|p| p.execute(&context).map_err(|e| e.to_string()));
+        let outcome = run(&env, expression, &context);
         verdicts.push(match outcome {
             Ok(Cel::Bool(true)) => Verdict::Pass,
             Ok(Cel::Bool(false)) => {
@@ -160,13 +159,35 @@ fn evaluate(policy: &Value, base: &Context<'_, '_>, params: &Value) -> Vec<Verdi
                     .as_str()
                     .unwrap_or("Invalid")
                     .to_string();
-                Verdict::Fail(message, reason)
+                Verdict::Fail(message, reason, index)
             }
             Ok(other) => Verdict::Error(format!(
                 "expression '{expression}' resulted in a non-bool value: {other:?}"
             )),
             Err(e) => Verdict::Error(format!("expression '{expression}' resulted in error: {e}")),
         });
+    }
+    // A string is the annotation's value; null or "" leaves it out.
+    for annotation in policy["spec"]["auditAnnotations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let key = annotation["key"].as_str().unwrap_or_default();
+        let expression = annotation["valueExpression"].as_str().unwrap_or_default();
+        let outcome = run(&env, expression, &context);
+        match outcome {
+            Ok(Cel::String(value)) if !value.is_empty() => {
+                verdicts.push(Verdict::Annotate(key.to_string(), value.to_string()));
+            }
+            Ok(Cel::String(_) | Cel::Null) => {}
+            Ok(other) => verdicts.push(Verdict::Error(format!(
+                "valueExpression '{expression}' resulted in unsupported return type: {other:?}"
+            ))),
+            Err(e) => verdicts.push(Verdict::Error(format!(
+                "valueExpression '{expression}' resulted in error: {e}"
+            ))),
+        }
     }
     verdicts
 }
@@ -189,8 +210,25 @@ pub fn bound(call: &Call<'_>) -> bool {
         .is_some_and(|c| !c.list(BINDINGS).0.is_empty())
 }
 
-/// Applies every bound policy to the request; the first Deny refuses it.
+/// Applies every bound policy to the request; the first Deny refuses it. Failures under
+/// the Audit action and the policies' audit annotations go on the request's audit
+/// events, refused or not.
 pub fn validate(call: &Call<'_>, a: &Attributes<'_>, request: &Value) -> Result<(), ApiError> {
+    let mut audited = Vec::new();
+    let outcome = apply(call, a, request, &mut audited);
+    if !audited.is_empty() {
+        call.audit
+            .add(VALIDATION_FAILURE, Value::Array(audited).to_string());
+    }
+    outcome
+}
+
+fn apply(
+    call: &Call<'_>,
+    a: &Attributes<'_>,
+    request: &Value,
+    audited: &mut Vec<Value>,
+) -> Result<(), ApiError> {
     let (Some(policies), Some(bindings)) = (
         call.api.cache.cache(POLICIES),
         call.api.cache.cache(BINDINGS),
@@ -256,18 +294,27 @@ pub fn validate(call: &Call<'_>, a: &Attributes<'_>, request: &Value) -> Result<
         };
         for params in &all_params {
             for verdict in evaluate(&policy, &base, params) {
-                let (message, reason) = match verdict {
+                let (message, reason, index) = match verdict {
                     Verdict::Pass => continue,
+                    Verdict::Annotate(key, value) => {
+                        call.audit.add(format!("{policy_name}/{key}"), value);
+                        continue;
+                    }
                     Verdict::Error(_) if fails_open => continue,
-                    Verdict::Error(e) => (e, "Invalid".to_string()),
-                    Verdict::Fail(message, reason) => (message, reason),
+                    Verdict::Error(e) => (e, "Invalid".to_string(), None),
+                    Verdict::Fail(message, reason, index) => (message, reason, Some(index)),
                 };
                 if actions.contains(&"Warn") {
                     call.warnings
                         .add(format!("Validation failed for {prefix}: {message}"));
                 }
                 if actions.contains(&"Audit") {
-                    tracing::info!(policy = policy_name, binding = name, %message, "validation failed (Audit)");
+                    let mut failure = json!({"message": message, "policy": policy_name,
+                        "binding": name, "validationActions": actions});
+                    if let Some(index) = index {
+                        failure["expressionIndex"] = json!(index);
+                    }
+                    audited.push(failure);
                 }
                 if actions.contains(&"Deny") {
                     return Err(refusal(

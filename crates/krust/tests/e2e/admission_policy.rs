@@ -4,7 +4,7 @@
 //! matchConstraints, the binding's matchResources and matchConditions decide what is
 //! checked; a binding whose parameters are missing denies.
 
-use crate::common::Server;
+use crate::common::{AuditLog, Server};
 use serde_json::{Value, json};
 
 fn policy(name: &str, validations: Value) -> String {
@@ -45,12 +45,11 @@ fn deployment(namespace: &str, name: &str, replicas: i64, labels: Value) -> Stri
     .to_string()
 }
 
-#[test]
-fn validating_admission_policies_deny_and_warn_with_params_and_variables() {
-    let s = Server::apiserver(&[]);
+/// The namespace `policed` (labelled for the bindings) and the parameters: at most 3
+/// replicas.
+fn policed_namespace_and_limit(s: &Server) {
     s.ok(&["create", "namespace", "policed"]);
     s.ok(&["label", "namespace", "policed", "policed=yes"]);
-    s.ok(&["create", "namespace", "free"]);
     s.ok(&[
         "create",
         "configmap",
@@ -59,6 +58,13 @@ fn validating_admission_policies_deny_and_warn_with_params_and_variables() {
         "default",
         "--from-literal=maxReplicas=3",
     ]);
+}
+
+#[test]
+fn validating_admission_policies_deny_and_warn_with_params_and_variables() {
+    let s = Server::apiserver(&[]);
+    policed_namespace_and_limit(&s);
+    s.ok(&["create", "namespace", "free"]);
     s.ok_stdin(
         &["apply", "-f", "-"],
         &policy(
@@ -240,5 +246,48 @@ fn a_policy_takes_its_parameters_from_a_custom_kind() {
     s.ok_stdin(
         &["create", "-f", "-"],
         &deployment("default", "web", 2, json!({})),
+    );
+}
+
+#[test]
+fn audit_actions_and_audit_annotations_go_on_the_audit_events() {
+    let audit = AuditLog::new();
+    let [policy_flag, log_flag] = audit.flags();
+    let s = Server::apiserver(&[&policy_flag, &log_flag]);
+    policed_namespace_and_limit(&s);
+    let mut audited: Value = serde_json::from_str(&policy(
+        "audited",
+        json!([{"expression": "object.spec.replicas <= variables.limit",
+                "message": "too many replicas"}]),
+    ))
+    .unwrap();
+    audited["spec"]["auditAnnotations"] = json!([
+        {"key": "replicas", "valueExpression": "string(object.spec.replicas)"},
+        {"key": "skipped", "valueExpression": "null"}
+    ]);
+    s.ok_stdin(&["apply", "-f", "-"], &audited.to_string());
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &binding("audited", "audited", &["Audit"], "replica-limit"),
+    );
+    // Audit alone lets the request through and says why on its audit events.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &deployment("policed", "big", 5, json!({})),
+    );
+    let event = audit.completed("create", "big");
+    let annotations = &event["annotations"];
+    assert_eq!(annotations["audited/replicas"], "5", "{event}");
+    assert!(annotations["audited/skipped"].is_null(), "{event}");
+    let failures: Value = serde_json::from_str(
+        annotations["validation.policy.admission.k8s.io/validation_failure"]
+            .as_str()
+            .expect("the failure annotation"),
+    )
+    .unwrap();
+    assert_eq!(
+        failures,
+        json!([{"message": "too many replicas", "policy": "audited", "binding": "audited",
+                "expressionIndex": 0, "validationActions": ["Audit"]}])
     );
 }

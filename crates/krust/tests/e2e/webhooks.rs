@@ -6,10 +6,8 @@
 
 mod hook_server;
 
-use std::time::Duration;
-
 use crate::common;
-use crate::common::Server;
+use crate::common::{AuditLog, Server};
 use crate::https::HttpsServer;
 use serde_json::{Value, json};
 
@@ -73,17 +71,9 @@ fn install(s: &Server, hooks: &HttpsServer) {
 
 #[test]
 fn webhooks_mutate_and_validate_writes_as_upstream() {
-    let dir = tempfile::tempdir().unwrap();
-    let (policy, log) = (dir.path().join("audit.yaml"), dir.path().join("audit.log"));
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n",
-    )
-    .unwrap();
-    let s = Server::start_with(&[
-        &format!("--audit-policy-file={}", policy.display()),
-        &format!("--audit-log-path={}", log.display()),
-    ]);
+    let audit = AuditLog::new();
+    let [policy_flag, log_flag] = audit.flags();
+    let s = Server::start_with(&[&policy_flag, &log_flag]);
     let hooks = hook_server::start();
     install(&s, &hooks);
     s.ok(&["create", "namespace", "guarded"]);
@@ -132,16 +122,7 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
     assert_eq!(review["dryRun"], false);
     // Its audit annotation is on the request's audit events, under its name; the one
     // with an invalid key is not.
-    let audited = common::wait_for("the create's audit event", Duration::from_secs(10), || {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|e| {
-                e["verb"] == "create"
-                    && e["objectRef"]["name"] == "good"
-                    && e["stage"] == "ResponseComplete"
-            })
-    });
+    let audited = audit.completed("create", "good");
     let annotations = &audited["annotations"];
     assert_eq!(
         annotations["check.hooks.example.com/verdict"], "allowed",

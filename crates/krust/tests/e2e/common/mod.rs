@@ -691,3 +691,50 @@ fn last_lines(text: &str, n: usize) -> String {
         .map(|l| format!("{l}\n"))
         .collect()
 }
+
+/// An audit log of every request at Metadata level, for servers started with
+/// [`AuditLog::flags`].
+pub struct AuditLog {
+    dir: tempfile::TempDir,
+}
+
+impl AuditLog {
+    pub fn new() -> AuditLog {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            dir.path().join("policy.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Metadata}]\n",
+        )
+        .expect("writing the audit policy");
+        AuditLog { dir }
+    }
+
+    pub fn flags(&self) -> [String; 2] {
+        [
+            format!(
+                "--audit-policy-file={}",
+                self.dir.path().join("policy.yaml").display()
+            ),
+            format!(
+                "--audit-log-path={}",
+                self.dir.path().join("audit.log").display()
+            ),
+        ]
+    }
+
+    /// Waits for the ResponseComplete event of a `verb` request on the object `name`.
+    pub fn completed(&self, verb: &str, name: &str) -> Value {
+        let path = self.dir.path().join("audit.log");
+        wait_for("the request's audit event", Duration::from_secs(10), || {
+            std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|e| {
+                    e["verb"] == verb
+                        && e["objectRef"]["name"] == name
+                        && e["stage"] == "ResponseComplete"
+                })
+        })
+    }
+}
