@@ -28,8 +28,9 @@ macro_rules! opaque {
             fn equals(&self, other: &dyn cel::common::value::Val) -> bool {
                 other.downcast_ref::<$ty>() == Some(self)
             }
+            #[allow(clippy::clone_on_copy)]
             fn clone_as_boxed<'v>(&self) -> Box<dyn cel::common::value::Val + 'v> {
-                Box::new(*self)
+                Box::new(self.clone())
             }
             fn as_any(&self) -> Option<&dyn std::any::Any> {
                 Some(self)
@@ -42,6 +43,7 @@ macro_rules! opaque {
 mod library;
 mod network;
 mod quantity;
+mod url;
 
 /// Compiles and runs `expression` in `context`: its value, or why it has none.
 pub fn run(
@@ -64,6 +66,7 @@ pub fn env() -> Arc<Env> {
         let _ = env.add_extension(library::extension);
         let _ = env.add_extension(quantity::extension);
         let _ = env.add_extension(network::extension);
+        let _ = env.add_extension(url::extension);
         Arc::new(env)
     });
     ENV.clone()
