@@ -241,6 +241,8 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Admits a create, in upstream's two phases: the mutating plugins (built-in, then
+    /// webhooks), then the validating ones on the object as mutated.
     pub async fn admit_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError> {
         let info = call.kind.info;
         if info.namespaced {
@@ -249,20 +251,13 @@ impl Admission {
         if info.plural == "services" && info.group.is_empty() {
             self.allocate_service(call, obj, None).await?;
         }
-        crate::authz::node::restrict(&call.user, info.plural, None, obj, None)?;
-        if info.group == CERTIFICATES_GROUP {
-            crate::authz::signers::admit(call, obj, None).await?;
-        }
         if info.group == RBAC_GROUP {
+            // Part of RBAC's storage upstream, before any admission.
             crate::authz::escalation::check(call.api, &call.user, info.plural, obj)?;
-        }
-        if info.plural == "namespaces" && info.group.is_empty() {
-            namespace_pod_security(call, obj, None)?;
         }
         if info.plural == "pods" && info.group.is_empty() {
             limit_ranger(call, obj)?;
         }
-        pod_security(call, obj)?;
         storage_object_in_use_protection(info, obj);
         if info.plural == "persistentvolumeclaims" && info.group.is_empty() {
             default_storage_class(call, obj);
@@ -272,11 +267,22 @@ impl Admission {
             default_toleration_seconds(obj);
             priority(call, obj)?;
         }
-        webhooks(call, Operation::Create, obj, None).await?;
+        mutating_webhooks(call, Operation::Create, obj, None).await?;
+
+        crate::authz::node::restrict(&call.user, info.plural, None, obj, None)?;
+        if info.group == CERTIFICATES_GROUP {
+            crate::authz::signers::admit(call, obj, None).await?;
+        }
+        if info.plural == "namespaces" && info.group.is_empty() {
+            namespace_pod_security(call, obj, None)?;
+        }
+        pod_security(call, obj)?;
+        crate::webhook::validate(call, Operation::Create, Some(obj), None).await?;
         // Last, on the object as it will be stored.
         crate::resource_quota::admit(call, obj, None).await
     }
 
+    /// Admits an update, in the same two phases as a create.
     pub async fn admit_update(
         &self,
         call: &Call<'_>,
@@ -285,18 +291,8 @@ impl Admission {
     ) -> Result<(), ApiError> {
         let info = call.kind.info;
         let subresource = call.info.subresource.as_deref();
-        crate::authz::node::restrict(&call.user, info.plural, subresource, new, Some(old))?;
-        if info.plural == "namespaces" && info.group.is_empty() {
-            namespace_pod_security(call, new, Some(old))?;
-        } else if info.plural != "pods" && subresource.is_none() {
-            // Pods' specs hardly change after creation; workloads' templates do.
-            pod_security(call, new)?;
-        }
         if info.group == RBAC_GROUP {
             crate::authz::escalation::check(call.api, &call.user, info.plural, new)?;
-        }
-        if info.group == CERTIFICATES_GROUP {
-            crate::authz::signers::admit(call, new, Some(old)).await?;
         }
         if info.plural == "services" && info.group.is_empty() {
             // Keep what was allocated; allocate what a type change now needs.
@@ -322,7 +318,19 @@ impl Admission {
             }
             self.allocate_service(call, new, Some(old)).await?;
         }
-        webhooks(call, Operation::Update, new, Some(old)).await?;
+        mutating_webhooks(call, Operation::Update, new, Some(old)).await?;
+
+        crate::authz::node::restrict(&call.user, info.plural, subresource, new, Some(old))?;
+        if info.plural == "namespaces" && info.group.is_empty() {
+            namespace_pod_security(call, new, Some(old))?;
+        } else if info.plural != "pods" && subresource.is_none() {
+            // Pods' specs hardly change after creation; workloads' templates do.
+            pod_security(call, new)?;
+        }
+        if info.group == CERTIFICATES_GROUP {
+            crate::authz::signers::admit(call, new, Some(old)).await?;
+        }
+        crate::webhook::validate(call, Operation::Update, Some(new), Some(old)).await?;
         crate::resource_quota::admit(call, new, Some(old)).await
     }
 
@@ -438,10 +446,10 @@ impl Admission {
     }
 }
 
-/// The admission webhooks, after the built-in mutating plugins: mutating ones first; an
-/// object they changed is defaulted and validated again (upstream validates after all
-/// mutating admission); then the validating ones judge it.
-async fn webhooks(
+/// The mutating admission webhooks, after the built-in mutating plugins; an object they
+/// changed is defaulted and validated again (upstream validates after all mutating
+/// admission), before the validating plugins judge it.
+async fn mutating_webhooks(
     call: &Call<'_>,
     operation: Operation,
     obj: &mut Value,
@@ -451,7 +459,7 @@ async fn webhooks(
         call.kind.strategy.default(obj);
         crate::rest::validate(call, obj, old)?;
     }
-    crate::webhook::validate(call, operation, Some(obj), old).await
+    Ok(())
 }
 
 /// NodePorts of ports the update leaves unset keep their old values (matched by port).

@@ -391,3 +391,52 @@ fn an_equivalent_match_calls_a_webhook_in_the_version_it_names() {
         .expect("the Exact webhook saw the v2 create");
     assert_eq!((&exact["kind"], &exact["requestKind"]), (&v2, &v2));
 }
+
+#[test]
+fn pod_security_judges_the_pod_that_mutating_webhooks_made() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    s.ok(&["create", "namespace", "secured"]);
+    s.ok(&[
+        "label",
+        "namespace",
+        "secured",
+        "pod-security.kubernetes.io/enforce=baseline",
+    ]);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "unhost"},
+            "webhooks": [{
+                "name": "unhost.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": format!("https://127.0.0.1:{}/unhost", hooks.port), "caBundle": hooks.ca_bundle()},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "objectSelector": {"matchExpressions": [{"key": "keep-host", "operator": "DoesNotExist"}]}
+            }]
+        })
+        .to_string(),
+    );
+    let pod = |name: &str, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "secured", "labels": labels},
+               "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "busybox"}]}})
+        .to_string()
+    };
+    // Mutating admission comes first, as upstream orders it: PodSecurity judges the pod
+    // the webhook made, which no longer asks for the host's network.
+    s.ok_stdin(&["create", "-f", "-"], &pod("fixed", json!({})));
+    let fixed = s.get_json(&["pod", "-n", "secured", "fixed"]);
+    assert_ne!(fixed["spec"]["hostNetwork"], true, "{fixed}");
+    // A pod the webhook leaves alone is refused.
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &pod("loud", json!({"keep-host": "yes"})),
+    );
+    assert!(
+        err.contains(
+            r#"violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
+        ),
+        "{err}"
+    );
+}

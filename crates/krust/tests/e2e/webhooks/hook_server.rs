@@ -1,6 +1,7 @@
 //! An admission webhook server for the tests, in the test process (for `127.0.0.1` and
 //! `hook.hooks.svc`), answering AdmissionReviews on
 //! - `/mutate`: adds the label `mutated-by: hook` (a JSONPatch);
+//! - `/unhost`: takes a pod off the host's network (`hostNetwork: false`);
 //! - `/validate`: refuses objects with a `forbidden` data key (403, "forbidden key")
 //!   and the deletion of objects named `keep`, and otherwise warns "checked by hook"
 //!   and adds the audit annotation `verdict: allowed` (and one with an invalid key).
@@ -40,6 +41,14 @@ fn answer(seen: &Seen) -> (u16, Value) {
                 "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
             })
         }
+        "/unhost" if request["object"]["spec"]["hostNetwork"] == true => {
+            let patch = json!([{"op": "replace", "path": "/spec/hostNetwork", "value": false}]);
+            json!({
+                "uid": uid, "allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+            })
+        }
+        "/unhost" => json!({"uid": uid, "allowed": true}),
         _ if request["operation"] == "DELETE" && request["name"] == "keep" => json!({
             "uid": uid, "allowed": false,
             "status": {"code": 403, "reason": "Forbidden", "message": "keep stays"},
