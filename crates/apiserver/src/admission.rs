@@ -424,7 +424,6 @@ impl Admission {
         ))
     }
 
-    /// Frees what a deleted (or never stored) object held.
     /// Checks a delete of `old` before it happens.
     pub fn admit_delete(&self, call: &Call<'_>, old: &Value) -> Result<(), ApiError> {
         let plural = call.kind.info.plural;

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::read::{Filter, list_prefix};
 use super::{Call, store_error};
 use crate::response::{self, Response};
+use crate::webhook::Operation;
 
 /// The longest grace period: upstream computes the deadline as a Go `time.Duration`
 /// (nanoseconds in an int64), which a longer one overflows.
@@ -98,8 +99,7 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
         let (old, rev) = call.current_for_write(&name, attempts > 0).await?;
         check_preconditions(&call, &name, &opts, &old, rev)?;
         call.api.admission.admit_delete(&call, &old)?;
-        crate::webhook::validate(&call, crate::webhook::Operation::Delete, None, Some(&old))
-            .await?;
+        crate::webhook::validate(&call, Operation::Delete, None, Some(&old)).await?;
         match delete_object(&call, &name, old, rev, &opts).await {
             Err(e) if e.code == 409 && attempts < DELETE_ATTEMPTS => attempts += 1,
             result => break result?,
@@ -278,6 +278,10 @@ pub async fn delete_collection(call: &Call<'_>) -> Result<Response, ApiError> {
         let mut item_call = call.clone();
         item_call.info.name = Some(o.name.clone());
         item_call.info.namespace = Some(o.namespace.clone()).filter(|n| !n.is_empty());
+        // Each item is admitted as a delete of its own, as upstream's store does: a
+        // refusal ends the collection's delete with that error.
+        item_call.api.admission.admit_delete(&item_call, &value)?;
+        crate::webhook::validate(&item_call, Operation::Delete, None, Some(&value)).await?;
         match delete_object(&item_call, &o.name, value, o.revision, &opts).await {
             Ok(Deleted::Gone(v) | Deleted::Pending(v)) => deleted.push(v),
             // Deleted or changed concurrently: upstream skips it too.

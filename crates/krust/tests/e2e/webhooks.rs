@@ -193,6 +193,20 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
         .unwrap();
     assert!(delete["object"].is_null());
     assert_eq!(delete["oldObject"]["metadata"]["name"], "keep");
+    // A delete of the collection (DELETE on the list's path) reviews each item: the
+    // refusal stops it.
+    let err = s.fails_stdin(
+        &[
+            "delete",
+            "--raw",
+            "/api/v1/namespaces/guarded/configmaps",
+            "-f",
+            "-",
+        ],
+        "{}",
+    );
+    assert!(err.contains("denied the request: keep stays"), "{err}");
+    s.ok(&["get", "configmap", "-n", "guarded", "keep"]);
 }
 
 #[test]
