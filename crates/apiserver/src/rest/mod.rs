@@ -14,7 +14,7 @@ mod watch;
 
 pub use watch::frame_bytes;
 mod write;
-pub(crate) use write::validate;
+pub(crate) use write::{keep_system_metadata, validate};
 
 use bytes::Bytes;
 use http::StatusCode;

@@ -313,6 +313,42 @@ fn at_path<'a>(obj: &'a mut Value, path: &[&str]) -> &'a mut Value {
 }
 
 /// Whether anything but metadata (and status, when it has its own subresource) differs.
+/// Puts back in `obj` what the store owns — name, identity, timestamps, generation,
+/// resourceVersion — from `before` (its metadata before the mutating webhooks ran), as
+/// upstream's store sets them after mutating admission; on an update, a spec the
+/// webhooks changed bumps the generation as a client's change would.
+pub(crate) fn keep_system_metadata(
+    call: &Call<'_>,
+    obj: &mut Value,
+    before: &Value,
+    old: Option<&Value>,
+) {
+    for f in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "resourceVersion",
+    ] {
+        match before.get(f) {
+            Some(v) => obj["metadata"][f] = v.clone(),
+            None => {
+                obj["metadata"].as_object_mut().map(|m| m.remove(f));
+            }
+        }
+    }
+    if let Some(old) = old
+        && call.kind.strategy.tracks_generation()
+        && spec_changed(obj, old, call.kind.has_status())
+    {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        obj["metadata"]["generation"] = json!(g);
+    }
+}
+
 fn spec_changed(new: &Value, old: &Value, has_status: bool) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();

@@ -406,6 +406,27 @@ fn an_equivalent_match_calls_a_webhook_in_the_version_it_names() {
     assert_eq!((&exact["kind"], &exact["requestKind"]), (&v2, &v2));
 }
 
+/// A MutatingWebhookConfiguration `name` of one webhook, `<name>.hooks.example.com`,
+/// served on the hook server's `/<name>` for `operations` on v1 `resource` of `group`.
+fn mutating(
+    hooks: &HttpsServer,
+    name: &str,
+    operations: Value,
+    group: &str,
+    resource: &str,
+) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": format!("{name}.hooks.example.com"), "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/{name}", hooks.port), "caBundle": hooks.ca_bundle()},
+            "rules": [{"operations": operations, "apiGroups": [group], "apiVersions": ["v1"], "resources": [resource]}]
+        }]
+    })
+}
+
 #[test]
 fn pod_security_judges_the_pod_that_mutating_webhooks_made() {
     let s = Server::start();
@@ -417,20 +438,10 @@ fn pod_security_judges_the_pod_that_mutating_webhooks_made() {
         "secured",
         "pod-security.kubernetes.io/enforce=baseline",
     ]);
-    s.ok_stdin(
-        &["apply", "-f", "-"],
-        &json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "unhost"},
-            "webhooks": [{
-                "name": "unhost.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
-                "clientConfig": {"url": format!("https://127.0.0.1:{}/unhost", hooks.port), "caBundle": hooks.ca_bundle()},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-                "objectSelector": {"matchExpressions": [{"key": "keep-host", "operator": "DoesNotExist"}]}
-            }]
-        })
-        .to_string(),
-    );
+    let mut unhost = mutating(&hooks, "unhost", json!(["CREATE"]), "", "pods");
+    unhost["webhooks"][0]["objectSelector"] =
+        json!({"matchExpressions": [{"key": "keep-host", "operator": "DoesNotExist"}]});
+    s.ok_stdin(&["apply", "-f", "-"], &unhost.to_string());
     let pod = |name: &str, labels: Value| {
         json!({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": "secured", "labels": labels},
@@ -452,5 +463,37 @@ fn pod_security_judges_the_pod_that_mutating_webhooks_made() {
             r#"violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
         ),
         "{err}"
+    );
+}
+
+#[test]
+fn webhooks_change_what_clients_may_change_and_their_spec_changes_bump_the_generation() {
+    let s = Server::apiserver(&[]);
+    let hooks = hook_server::start();
+    s.ok(&["create", "deployment", "old", "--image=busybox"]);
+    let meddle = mutating(
+        &hooks,
+        "meddle",
+        json!(["CREATE", "UPDATE"]),
+        "apps",
+        "deployments",
+    );
+    s.ok_stdin(&["apply", "-f", "-"], &meddle.to_string());
+    // The store's fields are the store's: the webhook's uid does not stick.
+    s.ok(&["create", "deployment", "web", "--image=busybox"]);
+    let created = s.get_json(&["deployment", "web"]);
+    assert_ne!(created["metadata"]["uid"], "meddled", "{created}");
+    assert_eq!(created["spec"]["minReadySeconds"], 7);
+    assert_eq!(created["metadata"]["generation"], 1);
+    // The client changes metadata only; the webhook changes the spec: a new generation.
+    let before = s.get_json(&["deployment", "old"]);
+    s.ok(&["annotate", "deployment", "old", "touched=yes"]);
+    let after = s.get_json(&["deployment", "old"]);
+    assert_eq!(after["spec"]["minReadySeconds"], 7);
+    assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
+    assert_eq!(
+        after["metadata"]["generation"].as_i64(),
+        before["metadata"]["generation"].as_i64().map(|g| g + 1),
+        "{after}"
     );
 }

@@ -2,6 +2,7 @@
 //! `hook.hooks.svc`), answering AdmissionReviews on
 //! - `/mutate`: adds the label `mutated-by: hook` (a JSONPatch);
 //! - `/unhost`: takes a pod off the host's network (`hostNetwork: false`);
+//! - `/meddle`: sets a Deployment's `minReadySeconds` to 7 and its uid to `meddled`;
 //! - `/validate`: refuses objects with a `forbidden` data key (403, "forbidden key")
 //!   and the deletion of objects named `keep`, and otherwise warns "checked by hook"
 //!   and adds the audit annotation `verdict: allowed` (and one with an invalid key).
@@ -49,6 +50,16 @@ fn answer(seen: &Seen) -> (u16, Value) {
             })
         }
         "/unhost" => json!({"uid": uid, "allowed": true}),
+        "/meddle" => {
+            let patch = json!([
+                {"op": "replace", "path": "/metadata/uid", "value": "meddled"},
+                {"op": "add", "path": "/spec/minReadySeconds", "value": 7}
+            ]);
+            json!({
+                "uid": uid, "allowed": true, "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+            })
+        }
         _ if request["operation"] == "DELETE" && request["name"] == "keep" => json!({
             "uid": uid, "allowed": false,
             "status": {"code": 403, "reason": "Forbidden", "message": "keep stays"},
