@@ -111,58 +111,130 @@ impl Strategy for HpaV1 {
     }
     fn to_storage(&self, mut obj: Value) -> Value {
         obj["apiVersion"] = json!("autoscaling/v2");
+        let mut kept = take_kept(&mut obj);
         let spec = &mut obj["spec"];
+        let mut metrics = match kept.remove(METRICS) {
+            Some(Value::Array(others)) => others,
+            _ => Vec::new(),
+        };
         if let Some(pct) = spec
             .as_object_mut()
             .and_then(|s| s.remove("targetCPUUtilizationPercentage"))
         {
-            spec["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
-                "target": {"type": "Utilization", "averageUtilization": pct}}}]);
+            metrics.push(json!({"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": pct}}}));
         }
-        if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
-            && let Some(current) = status.remove("currentCPUUtilizationPercentage")
-        {
-            status.insert(
-                "currentMetrics".into(),
-                json!([{"type": "Resource", "resource": {"name": "cpu",
-                    "current": {"averageUtilization": current}}}]),
-            );
+        if !metrics.is_empty() {
+            spec["metrics"] = Value::Array(metrics);
+        }
+        if let Some(behavior) = kept.remove(BEHAVIOR) {
+            spec["behavior"] = behavior;
+        }
+        let mut current = match kept.remove(CURRENT_METRICS) {
+            Some(Value::Array(others)) => others,
+            _ => Vec::new(),
+        };
+        let conditions = kept.remove(CONDITIONS);
+        if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
+            if let Some(pct) = status.remove("currentCPUUtilizationPercentage") {
+                current.push(json!({"type": "Resource", "resource": {"name": "cpu",
+                    "current": {"averageUtilization": pct}}}));
+            }
+            if !current.is_empty() {
+                status.insert("currentMetrics".into(), Value::Array(current));
+            }
+            if let Some(conditions) = conditions {
+                status.insert("conditions".into(), conditions);
+            }
         }
         obj
     }
     fn to_served(&self, mut obj: Value) -> Value {
         obj["apiVersion"] = json!("autoscaling/v1");
-        let cpu_target =
-            cpu_metric(&obj["spec"]["metrics"]).map(|m| m["target"]["averageUtilization"].clone());
-        let cpu_current = obj
-            .get("status")
-            .and_then(|s| cpu_metric(&s["currentMetrics"]))
-            .map(|m| m["current"]["averageUtilization"].clone());
+        let mut kept = serde_json::Map::new();
         if let Some(spec) = obj["spec"].as_object_mut() {
-            spec.remove("metrics");
-            spec.remove("behavior");
-            if let Some(t) = cpu_target.filter(|t| !t.is_null()) {
+            let (cpu, others) = split_cpu(spec.remove("metrics"), "target");
+            if let Some(t) = cpu {
                 spec.insert("targetCPUUtilizationPercentage".into(), t);
+            }
+            if !others.is_empty() {
+                kept.insert(METRICS.into(), Value::Array(others));
+            }
+            if let Some(behavior) = spec.remove("behavior") {
+                kept.insert(BEHAVIOR.into(), behavior);
             }
         }
         if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
-            status.remove("currentMetrics");
-            status.remove("conditions");
-            if let Some(c) = cpu_current.filter(|c| !c.is_null()) {
+            let (cpu, others) = split_cpu(status.remove("currentMetrics"), "current");
+            if let Some(c) = cpu {
                 status.insert("currentCPUUtilizationPercentage".into(), c);
             }
+            if !others.is_empty() {
+                kept.insert(CURRENT_METRICS.into(), Value::Array(others));
+            }
+            if let Some(conditions) = status.remove("conditions") {
+                kept.insert(CONDITIONS.into(), conditions);
+            }
+        }
+        for (key, value) in kept {
+            obj["metadata"]["annotations"][key] = json!(value.to_string());
         }
         obj
     }
 }
 
-/// The CPU Resource metric of a metric list.
-fn cpu_metric(metrics: &Value) -> Option<&Value> {
-    metrics
-        .as_array()?
-        .iter()
-        .find(|m| m["type"] == "Resource" && m["resource"]["name"] == "cpu")
-        .map(|m| &m["resource"])
+/// What autoscaling/v1 has no field for is kept in annotations, under upstream's names,
+/// so that a v1 client's update loses none of it (their values are the v2 JSON).
+const METRICS: &str = "autoscaling.alpha.kubernetes.io/metrics";
+const BEHAVIOR: &str = "autoscaling.alpha.kubernetes.io/behavior";
+const CURRENT_METRICS: &str = "autoscaling.alpha.kubernetes.io/current-metrics";
+const CONDITIONS: &str = "autoscaling.alpha.kubernetes.io/conditions";
+
+/// Takes the kept v2 fields out of a v1 object's annotations (dropping the map if that
+/// empties it); values that do not parse are dropped.
+fn take_kept(obj: &mut Value) -> serde_json::Map<String, Value> {
+    let mut kept = serde_json::Map::new();
+    let Some(annotations) = obj["metadata"]
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    else {
+        return kept;
+    };
+    for key in [METRICS, BEHAVIOR, CURRENT_METRICS, CONDITIONS] {
+        if let Some(Value::String(text)) = annotations.remove(key)
+            && let Ok(value) = serde_json::from_str(&text)
+        {
+            kept.insert(key.into(), value);
+        }
+    }
+    if annotations.is_empty()
+        && let Some(meta) = obj["metadata"].as_object_mut()
+    {
+        meta.remove("annotations");
+    }
+    kept
+}
+
+/// The first CPU utilization of a v2 metric list (its `field`: target or current), and
+/// the other metrics.
+fn split_cpu(metrics: Option<Value>, field: &str) -> (Option<Value>, Vec<Value>) {
+    let mut cpu = None;
+    let mut others = Vec::new();
+    for metric in metrics
+        .and_then(|m| m.as_array().cloned())
+        .unwrap_or_default()
+    {
+        let utilization = &metric["resource"][field]["averageUtilization"];
+        let is_cpu = metric["type"] == "Resource"
+            && metric["resource"]["name"] == "cpu"
+            && !utilization.is_null();
+        if is_cpu && cpu.is_none() {
+            cpu = Some(utilization.clone());
+        } else {
+            others.push(metric);
+        }
+    }
+    (cpu, others)
 }
 
 static COLUMNS: &[Column] = &[
@@ -290,6 +362,34 @@ mod tests {
         );
         assert_eq!(targets(&v2), json!("cpu: 70%/50%"));
         assert_eq!(HPA_V1.to_served(v2), v1);
+    }
+
+    #[test]
+    fn what_v1_cannot_say_survives_a_v1_round_trip_in_annotations() {
+        let memory = json!({"type": "Resource", "resource": {"name": "memory",
+            "target": {"type": "AverageValue", "averageValue": "100Mi"}}});
+        let cpu = json!({"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 60}}});
+        let v2 = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web", "annotations": {"team": "a"}},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "maxReplicas": 5, "metrics": [memory, cpu],
+                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
+            "status": {"currentReplicas": 2, "desiredReplicas": 2,
+                       "conditions": [{"type": "AbleToScale", "status": "True"}]}});
+        let v1 = HPA_V1.to_served(v2.clone());
+        assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 60);
+        assert!(v1["spec"]["metrics"].is_null() && v1["spec"]["behavior"].is_null());
+        let kept = &v1["metadata"]["annotations"];
+        assert_eq!(kept[METRICS], json!(json!([memory]).to_string()));
+        assert!(kept[BEHAVIOR].is_string() && kept[CONDITIONS].is_string());
+        assert_eq!(kept["team"], "a");
+        // Back in v2: everything, the CPU metric after the others (as upstream).
+        let back = HPA_V1.to_storage(v1);
+        assert_eq!(back["spec"]["metrics"], json!([memory, cpu]));
+        assert_eq!(back["spec"]["behavior"], v2["spec"]["behavior"]);
+        assert_eq!(back["status"]["conditions"], v2["status"]["conditions"]);
+        assert_eq!(back["metadata"], v2["metadata"]);
     }
 
     #[test]
