@@ -242,7 +242,8 @@ pub struct Admission {
 
 impl Admission {
     /// Admits a create, in upstream's two phases: the mutating plugins (built-in, then
-    /// webhooks), then the validating ones on the object as mutated.
+    /// webhooks), then the validating ones on the object as mutated. (LimitRanger
+    /// still checks its bounds with its defaults, before the webhooks.)
     pub async fn admit_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError> {
         let info = call.kind.info;
         if info.namespaced {
@@ -251,10 +252,8 @@ impl Admission {
         if info.plural == "services" && info.group.is_empty() {
             self.allocate_service(call, obj, None).await?;
         }
-        if info.group == RBAC_GROUP {
-            // Part of RBAC's storage upstream, before any admission.
-            crate::authz::escalation::check(call.api, &call.user, info.plural, obj)?;
-        }
+        // NodeRestriction is a mutating plugin upstream: it judges what the kubelet sent.
+        crate::authz::node::restrict(&call.user, info.plural, None, obj, None)?;
         if info.plural == "pods" && info.group.is_empty() {
             limit_ranger(call, obj)?;
         }
@@ -269,7 +268,10 @@ impl Admission {
         }
         mutating_webhooks(call, Operation::Create, obj, None).await?;
 
-        crate::authz::node::restrict(&call.user, info.plural, None, obj, None)?;
+        if info.group == RBAC_GROUP {
+            // In RBAC's storage upstream, on the object admission made.
+            crate::authz::escalation::check(call.api, &call.user, info.plural, obj)?;
+        }
         if info.group == CERTIFICATES_GROUP {
             crate::authz::signers::admit(call, obj, None).await?;
         }
@@ -291,9 +293,7 @@ impl Admission {
     ) -> Result<(), ApiError> {
         let info = call.kind.info;
         let subresource = call.info.subresource.as_deref();
-        if info.group == RBAC_GROUP {
-            crate::authz::escalation::check(call.api, &call.user, info.plural, new)?;
-        }
+        crate::authz::node::restrict(&call.user, info.plural, subresource, new, Some(old))?;
         if info.plural == "services" && info.group.is_empty() {
             // Keep what was allocated; allocate what a type change now needs.
             if new["spec"]["clusterIP"].as_str().is_none_or(str::is_empty)
@@ -320,7 +320,9 @@ impl Admission {
         }
         mutating_webhooks(call, Operation::Update, new, Some(old)).await?;
 
-        crate::authz::node::restrict(&call.user, info.plural, subresource, new, Some(old))?;
+        if info.group == RBAC_GROUP {
+            crate::authz::escalation::check(call.api, &call.user, info.plural, new)?;
+        }
         if info.plural == "namespaces" && info.group.is_empty() {
             namespace_pod_security(call, new, Some(old))?;
         } else if info.plural != "pods" && subresource.is_none() {

@@ -1,7 +1,8 @@
-//! Kubernetes' CEL `url` library: `url('https://example.com:80/a?k=v')` parses a string
-//! as Go's `url.ParseRequestURI` does (an absolute URI or an absolute path, no fragment
-//! split off) and `getScheme`, `getHost`, `getHostname`, `getPort`, `getEscapedPath`
-//! and `getQuery` take it apart; `isURL` says whether a string parses.
+//! Kubernetes' CEL `url` library: `url('https://example.com:80/a?k=v')` takes a string
+//! that Go's `url.ParseRequestURI` accepts (an absolute URI or an absolute path) and
+//! parses it as `url.Parse` does (the `#fragment` split off), and `getScheme`,
+//! `getHost`, `getHostname`, `getPort`, `getEscapedPath` and `getQuery` take it apart;
+//! `isURL` says whether `ParseRequestURI` accepts a string.
 
 use std::collections::HashMap;
 
@@ -45,19 +46,22 @@ pub fn extension(env: &mut Env) -> Result<(), DeclarationError> {
 }
 
 fn url(text: &CelString<'_>) -> Result<Url, ExecutionError> {
-    parse(text.inner()).map_err(|why| {
-        ExecutionError::function_error(
-            "url",
-            format!(
-                "URL parse error during conversion from string: parse {:?}: {why}",
-                text.inner()
-            ),
-        )
-    })
+    let raw = text.inner();
+    parse(raw, true)
+        .and_then(|_| parse(raw, false))
+        .map_err(|why| {
+            ExecutionError::function_error(
+                "url",
+                format!(
+                    "URL parse error during conversion from string: parse {:?}: {why}",
+                    text.inner()
+                ),
+            )
+        })
 }
 
 fn is_url(text: &CelString<'_>) -> CelBool {
-    CelBool::from(parse(text.inner()).is_ok())
+    CelBool::from(parse(text.inner(), true).is_ok())
 }
 
 fn get_scheme(this: &Url) -> CelString<'static> {
@@ -82,6 +86,9 @@ fn get_port(this: &Url) -> CelString<'static> {
 }
 
 fn get_escaped_path(this: &Url) -> CelString<'static> {
+    if this.path == "*" {
+        return CelString::from("*".to_string());
+    }
     let valid = this.raw_path.as_deref().filter(|raw| {
         valid_encoded(raw) && unescape(raw, Mode::Path).is_ok_and(|p| p == this.path)
     });
@@ -112,15 +119,24 @@ fn get_query(this: &Url) -> CelMap<'static> {
     CelMap::from(map)
 }
 
-/// `url.ParseRequestURI`: an absolute URI (`scheme:` with `//authority` and an absolute
-/// path, or opaque) or an absolute path. The error is Go's, after `parse "..": `.
-fn parse(raw: &str) -> Result<Url, String> {
+/// Go's `url.ParseRequestURI` (`via_request`: an absolute URI — `scheme:` with
+/// `//authority` and an absolute path, or opaque — or an absolute path, the whole string
+/// taken as written) or `url.Parse` (the `#fragment` cut off first, `//authority`
+/// without a scheme too). The error is Go's, after `parse "..": `.
+fn parse(raw: &str, via_request: bool) -> Result<Url, String> {
     if raw.bytes().any(|b| b < 0x20 || b == 0x7f) {
         return Err("net/url: invalid control character in URL".into());
     }
-    if raw.is_empty() {
+    if raw.is_empty() && via_request {
         return Err("empty url".into());
     }
+    let raw = if via_request {
+        raw
+    } else {
+        let (before, fragment) = raw.split_once('#').unwrap_or((raw, ""));
+        unescape(fragment, Mode::Path)?;
+        before
+    };
     let mut url = Url {
         scheme: String::new(),
         host: String::new(),
@@ -152,9 +168,8 @@ fn parse(raw: &str) -> Result<Url, String> {
         return Ok(url);
     }
     let mut path = rest;
-    if !url.scheme.is_empty()
-        && let Some(after) = rest.strip_prefix("//")
-    {
+    let authority = !url.scheme.is_empty() || (!via_request && !rest.starts_with("///"));
+    if authority && let Some(after) = rest.strip_prefix("//") {
         let (authority, remainder) = after.split_at(after.find('/').unwrap_or(after.len()));
         url.host = parse_authority(authority)?;
         path = remainder;
@@ -189,6 +204,7 @@ fn parse_authority(authority: &str) -> Result<String, String> {
             {
                 return Err("net/url: invalid userinfo".into());
             }
+            unescape(userinfo, Mode::Path)?;
             &authority[at + 1..]
         }
         None => authority,
@@ -269,8 +285,11 @@ fn unescape(s: &str, mode: Mode) -> Result<String, String> {
             b'%' => {
                 let hex = bytes
                     .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                     .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    // A host may escape only bytes beyond ASCII, and `%` itself.
+                    .filter(|b| mode != Mode::Host || *b >= 0x80 || *b == b'%');
                 let Some(byte) = hex else {
                     let end = (i + 3).min(bytes.len());
                     return Err(format!(
@@ -347,6 +366,9 @@ mod tests {
             ),
             ("url('/absolute-path').getEscapedPath()", "/absolute-path"),
             ("url('HTTPS://example.com/').getScheme()", "https"),
+            ("url('https://example.com/p#frag').getEscapedPath()", "/p"),
+            ("url('//example.com/p').getHost()", "example.com"),
+            ("url('*').getEscapedPath()", "*"),
         ] {
             assert_eq!(
                 eval(expr),
@@ -376,6 +398,13 @@ mod tests {
                 true,
             ),
             ("url('https://example.com/').getQuery() == {}", true),
+            (
+                "url('https://example.com/?a=b#f').getQuery() == {'a': ['b']}",
+                true,
+            ),
+            ("isURL('https://a%20b/')", false),
+            ("isURL('https://example.com/%+1')", false),
+            ("isURL('https://us%zzer@example.com/')", false),
             (
                 "url('https://example.com') == url('https://example.com')",
                 true,

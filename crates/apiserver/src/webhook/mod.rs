@@ -198,8 +198,8 @@ pub async fn mutate(
 
 /// The kinds a webhook may be called in for this call: its own first, then the other
 /// versions of the same resource, those stored with it (autoscaling/v1 and v2 HPAs,
-/// core and events.k8s.io events, the versions of a custom resource), as upstream's
-/// equivalent resource mapper lists them.
+/// core and events.k8s.io events, the versions of a custom resource) that serve the
+/// request's subresource, as upstream's equivalent resource mapper lists them.
 fn equivalents(call: &Call<'_>) -> Vec<&'static Kind> {
     let own = call.kind;
     let storage = own.info.storage;
@@ -207,35 +207,55 @@ fn equivalents(call: &Call<'_>) -> Vec<&'static Kind> {
     if storage.is_empty() {
         return kinds;
     }
+    let subresource = call
+        .info
+        .subresource
+        .as_deref()
+        .map(krust_api::registry::Subresource::parse);
     let custom = call.api.cache.custom.all();
     kinds.extend(
         crate::kinds::all()
             .iter()
             .chain(custom)
-            .filter(|k| k.info.storage == storage && !std::ptr::eq(*k, own)),
+            .filter(|k| k.info.storage == storage && !std::ptr::eq(*k, own))
+            .filter(|k| match subresource {
+                None => true,
+                Some(Some(sub)) => k.info.has_subresource(sub),
+                Some(None) => false,
+            }),
     );
     kinds
 }
 
 /// The version a webhook is called in, if any: the request's own when its rules name
-/// it; else, under `matchPolicy: Equivalent` (the default), the first other version of
-/// the resource that they name.
+/// it; else, under `matchPolicy: Equivalent` (the default), another version of the
+/// resource that a rule names — earlier rules first, as upstream honours them.
 fn invoked_as(
     hook: &Hook,
     kinds: &[&'static Kind],
     attrs: &mut Attributes<'_>,
 ) -> Option<&'static Kind> {
-    let tried = if hook.webhook["matchPolicy"] == "Exact" {
-        &kinds[..1]
-    } else {
-        kinds
-    };
-    tried.iter().copied().find(|kind| {
-        attrs.group = kind.info.group;
-        attrs.version = kind.info.version;
-        attrs.resource = kind.info.plural;
-        rules::applies(&hook.webhook, attrs)
-    })
+    let own = kinds[0];
+    if rules::applies(&hook.webhook, attrs) {
+        return Some(own);
+    }
+    if hook.webhook["matchPolicy"] == "Exact" || !rules::selected(&hook.webhook, attrs) {
+        return None;
+    }
+    let rules = hook.webhook["rules"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    let found = rules.iter().find_map(|rule| {
+        kinds[1..].iter().copied().find(|kind| {
+            attrs.group = kind.info.group;
+            attrs.version = kind.info.version;
+            attrs.resource = kind.info.plural;
+            rules::rule_matches(rule, attrs)
+        })
+    });
+    (attrs.group, attrs.version, attrs.resource) =
+        (own.info.group, own.info.version, own.info.plural);
+    found
 }
 
 /// An object served as `from` in the version `to` serves (itself when they are one).

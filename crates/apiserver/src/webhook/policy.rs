@@ -247,6 +247,8 @@ fn apply(
         to_cel(None, a.old_object.unwrap_or(&null), false),
     );
     base.add_variable_from_value("request", to_cel(None, request, false));
+    // The first Deny in binding order, answered once every binding has run.
+    let mut denial = None;
     for binding in bindings.iter().map(|b| b.value()) {
         let name = binding["metadata"]["name"].as_str().unwrap_or_default();
         let policy_name = binding["spec"]["policyName"].as_str().unwrap_or_default();
@@ -317,13 +319,13 @@ fn apply(
                     audited.push(failure);
                 }
                 if actions.contains(&"Deny") {
-                    return Err(refusal(
-                        &reason,
-                        format!("{prefix} denied request: {message}"),
-                    ));
+                    // The others still run, for their warnings and audit records.
+                    denial.get_or_insert_with(|| {
+                        refusal(&reason, format!("{prefix} denied request: {message}"))
+                    });
                 }
             }
         }
     }
-    Ok(())
+    denial.map_or(Ok(()), Err)
 }

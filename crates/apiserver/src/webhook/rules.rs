@@ -45,7 +45,8 @@ fn resource_matches(entry: &str, resource: &str, subresource: Option<&str>) -> b
     resource_ok && sub_ok
 }
 
-fn rule_matches(rule: &Value, a: &Attributes<'_>) -> bool {
+/// Whether one of a webhook's `rules` covers the request.
+pub fn rule_matches(rule: &Value, a: &Attributes<'_>) -> bool {
     let operations_ok = listed(&rule["operations"], a.operation);
     let resources_ok = rule["resources"]
         .as_array()
@@ -80,9 +81,11 @@ pub fn applies(webhook: &Value, a: &Attributes<'_>) -> bool {
         .into_iter()
         .flatten()
         .any(|r| rule_matches(r, a));
-    if !rules_ok {
-        return false;
-    }
+    rules_ok && selected(webhook, a)
+}
+
+/// Whether a webhook's namespaceSelector and objectSelector select the request.
+pub fn selected(webhook: &Value, a: &Attributes<'_>) -> bool {
     // Cluster-scoped objects other than namespaces are not filtered by namespace.
     let namespace_ok = match &a.namespace_labels {
         Some(ns) => selects(&webhook["namespaceSelector"], ns),
