@@ -20,7 +20,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 mod support;
@@ -55,8 +55,18 @@ async fn main() -> Result {
         let pods = pods.clone();
         let api = pods_api.clone();
         tokio::spawn(async move {
-            let mut stream = watcher(api.clone(), watcher::Config::default()).boxed();
-            while let Some(Ok(event)) = stream.next().await {
+            let mut stream = watcher(api.clone(), watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = stream.next().await {
+                // The watcher starts again after an error; only say what it was.
+                let event = match event {
+                    Ok(event) => event,
+                    Err(err) => {
+                        eprintln!("kubelet stand-in: watch failed, resuming: {err}");
+                        continue;
+                    }
+                };
                 let (pod, gone) = match event {
                     watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
                         let gone = p.metadata.deletion_timestamp.is_some();
@@ -79,9 +89,12 @@ async fn main() -> Result {
                 if !new {
                     continue;
                 }
-                let api = api.clone();
-                let permit = limit.clone().acquire_owned().await;
+                // The permit is taken in the task, never here: a watch left unread (all
+                // permits held) fills the HTTP/2 connection's window, and the patches'
+                // answers, on the same connection, never arrive.
+                let (api, limit) = (api.clone(), limit.clone());
                 tokio::spawn(async move {
+                    let permit = limit.acquire_owned().await;
                     let now = k8s_openapi::jiff::Timestamp::now()
                         .strftime("%Y-%m-%dT%H:%M:%SZ")
                         .to_string();
