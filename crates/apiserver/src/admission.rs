@@ -456,9 +456,7 @@ async fn mutating_webhooks(
     obj: &mut Value,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
-    let before = obj["metadata"].clone();
     if crate::webhook::mutate(call, operation, obj, old).await? {
-        crate::rest::keep_system_metadata(call, obj, &before, old);
         call.kind.strategy.default(obj);
         crate::rest::validate(call, obj, old)?;
     }

@@ -140,7 +140,8 @@ fn attributes<'a>(
     }
 }
 
-/// Runs the mutating webhooks on `obj` (storage form). Returns whether any changed it.
+/// Runs the mutating webhooks on `obj` (storage form), keeping what the store owns.
+/// Returns whether any changed it.
 pub async fn mutate(
     call: &Call<'_>,
     operation: Operation,
@@ -191,7 +192,9 @@ pub async fn mutate(
         }
     }
     if changes > 0 {
-        *obj = crate::rest::stored_as(call.api, kind, served).await?;
+        let mutated = crate::rest::stored_as(call.api, kind, served).await?;
+        let before = std::mem::replace(obj, mutated);
+        crate::rest::keep_system_metadata(call, obj, &before["metadata"], old);
     }
     Ok(changes > 0)
 }
@@ -380,6 +383,9 @@ pub async fn validate(
             olds.find(call.kind),
         );
         policy::validate(call, &attrs, &bare_request(call, call.kind, operation))?;
+    }
+    if hooks.is_empty() {
+        return Ok(());
     }
     let kinds = equivalents(call);
     let mut chosen = Vec::new();
