@@ -23,10 +23,12 @@ use krust_client::cache::Cache;
 use krust_client::informer::SharedInformers;
 use krust_client::is_status;
 use krust_client::queue::{Reconciler, WorkQueue};
+use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 
 use crate::Error;
+use crate::owner::key_of;
+use crate::pods::{CachedPod, Phase};
 
 /// Upstream's `gcCheckPeriod`.
 const PERIOD: Duration = Duration::from_secs(20);
@@ -41,7 +43,7 @@ const PASS: &str = "gc";
 
 pub struct PodGcController {
     client: Client,
-    pods: Cache<Pod>,
+    pods: Cache<CachedPod>,
     nodes: Cache<Node>,
     queue: Arc<WorkQueue>,
     /// Finished pods kept at most (0: no limit).
@@ -58,7 +60,7 @@ impl PodGcController {
     ) -> Arc<Self> {
         let controller = Arc::new(PodGcController {
             client,
-            pods: informers.get::<Pod>().cache(),
+            pods: informers.get::<CachedPod>().cache(),
             nodes: informers.get::<Node>().cache(),
             queue: WorkQueue::new("pod-garbage-collector"),
             terminated_threshold,
@@ -69,22 +71,16 @@ impl PodGcController {
     }
 }
 
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default()
+/// Upstream's `isPodTerminated`: a pod without a phase counts as finished too.
+fn is_terminated(pod: &CachedPod) -> bool {
+    !matches!(
+        pod.status.phase,
+        Some(Phase::Pending | Phase::Running | Phase::Unknown)
+    )
 }
 
-fn is_terminated(pod: &Pod) -> bool {
-    !matches!(phase(pod), "Pending" | "Running" | "Unknown")
-}
-
-fn node_of(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
+fn node_of(pod: &CachedPod) -> Option<&str> {
+    pod.spec.node_name.as_deref().filter(|n| !n.is_empty())
 }
 
 fn is_ready(node: &Node) -> bool {
@@ -96,20 +92,23 @@ fn is_ready(node: &Node) -> bool {
 
 /// The finished pods to delete so that `threshold` remain: evicted ones first, then the
 /// oldest, names breaking ties (upstream's `byEvictionAndCreationTimestamp`).
-fn excess_terminated(pods: &[Arc<Pod>], threshold: usize) -> Vec<Arc<Pod>> {
-    let mut finished: Vec<Arc<Pod>> = pods.iter().filter(|p| is_terminated(p)).cloned().collect();
+fn excess_terminated(pods: &[Arc<CachedPod>], threshold: usize) -> Vec<Arc<CachedPod>> {
+    let mut finished: Vec<Arc<CachedPod>> =
+        pods.iter().filter(|p| is_terminated(p)).cloned().collect();
     let Some(excess) = finished.len().checked_sub(threshold).filter(|n| *n > 0) else {
         return Vec::new();
     };
-    let evicted = |p: &Pod| {
-        phase(p) == "Failed"
-            && p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("Evicted")
+    let evicted = |p: &CachedPod| {
+        p.status.phase == Some(Phase::Failed) && p.status.reason.as_deref() == Some("Evicted")
     };
     finished.sort_by(|a, b| {
         evicted(b)
             .cmp(&evicted(a))
-            .then_with(|| a.creation_timestamp().cmp(&b.creation_timestamp()))
-            .then_with(|| a.name_any().cmp(&b.name_any()))
+            .then_with(|| {
+                let created = |p: &CachedPod| p.metadata.creation_timestamp;
+                created(a).cmp(&created(b))
+            })
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
     finished.truncate(excess);
     finished
@@ -124,7 +123,7 @@ impl Reconciler for PodGcController {
 
     async fn reconcile(&self, _key: &str) -> Result<Option<Duration>, Error> {
         let pods = self.pods.state();
-        let mut doomed: Vec<(Arc<Pod>, Option<PodCondition>)> = Vec::new();
+        let mut doomed: Vec<(Arc<CachedPod>, Option<PodCondition>)> = Vec::new();
         if self.terminated_threshold > 0 {
             doomed.extend(
                 excess_terminated(&pods, self.terminated_threshold)
@@ -134,7 +133,7 @@ impl Reconciler for PodGcController {
         }
         doomed.extend(
             pods.iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_some())
+                .filter(|p| p.metadata.terminating)
                 .filter(|p| {
                     node_of(p)
                         .and_then(|n| self.nodes.get(None, n))
@@ -160,12 +159,12 @@ impl Reconciler for PodGcController {
         );
         doomed.extend(
             pods.iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_some() && node_of(p).is_none())
+                .filter(|p| p.metadata.terminating && node_of(p).is_none())
                 .map(|p| (p.clone(), None)),
         );
         let mut seen = BTreeSet::new();
         for (pod, condition) in doomed {
-            if seen.insert((pod.namespace(), pod.name_any())) {
+            if seen.insert(key_of(&pod.metadata)) {
                 self.fail_and_delete(&pod, condition).await?;
             }
         }
@@ -183,7 +182,7 @@ fn has_out_of_service_taint(node: &Node) -> bool {
 impl PodGcController {
     /// The nodes pods are bound to that have been missing from the cache for the
     /// quarantine and that a read confirms are gone.
-    async fn deleted_nodes(&self, pods: &[Arc<Pod>]) -> BTreeSet<String> {
+    async fn deleted_nodes(&self, pods: &[Arc<CachedPod>]) -> BTreeSet<String> {
         let missing: BTreeSet<&str> = pods
             .iter()
             .filter_map(|p| node_of(p))
@@ -220,12 +219,12 @@ impl PodGcController {
     /// Failed (with `condition`), then the pod is deleted without a grace period.
     async fn fail_and_delete(
         &self,
-        pod: &Pod,
+        pod: &CachedPod,
         condition: Option<PodCondition>,
     ) -> Result<(), Error> {
-        let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-        let key = format!("{namespace}/{name}");
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let name = &*pod.metadata.name;
+        let key = key_of(&pod.metadata);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.metadata.namespace);
         tracing::info!(pod = %key, "PodGC is force deleting Pod");
         if !is_terminated(pod) {
             // A strategic merge patch: the condition joins the others by type.
@@ -235,7 +234,7 @@ impl PodGcController {
             }
             let patch = json!({"status": status});
             match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await
             {
                 Ok(_) => {}
@@ -244,7 +243,7 @@ impl PodGcController {
             }
         }
         match api
-            .delete(&name, &DeleteParams::default().grace_period(0))
+            .delete(name, &DeleteParams::default().grace_period(0))
             .await
         {
             Ok(_) => Ok(()),
@@ -258,7 +257,7 @@ impl PodGcController {
 mod tests {
     use super::*;
 
-    fn pod(name: &str, phase: &str, created: &str, reason: Option<&str>) -> Arc<Pod> {
+    fn pod(name: &str, phase: &str, created: &str, reason: Option<&str>) -> Arc<CachedPod> {
         Arc::new(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "default", "creationTimestamp": created},
@@ -281,7 +280,7 @@ mod tests {
         let names = |threshold| -> Vec<String> {
             excess_terminated(&pods, threshold)
                 .iter()
-                .map(|p| p.name_any())
+                .map(|p| p.metadata.name.to_string())
                 .collect()
         };
         assert_eq!(names(5), Vec::<String>::new(), "five finished pods fit");

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use k8s_openapi::{NamespaceResourceScope, Resource as _};
@@ -23,10 +23,11 @@ use crate::intern::Interner;
 use crate::owner::Owned;
 use krust_client::cache::Cached;
 
-/// A pod as the controllers cache it: the metadata and the few spec and status fields
-/// that the ReplicaSet and endpoints controllers decide on, read straight from the
-/// apiserver's JSON (everything else is skipped while parsing). A full `Pod` is several
-/// kilobytes in memory even when most fields are empty; tens of thousands are cached.
+/// A pod as the controllers cache it — one cache for every controller but the Job's,
+/// which keeps whole pods of Jobs only: the metadata and the few spec and status fields
+/// they decide on, read straight from the apiserver's JSON (everything else is skipped
+/// while parsing). A full `Pod` is several kilobytes in memory even when most fields are
+/// empty; tens of thousands are cached.
 ///
 /// The labels are shared with every other cached pod that has the same ones: the pods of
 /// a ReplicaSet all do, and a label map costs more than half a kilobyte.
@@ -55,7 +56,8 @@ pub struct PodMeta {
     /// The `controller.kubernetes.io/pod-deletion-cost` annotation (0 when absent or not
     /// an int32, as upstream).
     pub deletion_cost: i32,
-    pub owner_references: Box<[OwnerReference]>,
+    /// Shared: see [`SharedList`].
+    pub owner_references: Arc<SharedList<OwnerReference>>,
 }
 
 /// The annotation by which users tell a ReplicaSet which pods to give up first.
@@ -78,7 +80,9 @@ impl From<ObjectMeta> for PodMeta {
                 .as_ref()
                 .and_then(|a| a.get(DELETION_COST)?.parse().ok())
                 .unwrap_or(0),
-            owner_references: meta.owner_references.unwrap_or_default().into(),
+            owner_references: OWNER_SETS
+                .locked()
+                .intern(SharedList(meta.owner_references.unwrap_or_default().into())),
         }
     }
 }
@@ -155,7 +159,9 @@ fn shared_labels(labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, Strin
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedSpec {
-    pub node_name: Option<String>,
+    /// Shared by the pods of a node.
+    #[serde(default, deserialize_with = "node_name")]
+    pub node_name: Option<Arc<str>>,
     pub hostname: Option<String>,
     pub subdomain: Option<String>,
     /// The named ports of every container (Services may target a port by its name).
@@ -168,6 +174,103 @@ pub struct CachedSpec {
     /// The PersistentVolumeClaims the pod's volumes use.
     #[serde(rename = "volumes", default, deserialize_with = "volume_claims")]
     pub claims: Box<[VolumeClaim]>,
+    /// The tolerations that can tolerate a `NoExecute` taint (that effect, or none):
+    /// what decides when the pod leaves a tainted node. Shared like the labels: the pods
+    /// of a workload, and most pods at all (admission's default not-ready and
+    /// unreachable tolerations), have the same ones.
+    #[serde(
+        rename = "tolerations",
+        default,
+        deserialize_with = "no_execute_tolerations"
+    )]
+    pub no_execute_tolerations: Arc<SharedList<Toleration>>,
+}
+
+/// A list of API values kept once for every cached pod that has the same (see
+/// [`CachedPod`]): owner references (the pods of a workload share them) and tolerations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedList<T>(Box<[T]>);
+
+impl<T> Default for SharedList<T> {
+    fn default() -> Self {
+        SharedList(Box::default())
+    }
+}
+
+/// The fields that tell values apart, for hashing the API types that do not derive
+/// `Hash`.
+pub trait Fields {
+    fn hash_fields<H: std::hash::Hasher>(&self, state: &mut H);
+}
+
+impl Fields for Toleration {
+    fn hash_fields<H: std::hash::Hasher>(&self, state: &mut H) {
+        use std::hash::Hash;
+        let t = self;
+        (
+            &t.key,
+            &t.operator,
+            &t.value,
+            &t.effect,
+            t.toleration_seconds,
+        )
+            .hash(state);
+    }
+}
+
+impl Fields for OwnerReference {
+    fn hash_fields<H: std::hash::Hasher>(&self, state: &mut H) {
+        use std::hash::Hash;
+        let r = self;
+        (&r.uid, &r.name, &r.kind, &r.api_version).hash(state);
+        (r.controller, r.block_owner_deletion).hash(state);
+    }
+}
+
+impl<T: PartialEq> Eq for SharedList<T> {}
+
+impl<T: Fields> std::hash::Hash for SharedList<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for item in &self.0 {
+            item.hash_fields(state);
+        }
+    }
+}
+
+impl<T> std::ops::Deref for SharedList<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+static TOLERATION_SETS: LazyLock<Mutex<Interner<SharedList<Toleration>>>> =
+    LazyLock::new(Mutex::default);
+
+static OWNER_SETS: LazyLock<Mutex<Interner<SharedList<OwnerReference>>>> =
+    LazyLock::new(Mutex::default);
+
+/// The names of the nodes pods are bound to, once each.
+static NODE_NAMES: LazyLock<Mutex<Interner<str>>> = LazyLock::new(Mutex::default);
+
+fn node_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<str>>, D::Error> {
+    let name = Option::<String>::deserialize(d)?;
+    Ok(name.map(|n| NODE_NAMES.locked().intern(n.as_str())))
+}
+
+fn no_execute_tolerations<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Arc<SharedList<Toleration>>, D::Error> {
+    let kept: Box<[Toleration]> = Option::<Vec<Toleration>>::deserialize(d)?
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| {
+            t.effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == "NoExecute")
+        })
+        .collect();
+    Ok(TOLERATION_SETS.locked().intern(SharedList(kept)))
 }
 
 /// The claim of one pod volume.
@@ -214,6 +317,8 @@ pub struct CachedStatus {
     /// The most restarts of any container.
     #[serde(rename = "containerStatuses", default, deserialize_with = "restarts")]
     pub restarts: i32,
+    /// Why the pod is in its phase (`Evicted`, ...), when a reason is given.
+    pub reason: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -410,6 +515,21 @@ fn restarts<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
 }
 
 impl CachedPod {
+    /// A `Pod` with only the metadata an Event's `involvedObject` names.
+    pub fn reference(&self) -> Pod {
+        let meta = &self.metadata;
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(meta.name.to_string()),
+                namespace: Some(meta.namespace.to_string()),
+                uid: Some(meta.uid.to_string()),
+                resource_version: Some(meta.resource_version.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
     /// The pod's labels (shared: see [`CachedPod`]).
     pub fn labels(&self) -> &BTreeMap<String, String> {
         &self.labels

@@ -25,12 +25,13 @@ use kube::{Client, ResourceExt};
 
 use crate::Error;
 use crate::owner::{key_of, split_key};
+use crate::pods::CachedPod;
 
 const NO_EXECUTE: &str = "NoExecute";
 
 pub struct TaintEvictionController {
     client: Client,
-    pods: Cache<Pod>,
+    pods: Cache<CachedPod>,
     nodes: Cache<Node>,
     events: EventRecorder,
     queue: Arc<WorkQueue>,
@@ -40,7 +41,7 @@ pub struct TaintEvictionController {
 
 impl TaintEvictionController {
     pub fn new(client: Client, informers: &SharedInformers, events: EventRecorder) -> Arc<Self> {
-        let pods = informers.get::<Pod>();
+        let pods = informers.get::<CachedPod>();
         let nodes = informers.get::<Node>();
         let controller = Arc::new(TaintEvictionController {
             client,
@@ -102,14 +103,13 @@ impl Reconciler for TaintEvictionController {
         let pod = self.pods.get(Some(namespace), name);
         let taints = pod
             .as_ref()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .and_then(|p| p.spec.as_ref()?.node_name.clone())
-            .and_then(|node| self.nodes.get(None, &node))
+            .filter(|p| !p.metadata.terminating)
+            .and_then(|p| self.nodes.get(None, p.spec.node_name.as_deref()?))
             .map(|node| no_execute_taints(&node))
             .unwrap_or_default();
         let tolerations = pod
             .as_ref()
-            .and_then(|p| p.spec.as_ref()?.tolerations.clone())
+            .map(|p| p.spec.no_execute_tolerations.clone())
             .unwrap_or_default();
         let Some(delay) = eviction_delay(&taints, &tolerations) else {
             self.tainted_since.lock().expect("lock").remove(key);
@@ -135,27 +135,22 @@ impl Reconciler for TaintEvictionController {
 
 impl TaintEvictionController {
     /// Upstream's `addConditionAndDeletePod`.
-    async fn evict(&self, pod: &Pod) -> Result<(), Error> {
-        let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-        let mut conditions = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default();
-        conditions.retain(|c| c.type_ != "DisruptionTarget");
-        conditions.push(k8s_openapi::api::core::v1::PodCondition {
+    async fn evict(&self, pod: &CachedPod) -> Result<(), Error> {
+        let (namespace, name) = (&*pod.metadata.namespace, &*pod.metadata.name);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        // A strategic merge patch: the condition replaces any of its type, the others stay.
+        let condition = k8s_openapi::api::core::v1::PodCondition {
             type_: "DisruptionTarget".into(),
             status: "True".into(),
             reason: Some("DeletionByTaintManager".into()),
             message: Some("Taint manager: deleting due to NoExecute taint".into()),
             last_transition_time: Some(Time(jiff::Timestamp::now())),
             ..Default::default()
-        });
-        let patch = json!({"status": {"conditions": conditions}});
-        let key = format!("{namespace}/{name}");
+        };
+        let patch = json!({"status": {"conditions": [condition]}});
+        let key = key_of(&pod.metadata);
         match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
         {
             Ok(_) => {}
@@ -163,19 +158,19 @@ impl TaintEvictionController {
             Err(e) => return Err(Error::api("marking the pod for eviction", key, e)),
         }
         self.events.record(
-            pod,
+            &pod.reference(),
             EventType::Normal,
             "TaintManagerEviction",
             format!("Marking for deletion Pod {key}"),
         );
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid: pod.uid(),
+                uid: Some(pod.metadata.uid.to_string()),
                 resource_version: None,
             }),
             ..Default::default()
         };
-        match api.delete(&name, &params).await {
+        match api.delete(name, &params).await {
             Ok(_) => {
                 tracing::info!(pod = key, "evicted from a node tainted NoExecute");
                 Ok(())
@@ -188,17 +183,17 @@ impl TaintEvictionController {
 
 struct PodEvents(Arc<TaintEvictionController>);
 
-impl EventHandler<Pod> for PodEvents {
-    fn on_apply(&self, old: Option<&Pod>, new: &Arc<Pod>) {
-        let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
-        let tolerations_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.tolerations.clone());
-        let changed = old
-            .is_none_or(|o| node_of(o) != node_of(new) || tolerations_of(o) != tolerations_of(new));
-        if changed && node_of(new).is_some() {
+impl EventHandler<CachedPod> for PodEvents {
+    fn on_apply(&self, old: Option<&CachedPod>, new: &Arc<CachedPod>) {
+        let changed = old.is_none_or(|o| {
+            o.spec.node_name != new.spec.node_name
+                || o.spec.no_execute_tolerations != new.spec.no_execute_tolerations
+        });
+        if changed && new.spec.node_name.is_some() {
             self.0.queue.add(key_of(&new.metadata));
         }
     }
-    fn on_delete(&self, pod: &Arc<Pod>) {
+    fn on_delete(&self, pod: &Arc<CachedPod>) {
         self.0
             .tainted_since
             .lock()
@@ -216,9 +211,11 @@ impl EventHandler<Node> for NodeEvents {
             return;
         }
         let name = new.name_any();
-        for pod in self.0.pods.state_filter(|p| {
-            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
-        }) {
+        for pod in self
+            .0
+            .pods
+            .state_filter(|p| p.spec.node_name.as_deref() == Some(name.as_str()))
+        {
             self.0.queue.add(key_of(&pod.metadata));
         }
     }

@@ -165,7 +165,7 @@ fn subsets(svc: &Service, pods: &[Arc<CachedPod>]) -> (Vec<EndpointSubset>, bool
         let address = EndpointAddress {
             ip,
             hostname: super::hostname(pod, svc),
-            node_name: pod.spec.node_name.clone(),
+            node_name: pod.spec.node_name.as_deref().map(String::from),
             target_ref: Some(ObjectReference {
                 kind: Some("Pod".into()),
                 namespace: Some(pod.metadata.namespace.to_string()),

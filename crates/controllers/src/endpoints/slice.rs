@@ -379,7 +379,7 @@ impl EndpointSliceController {
                 .collect();
             let ready = crate::pods::is_ready(pod);
             let terminating = pod.metadata.terminating;
-            let node_name = pod.spec.node_name.clone();
+            let node_name = pod.spec.node_name.as_deref().map(String::from);
             let zone = node_name.as_ref().and_then(|n| {
                 self.nodes
                     .get(None, n)

@@ -25,6 +25,8 @@ use krust_client::informer::SharedInformers;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
+use crate::pods::{CachedPod, is_ready};
+
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
 const NO_EXECUTE: &str = "NoExecute";
@@ -80,7 +82,7 @@ pub struct NodeHealthMonitor {
     client: Client,
     nodes: Cache<Node>,
     leases: Cache<Lease>,
-    pods: Cache<Pod>,
+    pods: Cache<CachedPod>,
     config: MonitorConfig,
     events: EventRecorder,
     seen: HashMap<String, Observed>,
@@ -203,7 +205,7 @@ impl NodeHealthMonitor {
             client,
             nodes: informers.get::<Node>().cache(),
             leases: informers.get::<Lease>().cache(),
-            pods: informers.get::<Pod>().cache(),
+            pods: informers.get::<CachedPod>().cache(),
             config,
             events,
             seen: HashMap::new(),
@@ -303,47 +305,37 @@ impl NodeHealthMonitor {
     /// (one scan of the pod cache for all such nodes).
     async fn mark_pods_not_ready(&self, nodes: &HashSet<String>) {
         let pods = self.pods.state_filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some_and(|n| nodes.contains(n))
+            is_ready(p)
+                && p.spec
+                    .node_name
+                    .as_ref()
+                    .is_some_and(|n| nodes.contains(&**n))
         });
         for pod in pods {
-            let mut conditions = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default();
-            let Some(ready) = conditions
-                .iter_mut()
-                .find(|c| c.type_ == "Ready" && c.status == "True")
-            else {
-                continue;
-            };
-            ready.status = "False".into();
-            ready.last_transition_time = Some(Time(jiff::Timestamp::now()));
+            // A strategic merge patch: the Ready condition's other fields stay; the
+            // resourceVersion makes it apply to the pod as cached, still Ready.
             let patch = json!({
-                "metadata": {"resourceVersion": pod.resource_version()},
-                "status": {"conditions": conditions},
+                "metadata": {"resourceVersion": &*pod.metadata.resource_version},
+                "status": {"conditions": [{
+                    "type": "Ready",
+                    "status": "False",
+                    "lastTransitionTime": Time(jiff::Timestamp::now()),
+                }]},
             });
-            let api: Api<Pod> =
-                Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.metadata.namespace);
+            let name = &*pod.metadata.name;
             match api
-                .patch_status(
-                    &pod.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
+                .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await
             {
                 Ok(_) => self.events.record(
-                    &*pod,
+                    &pod.reference(),
                     EventType::Warning,
                     "NodeNotReady",
                     "Node is not ready".into(),
                 ),
                 Err(e) => {
-                    tracing::debug!(pod = pod.name_any(), error = %e, "marking the pod not ready")
+                    tracing::debug!(pod = name, error = %e, "marking the pod not ready")
                 }
             }
         }

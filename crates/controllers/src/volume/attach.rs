@@ -177,7 +177,7 @@ struct PodEvents(Arc<AttachDetachController>);
 
 impl PodEvents {
     fn index(&self, pod: &CachedPod, present: bool) {
-        let Some(node) = pod.spec.node_name.clone() else {
+        let Some(node) = pod.spec.node_name.as_deref().map(String::from) else {
             return;
         };
         let key = (

@@ -502,14 +502,18 @@ fn lost_nodes_become_unknown_and_their_pods_move_to_the_others() {
     let evicted: serde_json::Value =
         serde_json::from_str(&c.kubectl(&["get", "pod", &lost_pod, "-o", "json"])).unwrap();
     assert!(evicted["metadata"]["deletionTimestamp"].is_string());
-    let disruption = evicted["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "DisruptionTarget")
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(disruption["reason"], "DeletionByTaintManager", "{evicted}");
+    let condition = |ty: &str| {
+        let conditions = evicted["status"]["conditions"].as_array().unwrap();
+        let found = conditions.iter().find(|c| c["type"] == ty);
+        found.cloned().unwrap_or_default()
+    };
+    assert_eq!(
+        condition("DisruptionTarget")["reason"],
+        "DeletionByTaintManager",
+        "{evicted}"
+    );
+    // Marked not ready when its node went Unknown, as upstream's MarkPodsNotReady does.
+    assert_eq!(condition("Ready")["status"], "False", "{evicted}");
     eprintln!("node failure detected in {detected:?} (grace {grace:?})");
 
     // A node cut off from the network is handled the same; when it comes back, its old
