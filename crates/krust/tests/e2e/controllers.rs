@@ -974,6 +974,20 @@ fn scaling_in_the_middle_of_a_rollout_shares_the_change_in_proportion() {
     wait_for("25 pods", DEADLINE, || {
         (live_pods(&s, "web").len() == 25).then_some(())
     });
+    // The old ReplicaSet created 17 pods (10, then 7 more): nine events of their own,
+    // then one combined event counting the other eight, as client-go correlates them.
+    let selector = format!("involvedObject.name={old_rs},reason=SuccessfulCreate");
+    wait_for("the combined event", DEADLINE, || {
+        let events = s.get_json(&["events", "--field-selector", &selector]);
+        let items = events["items"].as_array()?;
+        let counts: i64 = items.iter().filter_map(|e| e["count"].as_i64()).sum();
+        let combined = items.iter().find(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("(combined from similar events): Created pod: web-"))
+        })?;
+        (items.len() == 10 && counts == 17 && combined["count"] == 8).then_some(())
+    });
 }
 
 #[test]
