@@ -18,29 +18,36 @@ use crate::rest::Call;
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 const CERTIFICATES_GROUP: &str = "certificates.k8s.io";
 
-/// LimitRanger for a new pod: defaults from the namespace's LimitRanges (its QoS class
-/// follows them), then their bounds.
-fn limit_ranger(call: &Call<'_>, pod: &mut Value) -> Result<(), ApiError> {
-    let Some(namespace) = call.namespace() else {
-        return Ok(());
+/// The LimitRanges of the call's namespace (none outside one).
+fn limit_ranges(call: &Call<'_>) -> Vec<Value> {
+    let (Some(namespace), Some(cache)) = (
+        call.namespace(),
+        call.api.cache.cache("/registry/limitranges/"),
+    ) else {
+        return Vec::new();
     };
-    let Some(cache) = call.api.cache.cache("/registry/limitranges/") else {
-        return Ok(());
-    };
-    let ranges: Vec<Value> = cache
+    cache
         .list(&format!("/registry/limitranges/{namespace}/"))
         .0
         .iter()
         .map(|r| r.value())
-        .collect();
-    if ranges.is_empty() {
-        return Ok(());
-    }
+        .collect()
+}
+
+/// LimitRanger's mutating half, for a new pod: defaults from the namespace's
+/// LimitRanges (its QoS class follows them).
+fn limit_ranger_defaults(call: &Call<'_>, pod: &mut Value) {
+    let ranges = limit_ranges(call);
     if let Some(note) = crate::limit_ranger::apply_defaults(pod, &ranges) {
         pod["metadata"]["annotations"]["kubernetes.io/limit-ranger"] = json!(note);
         pod["status"]["qosClass"] = json!(crate::kinds::pod::qos_class(&pod["spec"]));
     }
-    match crate::limit_ranger::validate_pod(pod, &ranges) {
+}
+
+/// LimitRanger's validating half, for a new pod: the LimitRanges' bounds, on the pod as
+/// the mutating webhooks left it.
+fn limit_ranger_bounds(call: &Call<'_>, pod: &Value) -> Result<(), ApiError> {
+    match crate::limit_ranger::validate_pod(pod, &limit_ranges(call)) {
         None => Ok(()),
         Some(why) => Err(ApiError::forbidden_for(
             Target {
@@ -242,8 +249,7 @@ pub struct Admission {
 
 impl Admission {
     /// Admits a create, in upstream's two phases: the mutating plugins (built-in, then
-    /// webhooks), then the validating ones on the object as mutated. (LimitRanger
-    /// still checks its bounds with its defaults, before the webhooks.)
+    /// webhooks), then the validating ones on the object as mutated.
     pub async fn admit_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError> {
         let info = call.kind.info;
         if info.namespaced {
@@ -254,14 +260,15 @@ impl Admission {
         }
         // NodeRestriction is a mutating plugin upstream: it judges what the kubelet sent.
         crate::authz::node::restrict(&call.user, info.plural, None, obj, None)?;
-        if info.plural == "pods" && info.group.is_empty() {
-            limit_ranger(call, obj)?;
+        let pod = info.plural == "pods" && info.group.is_empty();
+        if pod {
+            limit_ranger_defaults(call, obj);
         }
         storage_object_in_use_protection(info, obj);
         if info.plural == "persistentvolumeclaims" && info.group.is_empty() {
             default_storage_class(call, obj);
         }
-        if info.plural == "pods" && info.group.is_empty() {
+        if pod {
             service_account(call, obj);
             default_toleration_seconds(obj);
             priority(call, obj)?;
@@ -277,6 +284,9 @@ impl Admission {
         }
         if info.plural == "namespaces" && info.group.is_empty() {
             namespace_pod_security(call, obj, None)?;
+        }
+        if pod {
+            limit_ranger_bounds(call, obj)?;
         }
         pod_security(call, obj)?;
         crate::webhook::validate(call, Operation::Create, Some(obj), None).await?;

@@ -156,47 +156,72 @@ pub async fn mutate(
         return Ok(false);
     }
     let kinds = equivalents(call);
-    // The object in the version of the last webhook called: converted only when the
-    // next one is called in another.
-    let mut kind = call.kind;
-    let mut served = call.to_served(obj.clone()).await?;
-    let mut olds = Versions::new(old);
+    let mut mutated = Mutated {
+        kind: call.kind,
+        served: call.to_served(obj.clone()).await?,
+        olds: Versions::new(old),
+    };
     let mut changes = 0usize;
     // Webhooks that asked to be called again if a later one changes the object, with
-    // their version and the number of changes made when they were called.
-    let mut reinvoke: Vec<(&Hook, &'static Kind, usize)> = Vec::new();
+    // the number of changes made when they were called.
+    let mut reinvoke: Vec<(&Hook, usize)> = Vec::new();
     for hook in &hooks {
-        let mut attrs = attributes(call, operation, Some(&served), old);
-        let Some(target) = invoked_as(hook, &kinds, &mut attrs) else {
+        let Some(changed) = mutated.call(call, hook, &kinds, operation, old).await? else {
             continue;
         };
-        served = convert(call, kind, target, served).await?;
-        kind = target;
-        let old = olds.get(call, target).await?;
-        if !matched(call, hook, target, operation, Some(&served), old)? {
-            continue;
-        }
-        if mutate_once(call, hook, target, operation, &mut served, old).await? {
-            changes += 1;
-        }
+        changes += usize::from(changed);
         if hook.webhook["reinvocationPolicy"] == "IfNeeded" {
-            reinvoke.push((hook, target, changes));
+            reinvoke.push((hook, changes));
         }
     }
-    for (hook, target, seen) in reinvoke {
+    for (hook, seen) in reinvoke {
         if seen < changes {
-            served = convert(call, kind, target, served).await?;
-            kind = target;
-            let old = olds.get(call, target).await?;
-            mutate_once(call, hook, target, operation, &mut served, old).await?;
+            mutated.call(call, hook, &kinds, operation, old).await?;
         }
     }
+    let Mutated { kind, served, .. } = mutated;
     if changes > 0 {
         let mutated = crate::rest::stored_as(call.api, kind, served).await?;
         let before = std::mem::replace(obj, mutated);
         crate::rest::keep_system_metadata(call, obj, &before["metadata"], old);
     }
     Ok(changes > 0)
+}
+
+/// The object as the mutating webhooks pass it on: in the version of the last one
+/// called (converted only when the next is called in another).
+struct Mutated<'o> {
+    kind: &'static Kind,
+    served: Value,
+    olds: Versions<'o>,
+}
+
+impl Mutated<'_> {
+    /// Calls `hook` if it matches the object as it now is (upstream matches reinvoked
+    /// webhooks again too): `None` if it does not, else whether it changed the object.
+    async fn call(
+        &mut self,
+        call: &Call<'_>,
+        hook: &Hook,
+        kinds: &[&'static Kind],
+        operation: Operation,
+        old: Option<&Value>,
+    ) -> Result<Option<bool>, ApiError> {
+        let mut attrs = attributes(call, operation, Some(&self.served), old);
+        let Some(target) = invoked_as(&hook.webhook, kinds, &mut attrs) else {
+            return Ok(None);
+        };
+        let served = std::mem::take(&mut self.served);
+        self.served = convert(call, self.kind, target, served).await?;
+        self.kind = target;
+        let old = self.olds.get(call, target).await?;
+        if !matched(call, hook, target, operation, Some(&self.served), old)? {
+            return Ok(None);
+        }
+        mutate_once(call, hook, target, operation, &mut self.served, old)
+            .await
+            .map(Some)
+    }
 }
 
 /// The kinds a webhook may be called in for this call: its own first, then the other
@@ -234,20 +259,18 @@ fn equivalents(call: &Call<'_>) -> Vec<&'static Kind> {
 /// it; else, under `matchPolicy: Equivalent` (the default), another version of the
 /// resource that a rule names — earlier rules first, as upstream honours them.
 fn invoked_as(
-    hook: &Hook,
+    webhook: &Value,
     kinds: &[&'static Kind],
     attrs: &mut Attributes<'_>,
 ) -> Option<&'static Kind> {
     let own = kinds[0];
-    if rules::applies(&hook.webhook, attrs) {
+    if rules::applies(webhook, attrs) {
         return Some(own);
     }
-    if hook.webhook["matchPolicy"] == "Exact" || !rules::selected(&hook.webhook, attrs) {
+    if webhook["matchPolicy"] == "Exact" || !rules::selected(webhook, attrs) {
         return None;
     }
-    let rules = hook.webhook["rules"]
-        .as_array()
-        .map_or(&[][..], Vec::as_slice);
+    let rules = webhook["rules"].as_array().map_or(&[][..], Vec::as_slice);
     let found = rules.iter().find_map(|rule| {
         kinds[1..].iter().copied().find(|kind| {
             attrs.group = kind.info.group;
@@ -352,7 +375,15 @@ async fn mutate_once(
     let before = served.clone();
     krust_apimachinery::patch::apply_json_patch(served, &ops)
         .map_err(|e| failed(format!("applying the patch: {e}")))?;
-    Ok(*served != before)
+    if *served == before {
+        return Ok(false);
+    }
+    // Decoded as a client's body is, as upstream decodes the patched object: fields
+    // the kind does not have are dropped (a custom kind's pruned by its schema).
+    let (decoded, _) = (kind.decode)(std::mem::take(served))
+        .map_err(|e| failed(format!("decoding the patched object: {e}")))?;
+    *served = decoded;
+    Ok(true)
 }
 
 /// Runs the validating webhooks, all at once; the first refusal (in webhook order)
@@ -376,13 +407,7 @@ pub async fn validate(
     olds.prepare(call, call.kind).await?;
     // Policies first, as upstream's plugin order has them.
     if bound {
-        let attrs = attributes(
-            call,
-            operation,
-            objects.find(call.kind),
-            olds.find(call.kind),
-        );
-        policy::validate(call, &attrs, &bare_request(call, call.kind, operation))?;
+        policy::validate(call, operation, &mut objects, &mut olds).await?;
     }
     if hooks.is_empty() {
         return Ok(());
@@ -391,7 +416,7 @@ pub async fn validate(
     let mut chosen = Vec::new();
     for hook in &hooks {
         let mut attrs = attributes(call, operation, obj, old);
-        let Some(kind) = invoked_as(hook, &kinds, &mut attrs) else {
+        let Some(kind) = invoked_as(&hook.webhook, &kinds, &mut attrs) else {
             continue;
         };
         objects.prepare(call, kind).await?;

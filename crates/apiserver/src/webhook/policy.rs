@@ -20,8 +20,10 @@ use krust_api::selector::LabelSelector;
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
-use super::rules::{self, Attributes};
+use super::rules::Attributes;
+use super::{Operation, Versions};
 use crate::cel::{env, run, to_cel};
+use crate::kinds::Kind;
 use crate::rest::Call;
 
 pub const POLICIES: &str = "/registry/validatingadmissionpolicies/";
@@ -41,26 +43,72 @@ enum Verdict {
 /// The audit annotation that records validations failed under the Audit action.
 const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_failure";
 
-/// The rules and selectors of a policy's `matchConstraints` or a binding's
-/// `matchResources`, in a webhook's shape for [`rules::applies`].
-fn matches(resources: &Value, a: &Attributes<'_>) -> bool {
+/// The version in which a policy's `matchConstraints` or a binding's `matchResources`
+/// select the request, if they do (upstream's matcher): excluded rules first; no rules
+/// select every resource, in the request's version; under `matchPolicy: Equivalent`
+/// (the default) the rules may name another version of the resource, as a webhook's.
+fn matched_as(
+    resources: &Value,
+    kinds: &[&'static Kind],
+    a: &mut Attributes<'_>,
+) -> Option<&'static Kind> {
     let as_hook = |rules: &Value| {
         json!({"rules": rules, "namespaceSelector": resources["namespaceSelector"],
-            "objectSelector": resources["objectSelector"]})
+            "objectSelector": resources["objectSelector"], "matchPolicy": resources["matchPolicy"]})
     };
-    // A binding's matchResources may name no rules: then every resource it selects.
+    let excluded = &resources["excludeResourceRules"];
+    if excluded.as_array().is_some_and(|r| !r.is_empty())
+        && super::invoked_as(&as_hook(excluded), kinds, a).is_some()
+    {
+        return None;
+    }
     let every = json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"],
         "resources": ["*", "*/*"]}]);
     let rules = match &resources["resourceRules"] {
         Value::Array(r) if !r.is_empty() => &resources["resourceRules"],
         _ => &every,
     };
-    let included = rules::applies(&as_hook(rules), a);
-    let excluded = resources["excludeResourceRules"]
-        .as_array()
-        .is_some_and(|r| !r.is_empty())
-        && rules::applies(&as_hook(&resources["excludeResourceRules"]), a);
-    included && !excluded
+    super::invoked_as(&as_hook(rules), kinds, a)
+}
+
+/// A binding that applies to the request, its policy, and the version the policy sees
+/// the request in (its `matchConstraints` decide).
+struct Applicable {
+    binding: Value,
+    policy: Value,
+    kind: &'static Kind,
+}
+
+fn applicable(call: &Call<'_>, kinds: &[&'static Kind], a: &mut Attributes<'_>) -> Vec<Applicable> {
+    let (Some(policies), Some(bindings)) = (
+        call.api.cache.cache(POLICIES),
+        call.api.cache.cache(BINDINGS),
+    ) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for binding in bindings.list(BINDINGS).0.iter().map(|b| b.value()) {
+        let policy_name = binding["spec"]["policyName"].as_str().unwrap_or_default();
+        let Some(policy) = policies
+            .get(&format!("{POLICIES}{policy_name}"))
+            .map(|p| p.value())
+        else {
+            continue;
+        };
+        let Some(kind) = matched_as(&policy["spec"]["matchConstraints"], kinds, a) else {
+            continue;
+        };
+        let resources = &binding["spec"]["matchResources"];
+        if resources.is_object() && matched_as(resources, kinds, a).is_none() {
+            continue;
+        }
+        found.push(Applicable {
+            binding,
+            policy,
+            kind,
+        });
+    }
+    found
 }
 
 /// The parameter objects a binding gives its policy: `None` when the policy takes none;
@@ -210,12 +258,28 @@ pub fn bound(call: &Call<'_>) -> bool {
         .is_some_and(|c| !c.list(BINDINGS).0.is_empty())
 }
 
-/// Applies every bound policy to the request; the first Deny refuses it. Failures under
-/// the Audit action and the policies' audit annotations go on the request's audit
-/// events, refused or not.
-pub fn validate(call: &Call<'_>, a: &Attributes<'_>, request: &Value) -> Result<(), ApiError> {
+/// Applies every bound policy to the request, each in the version it asks for; the first
+/// Deny refuses it. Failures under the Audit action and the policies' audit annotations
+/// go on the request's audit events, refused or not. `objects` and `olds` hold the
+/// request's objects, prepared in the request's version.
+pub async fn validate(
+    call: &Call<'_>,
+    operation: Operation,
+    objects: &mut Versions<'_>,
+    olds: &mut Versions<'_>,
+) -> Result<(), ApiError> {
+    let kinds = super::equivalents(call);
+    let chosen = {
+        let object = objects.find(call.kind);
+        let mut a = super::attributes(call, operation, object, olds.find(call.kind));
+        applicable(call, &kinds, &mut a)
+    };
+    for c in &chosen {
+        objects.prepare(call, c.kind).await?;
+        olds.prepare(call, c.kind).await?;
+    }
     let mut audited = Vec::new();
-    let outcome = apply(call, a, request, &mut audited);
+    let outcome = apply(call, operation, &chosen, objects, olds, &mut audited);
     if !audited.is_empty() {
         call.audit
             .add(VALIDATION_FAILURE, Value::Array(audited).to_string());
@@ -223,52 +287,55 @@ pub fn validate(call: &Call<'_>, a: &Attributes<'_>, request: &Value) -> Result<
     outcome
 }
 
+/// What the expressions of policies applied in one version see but their params.
+struct Scope {
+    kind: &'static Kind,
+    request: Value,
+    context: Context<'static, 'static>,
+}
+
 fn apply(
     call: &Call<'_>,
-    a: &Attributes<'_>,
-    request: &Value,
+    operation: Operation,
+    chosen: &[Applicable],
+    objects: &Versions<'_>,
+    olds: &Versions<'_>,
     audited: &mut Vec<Value>,
 ) -> Result<(), ApiError> {
-    let (Some(policies), Some(bindings)) = (
-        call.api.cache.cache(POLICIES),
-        call.api.cache.cache(BINDINGS),
-    ) else {
-        return Ok(());
-    };
-    let (bindings, _) = bindings.list(BINDINGS);
-    if bindings.is_empty() {
-        return Ok(());
-    }
     let null = Value::Null;
-    let mut base = Context::with_env(env());
-    base.add_variable_from_value("object", to_cel(None, a.object.unwrap_or(&null), false));
-    base.add_variable_from_value(
-        "oldObject",
-        to_cel(None, a.old_object.unwrap_or(&null), false),
-    );
-    base.add_variable_from_value("request", to_cel(None, request, false));
+    let mut scopes: Vec<Scope> = Vec::new();
     // The first Deny in binding order, answered once every binding has run.
     let mut denial = None;
-    for binding in bindings.iter().map(|b| b.value()) {
+    for Applicable {
+        binding,
+        policy,
+        kind,
+    } in chosen
+    {
+        let (object, old) = (objects.find(kind), olds.find(kind));
+        if !scopes.iter().any(|s| std::ptr::eq(s.kind, *kind)) {
+            let mut context = Context::with_env(env());
+            context.add_variable_from_value("object", to_cel(None, object.unwrap_or(&null), false));
+            context.add_variable_from_value("oldObject", to_cel(None, old.unwrap_or(&null), false));
+            let request = super::bare_request(call, kind, operation);
+            context.add_variable_from_value("request", to_cel(None, &request, false));
+            scopes.push(Scope {
+                kind,
+                request,
+                context,
+            });
+        }
+        let scope = scopes
+            .iter()
+            .find(|s| std::ptr::eq(s.kind, *kind))
+            .expect("made above");
         let name = binding["metadata"]["name"].as_str().unwrap_or_default();
         let policy_name = binding["spec"]["policyName"].as_str().unwrap_or_default();
-        let Some(policy) = policies
-            .get(&format!("{POLICIES}{policy_name}"))
-            .map(|p| p.value())
-        else {
-            continue;
-        };
         let spec = &policy["spec"];
-        let binding_resources = &binding["spec"]["matchResources"];
-        if !matches(&spec["matchConstraints"], a)
-            || (binding_resources.is_object() && !matches(binding_resources, a))
-        {
-            continue;
-        }
         let fails_open = spec["failurePolicy"] == "Ignore";
         let prefix = format!("ValidatingAdmissionPolicy '{policy_name}' with binding '{name}'");
         let as_conditions = json!({"matchConditions": spec["matchConditions"]});
-        match super::conditions::hold(&as_conditions, a.object, a.old_object, request) {
+        match super::conditions::hold(&as_conditions, object, old, &scope.request) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(_) if fails_open => continue,
@@ -280,7 +347,7 @@ fn apply(
             .flatten()
             .filter_map(Value::as_str)
             .collect();
-        let all_params = match params(call, &policy, &binding) {
+        let all_params = match params(call, policy, binding) {
             Ok(None) => vec![Value::Null],
             Err(_) if fails_open => continue,
             Err(e) => return Err(ApiError::forbidden(format!("{prefix} denied request: {e}"))),
@@ -295,7 +362,7 @@ fn apply(
             Ok(Some(found)) => found,
         };
         for params in &all_params {
-            for verdict in evaluate(&policy, &base, params) {
+            for verdict in evaluate(policy, &scope.context, params) {
                 let (message, reason, index) = match verdict {
                     Verdict::Pass => continue,
                     Verdict::Annotate(key, value) => {

@@ -291,3 +291,56 @@ fn audit_actions_and_audit_annotations_go_on_the_audit_events() {
                 "expressionIndex": 0, "validationActions": ["Audit"]}])
     );
 }
+
+#[test]
+fn a_policy_sees_the_request_in_the_version_its_rules_name() {
+    let s = Server::apiserver(&[]);
+    // Rules for autoscaling/v1 only; the validation reads a field only v1 has.
+    let policy = |name: &str, match_policy: &str| {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"matchPolicy": match_policy,
+                    "resourceRules": [{"apiGroups": ["autoscaling"], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["horizontalpodautoscalers"]}]},
+                "validations": [{
+                    "expression": "!has(object.spec.targetCPUUtilizationPercentage) || object.spec.targetCPUUtilizationPercentage <= 80",
+                    "messageExpression": "'at most 80% in ' + request.kind.version + ', asked in ' + request.requestKind.version"
+                }]
+            }
+        })
+        .to_string()
+    };
+    let bind = |name: &str| {
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]}
+        })
+        .to_string()
+    };
+    let hpa = |name: &str| {
+        json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "maxReplicas": 4,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": 90}}}]}})
+        .to_string()
+    };
+    // Exact: a v2 request is not what the rules name.
+    s.ok_stdin(&["apply", "-f", "-"], &policy("cpu-cap", "Exact"));
+    s.ok_stdin(&["apply", "-f", "-"], &bind("cpu-cap"));
+    s.ok_stdin(&["create", "-f", "-"], &hpa("exact"));
+    // Equivalent (the default): the policy sees the v2 HPA as v1 and refuses it.
+    s.ok_stdin(&["apply", "-f", "-"], &policy("cpu-cap", "Equivalent"));
+    let err = s.fails_stdin(&["create", "-f", "-"], &hpa("equivalent"));
+    assert!(
+        err.contains(
+            "ValidatingAdmissionPolicy 'cpu-cap' with binding 'cpu-cap' denied request: at most 80% in v1, asked in v2"
+        ),
+        "{err}"
+    );
+}

@@ -321,6 +321,107 @@ fn match_conditions_decide_which_requests_a_webhook_sees() {
 }
 
 #[test]
+fn reinvoked_webhooks_see_later_changes_and_are_matched_again() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    let hook = |name: &str| {
+        json!({
+            "name": format!("{name}.hooks.example.com"), "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/{name}", hooks.port), "caBundle": hooks.ca_bundle()},
+            "rules": rules(&["CREATE"]),
+        })
+    };
+    let mut first = hook("first");
+    first["reinvocationPolicy"] = json!("IfNeeded");
+    first["matchConditions"] = json!([{"name": "not-skipped",
+        "expression": "!('skip-first' in object.metadata.labels)"}]);
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "reinvoke"},
+            "webhooks": [first, hook("second")]
+        })
+        .to_string(),
+    );
+    let cm = |name: &str, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})
+        .to_string()
+    };
+    let calls = |name: &str| {
+        hook_server::requests(&hooks, "/first")
+            .iter()
+            .filter(|r| r["name"] == name)
+            .count()
+    };
+    // The second webhook changed the object after the first: the first is called again
+    // and sees the change.
+    s.ok_stdin(&["create", "-f", "-"], &cm("again", json!({"app": "x"})));
+    let again = s.get_json(&["configmap", "again"]);
+    assert_eq!(again["data"]["first"], "after second", "{again}");
+    assert_eq!(calls("again"), 2);
+    // Here the second webhook's change makes the first's match condition false: it is
+    // not called again.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &cm("skipped", json!({"ask-skip": "yes"})),
+    );
+    let skipped = s.get_json(&["configmap", "skipped"]);
+    assert_eq!(skipped["metadata"]["labels"]["skip-first"], "yes");
+    assert_eq!(skipped["data"]["first"], "alone", "{skipped}");
+    assert_eq!(calls("skipped"), 1);
+}
+
+#[test]
+fn what_webhooks_add_is_decoded_as_a_request_body() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gadgets.hooks.example.com"},
+            "spec": {"group": "hooks.example.com", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}
+        })
+        .to_string(),
+    );
+    s.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/gadgets.hooks.example.com",
+    ]);
+    let mut stray = mutating(&hooks, "stray", json!(["CREATE"]), "", "configmaps");
+    stray["webhooks"][0]["rules"] = json!([
+        {"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]},
+        {"operations": ["CREATE"], "apiGroups": ["hooks.example.com"], "apiVersions": ["v1"], "resources": ["gadgets"]}
+    ]);
+    s.ok_stdin(&["apply", "-f", "-"], &stray.to_string());
+    // Fields the kind does not have are dropped (a custom kind's pruned by its schema);
+    // the others stay.
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "hooks.example.com/v1", "kind": "Gadget",
+                "metadata": {"name": "g"}, "spec": {"size": 1}})
+        .to_string(),
+    );
+    let gadget = s.get_json(&["gadget", "g"]);
+    assert_eq!(gadget["spec"], json!({"size": 3}), "{gadget}");
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &configmap("default", "c", json!({"k": "v"})),
+    );
+    let cm = s.get_json(&["configmap", "c"]);
+    assert_eq!(cm["data"], json!({"k": "v", "added": "3"}), "{cm}");
+    assert!(cm.get("stray").is_none(), "{cm}");
+}
+
+#[test]
 fn an_equivalent_match_calls_a_webhook_in_the_version_it_names() {
     let s = Server::start();
     let hooks = hook_server::start();
@@ -428,7 +529,7 @@ fn mutating(
 }
 
 #[test]
-fn pod_security_judges_the_pod_that_mutating_webhooks_made() {
+fn validating_plugins_judge_the_pod_that_mutating_webhooks_made() {
     let s = Server::start();
     let hooks = hook_server::start();
     s.ok(&["create", "namespace", "secured"]);
@@ -461,6 +562,39 @@ fn pod_security_judges_the_pod_that_mutating_webhooks_made() {
     assert!(
         err.contains(
             r#"violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
+        ),
+        "{err}"
+    );
+    // LimitRanger defaults before the webhooks and checks its bounds after them: a
+    // webhook cannot raise a limit past the LimitRange's maximum.
+    s.ok_stdin(
+        &["create", "-n", "secured", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits"},
+                "spec": {"limits": [{"type": "Container", "max": {"memory": "1Gi"}}]}})
+        .to_string(),
+    );
+    let mut grow = mutating(&hooks, "grow", json!(["CREATE"]), "", "pods");
+    grow["webhooks"][0]["objectSelector"] = json!({"matchLabels": {"grow": "yes"}});
+    s.ok_stdin(&["apply", "-f", "-"], &grow.to_string());
+    let small = |name: &str, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "secured", "labels": labels},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+        .to_string()
+    };
+    s.ok_stdin(&["create", "-f", "-"], &small("defaulted", json!({})));
+    let defaulted = s.get_json(&["pod", "-n", "secured", "defaulted"]);
+    assert_eq!(
+        defaulted["spec"]["containers"][0]["resources"]["limits"]["memory"], "1Gi",
+        "{defaulted}"
+    );
+    let err = s.fails_stdin(
+        &["create", "-f", "-"],
+        &small("grown", json!({"grow": "yes"})),
+    );
+    assert!(
+        err.contains(
+            r#"pods "grown" is forbidden: [maximum memory usage per Container is 1Gi, but limit is 2Gi, maximum memory usage per Container is 1Gi, but request is 2Gi]"#
         ),
         "{err}"
     );

@@ -3,6 +3,13 @@
 //! - `/mutate`: adds the label `mutated-by: hook` (a JSONPatch);
 //! - `/unhost`: takes a pod off the host's network (`hostNetwork: false`);
 //! - `/meddle`: sets a Deployment's `minReadySeconds` to 7 and its uid to `meddled`;
+//! - `/stray`: sets a ConfigMap's data key `added` or a custom object's `spec.size`
+//!   to 3, and adds a field neither kind has (`/stray` or `/spec/stray`);
+//! - `/grow`: sets a pod's first container's memory limit to 2Gi;
+//! - `/first`: sets the data key `first` to `after second` once the object has the
+//!   label `second`, else to `alone`;
+//! - `/second`: adds the label `second: yes`, and `skip-first: yes` to objects
+//!   labelled `ask-skip`;
 //! - `/validate`: refuses objects with a `forbidden` data key (403, "forbidden key")
 //!   and the deletion of objects named `keep`, and otherwise warns "checked by hook"
 //!   and adds the audit annotation `verdict: allowed` (and one with an invalid key).
@@ -37,17 +44,11 @@ fn answer(seen: &Seen) -> (u16, Value) {
             } else {
                 json!([{"op": "add", "path": "/metadata/labels", "value": {"mutated-by": "hook"}}])
             };
-            json!({
-                "uid": uid, "allowed": true, "patchType": "JSONPatch",
-                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
-            })
+            patched(uid, patch)
         }
         "/unhost" if request["object"]["spec"]["hostNetwork"] == true => {
             let patch = json!([{"op": "replace", "path": "/spec/hostNetwork", "value": false}]);
-            json!({
-                "uid": uid, "allowed": true, "patchType": "JSONPatch",
-                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
-            })
+            patched(uid, patch)
         }
         "/unhost" => json!({"uid": uid, "allowed": true}),
         "/meddle" => {
@@ -55,10 +56,45 @@ fn answer(seen: &Seen) -> (u16, Value) {
                 {"op": "replace", "path": "/metadata/uid", "value": "meddled"},
                 {"op": "add", "path": "/spec/minReadySeconds", "value": 7}
             ]);
-            json!({
-                "uid": uid, "allowed": true, "patchType": "JSONPatch",
-                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
-            })
+            patched(uid, patch)
+        }
+        "/stray" if request["kind"]["kind"] == "ConfigMap" => patched(
+            uid,
+            json!([{"op": "add", "path": "/data/added", "value": "3"},
+                   {"op": "add", "path": "/stray", "value": "x"}]),
+        ),
+        "/stray" => patched(
+            uid,
+            json!([{"op": "add", "path": "/spec/size", "value": 3},
+                   {"op": "add", "path": "/spec/stray", "value": "x"}]),
+        ),
+        "/grow" => patched(
+            uid,
+            json!([{"op": "add", "path": "/spec/containers/0/resources",
+                    "value": {"limits": {"memory": "2Gi"}}}]),
+        ),
+        "/first" => {
+            let labels = &request["object"]["metadata"]["labels"];
+            let seen = if labels["second"].is_string() {
+                "after second"
+            } else {
+                "alone"
+            };
+            patched(
+                uid,
+                json!([{"op": "add", "path": "/data/first", "value": seen}]),
+            )
+        }
+        "/second" => {
+            let labels = &request["object"]["metadata"]["labels"];
+            let mut patch =
+                vec![json!({"op": "add", "path": "/metadata/labels/second", "value": "yes"})];
+            if labels["ask-skip"].is_string() {
+                patch.push(
+                    json!({"op": "add", "path": "/metadata/labels/skip-first", "value": "yes"}),
+                );
+            }
+            patched(uid, Value::Array(patch))
         }
         _ if request["operation"] == "DELETE" && request["name"] == "keep" => json!({
             "uid": uid, "allowed": false,
@@ -75,4 +111,12 @@ fn answer(seen: &Seen) -> (u16, Value) {
         200,
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
     )
+}
+
+/// An allowing response with a JSONPatch.
+fn patched(uid: Value, patch: Value) -> Value {
+    json!({
+        "uid": uid, "allowed": true, "patchType": "JSONPatch",
+        "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+    })
 }
