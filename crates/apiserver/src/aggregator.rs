@@ -31,8 +31,8 @@ const API_SERVICES: Resource<'static> = Resource {
 };
 const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
 
-/// How often remote APIServices are checked, and how long a check or a proxied request
-/// may take.
+/// How often remote APIServices are checked, how long a check may take, and how long a
+/// proxied request may take to answer (its body then streams for as long as it lasts).
 const CHECK_EVERY: Duration = Duration::from_secs(10);
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 const PROXY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -135,7 +135,7 @@ pub async fn proxy(
     let resp = api
         .aggregator
         .client
-        .send(&target, backend.trust(), req, PROXY_TIMEOUT)
+        .open(&target, backend.trust(), req, PROXY_TIMEOUT)
         .await
         .map_err(|e| {
             ApiError::new(
@@ -144,12 +144,17 @@ pub async fn proxy(
                 format!("error trying to reach service: {e}"),
             )
         })?;
+    // Streamed as it comes: a watch lasts as long as the client keeps it.
     let (parts, body) = resp.into_parts();
-    let mut out = response::full(parts.status, body, "application/json");
-    if let Some(ct) = parts.headers.get(http::header::CONTENT_TYPE) {
-        out.headers_mut()
-            .insert(http::header::CONTENT_TYPE, ct.clone());
-    }
+    let mut out = http::Response::new(response::streamed(body));
+    *out.status_mut() = parts.status;
+    let content_type = parts.headers.get(http::header::CONTENT_TYPE);
+    out.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        content_type
+            .cloned()
+            .unwrap_or(http::HeaderValue::from_static("application/json")),
+    );
     Ok(out)
 }
 

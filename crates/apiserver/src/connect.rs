@@ -10,10 +10,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use krust_api::status::ApiError;
 use krust_httpstream::params;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
@@ -220,14 +218,7 @@ pub async fn serve(
     let resp = krust_httpstream::proxy::forward(tls, &authority, &path, req)
         .await
         .map_err(|e| fail(&e))?;
-    // A body that fails midway simply ends: the client sees a short log.
-    Ok(resp.map(|body| {
-        let frames = body
-            .into_data_stream()
-            .take_while(|chunk| futures::future::ready(chunk.is_ok()))
-            .map(|chunk| Ok(Frame::data(chunk.unwrap_or_else(|_| Bytes::new()))));
-        BodyExt::boxed(StreamBody::new(frames))
-    }))
+    Ok(resp.map(crate::response::streamed))
 }
 
 /// The container a request names, or the pod's only one; upstream's messages.

@@ -116,7 +116,7 @@ impl Client {
         Ok(connector)
     }
 
-    /// Sends `req` (its URI a path) to the target; the whole answer.
+    /// Sends `req` (its URI a path) to the target; the whole answer within `timeout`.
     pub async fn send(
         &self,
         target: &Target,
@@ -124,7 +124,34 @@ impl Client {
         req: Request<Full<Bytes>>,
         timeout: Duration,
     ) -> Result<Response<Bytes>, String> {
-        let call = async {
+        within(timeout, async {
+            let (parts, body) = self.request(target, trust, req).await?.into_parts();
+            let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+            Ok(Response::from_parts(parts, bytes))
+        })
+        .await
+    }
+
+    /// Sends `req` to the target; the answer once its head arrived (within `timeout`),
+    /// its body streaming for as long as the target sends it (a watch).
+    pub async fn open(
+        &self,
+        target: &Target,
+        trust: Trust<'_>,
+        req: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<Response<hyper::body::Incoming>, String> {
+        within(timeout, self.request(target, trust, req)).await
+    }
+
+    /// One request on a connection of its own (which lives as long as the answer's body).
+    async fn request(
+        &self,
+        target: &Target,
+        trust: Trust<'_>,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<hyper::body::Incoming>, String> {
+        {
             let connector = self.connector(trust)?;
             let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
                 .await
@@ -141,14 +168,7 @@ impl Client {
                     .await
                     .map_err(|e| e.to_string())?;
             tokio::spawn(conn);
-            let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-            let (parts, body) = resp.into_parts();
-            let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-            Ok(Response::from_parts(parts, bytes))
-        };
-        match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err("context deadline exceeded".into()),
+            sender.send_request(req).await.map_err(|e| e.to_string())
         }
     }
 
@@ -201,6 +221,17 @@ impl Target {
     pub fn host_header(&self) -> String {
         format!("{}:{}", self.server_name, self.port)
     }
+}
+
+/// `call`'s outcome, or Go's words for a deadline (upstream's messages quote them) when
+/// it takes longer than `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| Err("context deadline exceeded".into()))
 }
 
 /// Where a webhook's `clientConfig` points (with upstream's `?timeout=` query),

@@ -13,6 +13,17 @@ use crate::kinds::table::{self, IncludeObject};
 pub type Body = BoxBody<Bytes, std::convert::Infallible>;
 pub type Response = http::Response<Body>;
 
+/// A backend's body passed on as it arrives (container logs, an aggregated apiserver's
+/// watch); one that fails midway simply ends, and the client sees the stream close.
+pub fn streamed(body: hyper::body::Incoming) -> Body {
+    use futures::StreamExt;
+    let frames = body
+        .into_data_stream()
+        .take_while(|chunk| futures::future::ready(chunk.is_ok()))
+        .map(|chunk| Ok(hyper::body::Frame::data(chunk.unwrap_or_default())));
+    BodyExt::boxed(http_body_util::StreamBody::new(frames))
+}
+
 /// The representation a client asked for with its Accept header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {

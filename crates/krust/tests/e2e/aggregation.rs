@@ -4,6 +4,7 @@
 //! client certificate) becomes available, its resources appear in discovery, and
 //! kubectl's requests reach it with the caller in `X-Remote-User`/`X-Remote-Group`.
 
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{Server, wait_for};
@@ -12,10 +13,15 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// A tiny wardle.example.com/v1alpha1 apiserver: discovery and a list of flunders that
-/// names who asked.
+/// A tiny wardle.example.com/v1alpha1 apiserver: discovery, a list of flunders that
+/// names who asked, and a watch of them that sends one event and stays open.
 fn wardle(seen: &Seen) -> (u16, Value) {
     let path = seen.uri.split('?').next().unwrap_or_default();
+    if seen.uri.contains("watch=") {
+        let flunder = json!({"kind": "Flunder", "apiVersion": "wardle.example.com/v1alpha1",
+            "metadata": {"name": "watched", "namespace": "default", "resourceVersion": "2"}});
+        return (200, json!([{"type": "ADDED", "object": flunder}]));
+    }
     match path {
         "/apis/wardle.example.com/v1alpha1" => (
             200,
@@ -146,6 +152,32 @@ fn an_apiservice_makes_its_group_served_by_its_service() {
         .collect();
     assert!(groups.contains(&"system:masters"), "{groups:?}");
     assert!(proxied.headers.get("authorization").is_none());
+
+    // A watch streams through: its first event arrives while the watch stays open.
+    let tls = s.tls();
+    let watch = Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "5", "--cacert"])
+        .arg(tls.join("ca.crt"))
+        .arg("--cert")
+        .arg(tls.join("admin.crt"))
+        .arg("--key")
+        .arg(tls.join("admin.key"))
+        .arg(format!(
+            "https://127.0.0.1:{}/apis/wardle.example.com/v1alpha1/namespaces/default/flunders?watch=true",
+            s.port
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        watch.status.code(),
+        Some(28),
+        "open until curl gave up: {watch:?}"
+    );
+    let stdout = String::from_utf8_lossy(&watch.stdout);
+    let event: Value = serde_json::from_str(stdout.lines().next().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(event["type"], "ADDED");
+    assert_eq!(event["object"]["metadata"]["name"], "watched");
 
     // Without endpoints the APIService is reported unavailable, with upstream's reason.
     s.ok(&["delete", "endpointslice", "-n", "wardle", "api-1"]);

@@ -1,13 +1,17 @@
 //! An HTTPS server in the test process, for what the apiserver calls out to (admission
 //! webhooks, aggregated apiservers): a certificate from its own CA for `127.0.0.1` and
 //! the Service names given; optionally client certificates required from a CA; every
-//! request recorded and answered by a handler.
+//! request recorded and answered by a handler. A watch (`watch=true` or `watch=1` in the
+//! query) is answered as an apiserver's: the handler's answer is an array of watch
+//! events, sent one per line, and the response then stays open until the client goes.
 
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::Frame;
 use hyper::{Request, Response};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
@@ -32,6 +36,18 @@ pub struct HttpsServer {
     pub ca_pem: String,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     _runtime: tokio::runtime::Runtime,
+}
+
+/// The events of a watch, one JSON line each, then nothing until the client hangs up.
+fn watch_body(events: &Value) -> BoxBody<Bytes, hyper::Error> {
+    let lines: Vec<Result<Frame<Bytes>, hyper::Error>> = events
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| Ok(Frame::data(Bytes::from(format!("{e}\n")))))
+        .collect();
+    let open = futures::stream::pending();
+    BodyExt::boxed(StreamBody::new(futures::stream::iter(lines).chain(open)))
 }
 
 impl HttpsServer {
@@ -103,13 +119,23 @@ impl HttpsServer {
                                     headers: parts.headers,
                                     body: serde_json::from_slice(&body).unwrap_or(Value::Null),
                                 };
+                                let watch = ["watch=true", "watch=1"]
+                                    .iter()
+                                    .any(|w| seen.uri.contains(w));
                                 let (code, answer) = handler(&seen);
                                 recorded.lock().unwrap().push(seen);
+                                let body = if watch {
+                                    watch_body(&answer)
+                                } else {
+                                    Full::new(Bytes::from(answer.to_string()))
+                                        .map_err(|never| match never {})
+                                        .boxed()
+                                };
                                 Ok::<_, hyper::Error>(
                                     Response::builder()
                                         .status(code)
                                         .header("Content-Type", "application/json")
-                                        .body(Full::new(Bytes::from(answer.to_string())))
+                                        .body(body)
                                         .unwrap(),
                                 )
                             }
