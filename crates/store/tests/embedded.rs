@@ -68,7 +68,10 @@ async fn put(store: &dyn Store, key: &str, value: String) -> Revision {
 /// it misses nothing and sees nothing twice, and the writers never waited for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lagging_watcher_catches_up_from_history() {
-    let fixture = EmbeddedFixture::with_options(EmbeddedOptions { watch_buffer: 2 });
+    let fixture = EmbeddedFixture::with_options(EmbeddedOptions {
+        watch_buffer: 2,
+        ..Default::default()
+    });
     let store = fixture.open_embedded();
     let mut stream = store.watch("/lag/", 0).await.unwrap();
     let mut written = Vec::new();
@@ -108,7 +111,10 @@ async fn next_revisions(stream: &mut WatchStream, count: usize) -> Vec<Revision>
 /// A lagging watcher whose missed history was compacted ends with `Compacted`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lagging_watcher_fails_when_history_is_compacted() {
-    let fixture = EmbeddedFixture::with_options(EmbeddedOptions { watch_buffer: 2 });
+    let fixture = EmbeddedFixture::with_options(EmbeddedOptions {
+        watch_buffer: 2,
+        ..Default::default()
+    });
     let store = fixture.open_embedded();
     let mut stream = store.watch("/lagc/", 0).await.unwrap();
     let first = store.current_revision().await.unwrap() + 1;

@@ -44,11 +44,18 @@ pub struct EmbeddedOptions {
     /// than this stops receiving live events and catches up by reading history from disk,
     /// which is slower but never holds up writers.
     pub watch_buffer: usize,
+    /// Bytes of file pages redb keeps in memory (its read cache and write buffer). Reads
+    /// are served by the apiserver's watch cache, so the store needs little: with redb's
+    /// 1 GiB default the server held 0.87 GB more at 100,000 pods, and wrote no faster.
+    pub cache_size: usize,
 }
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
-        EmbeddedOptions { watch_buffer: 1024 }
+        EmbeddedOptions {
+            watch_buffer: 1024,
+            cache_size: 256 << 20,
+        }
     }
 }
 
@@ -79,10 +86,13 @@ impl EmbeddedStore {
     /// revision and key index from the file.
     pub fn open_with(path: impl AsRef<Path>, options: EmbeddedOptions) -> Result<Self> {
         let path = path.as_ref();
-        let db = Database::create(path).map_err(|source| BackendError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
+        let db = Database::builder()
+            .set_cache_size(options.cache_size)
+            .create(path)
+            .map_err(|source| BackendError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
         history::create_tables(&db)?;
         let index = Snapshot::begin(&db)?.build_index()?;
         tracing::info!(
