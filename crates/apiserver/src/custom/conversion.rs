@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use krust_api::status::{ApiError, Cause};
 use serde_json::{Value, json};
 
@@ -35,6 +37,9 @@ pub struct Webhook {
     kind: String,
     /// `group/version` of the version objects are stored in.
     pub storage: String,
+    /// Each version's schema (`group/version`, schema): what converted objects are
+    /// pruned by, as upstream's converter prunes them.
+    schemas: Vec<(String, JSONSchemaProps)>,
 }
 
 /// What a conversion call needs of the apiserver: its HTTPS client and the cache that
@@ -70,6 +75,15 @@ impl Webhook {
             review_version,
             kind: crd.spec.names.kind.clone(),
             storage: format!("{}/{}", crd.spec.group, storage_version(crd)),
+            schemas: crd
+                .spec
+                .versions
+                .iter()
+                .filter_map(|v| {
+                    let schema = v.schema.as_ref()?.open_api_v3_schema.clone()?;
+                    Some((format!("{}/{}", crd.spec.group, v.name), schema))
+                })
+                .collect(),
         })
     }
 
@@ -218,13 +232,17 @@ impl Webhook {
                     ));
                 }
             }
-            let restored = restore_metadata(original, obj).map_err(|why| {
+            let mut restored = restore_metadata(original, obj).map_err(|why| {
                 if sent.len() == 1 {
                     format!("{by} returned {metadata}: {why}")
                 } else {
                     format!("{by} returned {metadata} {i}: {why}")
                 }
             })?;
+            // Fields the desired version does not know are dropped.
+            if let Some((_, schema)) = self.schemas.iter().find(|(v, _)| v == desired) {
+                super::schema::prune(schema, &mut restored, "", &mut Vec::new());
+            }
             out.push(restored);
         }
         Ok(out)
@@ -380,6 +398,12 @@ mod tests {
             review_version: Some("v1"),
             kind: "Widget".into(),
             storage: "example.com/v1".into(),
+            schemas: vec![(
+                "example.com/v2".into(),
+                serde_json::from_value(json!({"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}))
+                .unwrap(),
+            )],
         };
         let sent =
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "a"}});
@@ -411,7 +435,8 @@ mod tests {
             ]),
             "conversion webhook for example.com/v1, Kind=Widget returned invalid object: must have the same name: a != b"
         );
-        let fine = json!({"apiVersion": "example.com/v2", "kind": "Widget", "metadata": {"name": "a", "labels": {"k": "v"}}, "spec": 1});
+        let fine = json!({"apiVersion": "example.com/v2", "kind": "Widget",
+            "metadata": {"name": "a", "labels": {"k": "v"}}, "spec": {"size": 1, "stray": 2}});
         let out = webhook
             .check(&[&sent], vec![fine], "example.com/v2", from)
             .unwrap();
@@ -419,5 +444,7 @@ mod tests {
             out[0]["metadata"],
             json!({"name": "a", "labels": {"k": "v"}})
         );
+        // Pruned by the desired version's schema.
+        assert_eq!(out[0]["spec"], json!({"size": 1}));
     }
 }
