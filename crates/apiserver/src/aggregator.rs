@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use krust_api::status::ApiError;
 use krust_api::sync::UnpoisonedRw;
 use serde_json::{Value, json};
@@ -132,21 +132,27 @@ pub async fn proxy(
     let req = req
         .body(Full::new(body))
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let resp = api
-        .aggregator
-        .client
-        .open(&target, backend.trust(), req, PROXY_TIMEOUT)
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                503,
-                "ServiceUnavailable",
-                format!("error trying to reach service: {e}"),
-            )
-        })?;
-    // Streamed as it comes: a watch lasts as long as the client keeps it.
-    let (parts, body) = resp.into_parts();
-    let mut out = http::Response::new(response::streamed(body));
+    let unreachable = |e: String| {
+        ApiError::new(
+            503,
+            "ServiceUnavailable",
+            format!("error trying to reach service: {e}"),
+        )
+    };
+    let client = &api.aggregator.client;
+    // A watch streams for as long as the client keeps it; any other answer comes whole
+    // within the limit, as upstream's (a backend failing midway is then a 503, not a
+    // short answer).
+    let (parts, body) = if is_watch(&parts.uri) {
+        let resp = client.open(&target, backend.trust(), req, PROXY_TIMEOUT);
+        let (parts, body) = resp.await.map_err(unreachable)?.into_parts();
+        (parts, response::streamed(body))
+    } else {
+        let resp = client.send(&target, backend.trust(), req, PROXY_TIMEOUT);
+        let (parts, body) = resp.await.map_err(unreachable)?.into_parts();
+        (parts, BodyExt::boxed(Full::new(body)))
+    };
+    let mut out = http::Response::new(body);
     *out.status_mut() = parts.status;
     let content_type = parts.headers.get(http::header::CONTENT_TYPE);
     out.headers_mut().insert(
@@ -156,6 +162,15 @@ pub async fn proxy(
             .unwrap_or(http::HeaderValue::from_static("application/json")),
     );
     Ok(out)
+}
+
+/// Whether a request is a watch (`?watch=true`, or the old `/watch/` paths).
+fn is_watch(uri: &http::Uri) -> bool {
+    let query = uri.query().unwrap_or_default();
+    query
+        .split('&')
+        .any(|p| p == "watch=true" || p == "watch=1")
+        || uri.path().contains("/watch/")
 }
 
 /// Keeps the APIServices in step: Local ones for what krust serves, the Available

@@ -73,47 +73,44 @@ pub fn apply_defaults(pod: &mut Value, ranges: &[Value]) -> Option<String> {
 /// The bounds an item sets on one object's requests and limits (`kind` names it in
 /// messages); problems are appended to `errs`.
 fn check(item: &Value, kind: &str, requests: &Value, limits: &Value, errs: &mut Vec<String>) {
+    // One error per bound at most, the first upstream's minConstraint and
+    // maxConstraint find.
+    let shown = |q: &Value| q.as_str().unwrap_or_default().to_string();
     for (res, min) in entries(&item["min"]) {
-        let m = min.as_str().unwrap_or_default();
-        match requests.get(res) {
-            None => errs.push(format!(
+        let m = shown(min);
+        let error = match (requests.get(res), limits.get(res)) {
+            (None, _) => Some(format!(
                 "minimum {res} usage per {kind} is {m}.  No request is specified"
             )),
-            Some(r) if amount(r) < amount(min) => errs.push(format!(
+            (Some(r), _) if amount(r) < amount(min) => Some(format!(
                 "minimum {res} usage per {kind} is {m}, but request is {}",
-                r.as_str().unwrap_or_default()
+                shown(r)
             )),
-            Some(_) => {}
-        }
-        if let Some(l) = limits.get(res)
-            && amount(l) < amount(min)
-        {
-            errs.push(format!(
+            (_, Some(l)) if amount(l) < amount(min) => Some(format!(
                 "minimum {res} usage per {kind} is {m}, but limit is {}",
-                l.as_str().unwrap_or_default()
-            ));
-        }
+                shown(l)
+            )),
+            _ => None,
+        };
+        errs.extend(error);
     }
     for (res, max) in entries(&item["max"]) {
-        let m = max.as_str().unwrap_or_default();
-        match limits.get(res) {
-            None => errs.push(format!(
+        let m = shown(max);
+        let error = match (limits.get(res), requests.get(res)) {
+            (None, _) => Some(format!(
                 "maximum {res} usage per {kind} is {m}.  No limit is specified"
             )),
-            Some(l) if amount(l) > amount(max) => errs.push(format!(
+            (Some(l), _) if amount(l) > amount(max) => Some(format!(
                 "maximum {res} usage per {kind} is {m}, but limit is {}",
-                l.as_str().unwrap_or_default()
+                shown(l)
             )),
-            Some(_) => {}
-        }
-        if let Some(r) = requests.get(res)
-            && amount(r) > amount(max)
-        {
-            errs.push(format!(
+            (_, Some(r)) if amount(r) > amount(max) => Some(format!(
                 "maximum {res} usage per {kind} is {m}, but request is {}",
-                r.as_str().unwrap_or_default()
-            ));
-        }
+                shown(r)
+            )),
+            _ => None,
+        };
+        errs.extend(error);
     }
     for (res, ratio) in entries(&item["maxLimitRequestRatio"]) {
         let r = ratio.as_str().unwrap_or_default();
@@ -257,7 +254,8 @@ mod tests {
         );
         assert_eq!(
             validate_pod(&pod("100m", "300m", "2Gi"), &ranges).unwrap(),
-            "[maximum memory usage per Container is 1Gi, but limit is 2Gi, maximum memory usage per Container is 1Gi, but request is 2Gi, cpu max limit to request ratio per Container is 2, but provided ratio is 3.000000]"
+            "[maximum memory usage per Container is 1Gi, but limit is 2Gi, cpu max limit to request ratio per Container is 2, but provided ratio is 3.000000]",
+            "one error per bound: the request over the max too goes unsaid"
         );
     }
 }

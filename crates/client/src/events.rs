@@ -182,7 +182,7 @@ async fn send_events(client: Client, mut rx: mpsc::Receiver<Event>) {
     let mut buckets: Recent<(f64, Instant)> = Recent::default();
     while let Some(event) = rx.recv().await {
         let now = Instant::now();
-        let (event, key) = combine(&mut similar, event, now);
+        let (mut event, key) = combine(&mut similar, event, now);
         let send = allowed(&mut buckets, &event, now);
         if let Some((ns, name, count)) = sent.get_mut(&key) {
             // Counted even when not sent, as client-go does: the next update says all.
@@ -198,8 +198,8 @@ async fn send_events(client: Client, mut rx: mpsc::Receiver<Event>) {
                 .await
             {
                 Ok(_) => continue,
-                // Gone (expired, deleted): record it afresh below.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                // Gone (expired, deleted): recorded afresh below, with the count so far.
+                Err(kube::Error::Api(s)) if s.code == 404 => event.count = Some(*count),
                 Err(err) => {
                     tracing::debug!(error = %err, "event count not updated");
                     continue;
@@ -212,7 +212,8 @@ async fn send_events(client: Client, mut rx: mpsc::Receiver<Event>) {
         let api: Api<Event> = Api::namespaced(client.clone(), &ns);
         match api.create(&PostParams::default(), &event).await {
             Ok(created) => {
-                sent.insert(key, (ns, created.name_any(), 1));
+                let count = created.count.unwrap_or(1);
+                sent.insert(key, (ns, created.name_any(), count));
             }
             Err(err) => tracing::debug!(error = %err, "event not recorded"),
         }

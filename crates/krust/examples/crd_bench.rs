@@ -2,8 +2,10 @@
 //! - *served*: from the POST of a CustomResourceDefinition to the first successful
 //!   create of one of its objects (naming, establishing, the kind in the watch cache),
 //!   one definition at a time;
-//! - *creates*: objects of a custom kind with a schema (pruned, defaulted, validated)
-//!   against ConfigMaps, from 32 concurrent clients.
+//! - *creates* and *GETs*: objects of a custom kind with a schema (pruned, defaulted,
+//!   validated) against ConfigMaps of the same size, from 32 concurrent clients;
+//! - *webhook*: what one validating admission webhook (an HTTPS server in this process,
+//!   allowing everything) adds to a create, one client, p50/p99.
 //!
 //! ```text
 //! cargo build --release -p krust --bins --examples
@@ -11,6 +13,10 @@
 //! ```
 
 mod support;
+// The e2e tests' HTTPS server serves the webhook.
+#[allow(dead_code)]
+#[path = "../tests/e2e/https.rs"]
+mod https;
 
 use std::time::{Duration, Instant};
 
@@ -56,7 +62,7 @@ fn widget(i: usize, name: &str) -> Result<DynamicObject> {
     }))?)
 }
 
-/// Creates `n` objects from `CLIENTS` concurrent clients; objects per second.
+/// Runs `n` requests from `CLIENTS` concurrent clients; requests per second.
 async fn throughput<F, Fut>(n: usize, create: F) -> f64
 where
     F: Fn(usize) -> Fut,
@@ -136,6 +142,94 @@ async fn main() -> Result {
     println!(
         "creates from {CLIENTS} clients: custom objects {custom:>7.0}/s, ConfigMaps {builtin:>7.0}/s ({objects} each)"
     );
+    let gets = 5 * objects;
+    let custom = throughput(gets, |n| {
+        let api = api.clone();
+        async move {
+            api.get(&format!("w{}", n % objects)).await.expect("get");
+        }
+    })
+    .await;
+    let builtin = throughput(gets, |n| {
+        let api = config_maps.clone();
+        async move {
+            api.get(&format!("c{}", n % objects)).await.expect("get");
+        }
+    })
+    .await;
+    println!(
+        "GETs from {CLIENTS} clients: custom objects {custom:>7.0}/s, ConfigMaps {builtin:>7.0}/s ({gets} each)"
+    );
+
+    webhook_overhead(&client, objects / 4).await?;
     cluster.stop();
+    Ok(())
+}
+
+/// Allows every review.
+fn allow(seen: &https::Seen) -> (u16, serde_json::Value) {
+    let uid = seen.body["request"]["uid"].clone();
+    (
+        200,
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "response": {"uid": uid, "allowed": true}}),
+    )
+}
+
+/// Create latencies, one client, of ConfigMaps where a validating webhook is called
+/// (namespace `hooked`) and where none is (`plain`).
+async fn webhook_overhead(client: &kube::Client, n: usize) -> Result {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Namespace;
+    // It runs a runtime of its own: made and dropped off this one.
+    let server =
+        tokio::task::spawn_blocking(|| https::HttpsServer::start(&[], None, allow)).await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["hooked", "plain"] {
+        let namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await?;
+    }
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let config = serde_json::from_value(json!({
+        "metadata": {"name": "bench"},
+        "webhooks": [{
+            "name": "allow.bench.krust.io", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/validate", server.port),
+                             "caBundle": server.ca_bundle()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["configmaps"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "hooked"}}
+        }]
+    }))?;
+    configs.create(&PostParams::default(), &config).await?;
+    let mut report = Vec::new();
+    for ns in ["plain", "hooked"] {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let mut took = Vec::with_capacity(n);
+        for i in 0..n {
+            let cm: ConfigMap = serde_json::from_value(
+                json!({"metadata": {"name": format!("c{i}")}, "data": {"color": "red"}}),
+            )?;
+            let started = Instant::now();
+            api.create(&PostParams::default(), &cm).await?;
+            took.push(started.elapsed());
+        }
+        took.sort();
+        report.push((ns, percentile(&took, 0.5), percentile(&took, 0.99)));
+    }
+    let reviews = server.requests().len();
+    tokio::task::spawn_blocking(move || drop(server)).await?;
+    for (ns, p50, p99) in &report {
+        println!("create, one client, {ns:>6}: p50 {p50:>7.2?}  p99 {p99:>7.2?}");
+    }
+    let (_, plain50, plain99) = report[0];
+    let (_, hooked50, hooked99) = report[1];
+    println!(
+        "one validating webhook adds p50 {:.2?}, p99 {:.2?} ({reviews} reviews for {n} creates)",
+        hooked50.saturating_sub(plain50),
+        hooked99.saturating_sub(plain99)
+    );
     Ok(())
 }

@@ -133,6 +133,11 @@ fn attributes<'a>(
         version: info.version,
         resource: info.plural,
         subresource: call.info.subresource.as_deref(),
+        name: obj
+            .or(old)
+            .and_then(|o| o["metadata"]["name"].as_str())
+            .or(call.info.name.as_deref())
+            .unwrap_or_default(),
         namespaced: info.namespaced,
         namespace_labels,
         object: obj,

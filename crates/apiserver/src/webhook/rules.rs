@@ -13,6 +13,8 @@ pub struct Attributes<'a> {
     pub version: &'a str,
     pub resource: &'a str,
     pub subresource: Option<&'a str>,
+    /// The object's name (empty when the request names none).
+    pub name: &'a str,
     pub namespaced: bool,
     /// The namespace's labels (for a namespaced request) or the Namespace object's own
     /// (for a request about a namespace).
@@ -59,11 +61,16 @@ pub fn rule_matches(rule: &Value, a: &Attributes<'_>) -> bool {
         "Namespaced" => a.namespaced,
         _ => true,
     };
+    // An admission policy's rules may name objects (none named: every object).
+    let names_ok = rule["resourceNames"]
+        .as_array()
+        .is_none_or(|names| names.is_empty() || names.iter().any(|n| n == a.name));
     operations_ok
         && listed(&rule["apiGroups"], a.group)
         && listed(&rule["apiVersions"], a.version)
         && resources_ok
         && scope_ok
+        && names_ok
 }
 
 /// Whether a selector (absent: everything) matches; an unparsable one matches nothing.
@@ -120,6 +127,7 @@ mod tests {
             version: "v1",
             resource,
             subresource: sub,
+            name: obj["metadata"]["name"].as_str().unwrap_or_default(),
             namespaced: true,
             namespace_labels: Some(BTreeMap::from([("team".to_string(), "a".to_string())])),
             object: Some(obj),
@@ -154,5 +162,11 @@ mod tests {
         assert!(resource_matches("*/*", "pods", Some("status")));
         assert!(resource_matches("*", "pods", None));
         assert!(!resource_matches("*", "pods", Some("status")));
+        // A policy's rule naming objects covers only those.
+        let named = json!({"operations": ["*"], "apiGroups": [""], "apiVersions": ["v1"],
+            "resources": ["pods"], "resourceNames": ["web"]});
+        let web = json!({"metadata": {"name": "web"}});
+        assert!(rule_matches(&named, &attrs("CREATE", "pods", None, &web)));
+        assert!(!rule_matches(&named, &attrs("CREATE", "pods", None, &pod)));
     }
 }

@@ -140,7 +140,7 @@ fn limit_ranges_default_and_bound_container_resources() {
         .to_string(),
     );
     assert!(
-        refused.contains(r#"pods "big" is forbidden: [minimum cpu usage per Container is 100m, but request is 50m, maximum memory usage per Container is 1Gi, but limit is 2Gi, maximum memory usage per Container is 1Gi, but request is 2Gi]"#),
+        refused.contains(r#"pods "big" is forbidden: [minimum cpu usage per Container is 100m, but request is 50m, maximum memory usage per Container is 1Gi, but limit is 2Gi]"#),
         "{refused}"
     );
 }

@@ -594,7 +594,7 @@ fn validating_plugins_judge_the_pod_that_mutating_webhooks_made() {
     );
     assert!(
         err.contains(
-            r#"pods "grown" is forbidden: [maximum memory usage per Container is 1Gi, but limit is 2Gi, maximum memory usage per Container is 1Gi, but request is 2Gi]"#
+            r#"pods "grown" is forbidden: maximum memory usage per Container is 1Gi, but limit is 2Gi"#
         ),
         "{err}"
     );
