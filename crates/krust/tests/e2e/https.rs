@@ -102,6 +102,9 @@ impl HttpsServer {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
+                // As Go's servers do: else a response's second segment waits for the
+                // client's delayed ACK (~40 ms).
+                let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let recorded = recorded.clone();
                 tokio::spawn(async move {
