@@ -114,6 +114,11 @@ pub struct JobController {
     expectations: Arc<Expectations>,
     events: EventRecorder,
     backoff: Mutex<HashMap<String, Backoff>>,
+    /// The Job as this controller last wrote its status, until the cache catches up. The
+    /// pod cache can be ahead of the Job cache: it may show pods whose finalizers were
+    /// removed after a status write the Job cache has not seen yet, and a pass reading
+    /// that older status would not count them and start pods beyond `completions`.
+    written: Mutex<HashMap<String, Arc<Job>>>,
 }
 
 impl JobController {
@@ -138,6 +143,7 @@ impl JobController {
             expectations: Arc::default(),
             events,
             backoff: Mutex::default(),
+            written: Mutex::default(),
         });
         jobs.add_handler(Arc::new(JobEvents(controller.clone())));
         pods.add_handler(Arc::new(PodEvents(controller.clone())));
@@ -155,6 +161,7 @@ impl EventHandler<Job> for JobEvents {
         let key = key_of(&job.metadata);
         self.0.expectations.forget(&key);
         self.0.backoff.locked().remove(&key);
+        self.0.written.locked().remove(&key);
         // Its pods' finalizers must go.
         self.0.queue.add(key);
     }
@@ -405,7 +412,7 @@ impl Reconciler for JobController {
             p.metadata.namespace.as_deref() == Some(ns)
                 && controller_of(&p.metadata).is_some_and(|r| r.kind == "Job" && r.name == name)
         });
-        let job = self.jobs.get(Some(ns), name);
+        let job = self.jobs.get(Some(ns), name).map(|j| self.newest(key, j));
         let uid = job.as_ref().and_then(|j| j.uid());
         let (owned, strays): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = pods.into_iter().partition(|p| {
             controller_of(&p.metadata).is_some_and(|r| Some(&r.uid) == uid.as_ref())
@@ -460,10 +467,28 @@ impl JobController {
     async fn write_status(&self, key: &str, job: &Job, status: JobStatus) -> Result<Job, Error> {
         let mut updated = job.clone();
         updated.status = Some(status);
-        Api::<Job>::namespaced(self.client.clone(), split_key(key).0)
+        let written = Api::<Job>::namespaced(self.client.clone(), split_key(key).0)
             .replace_status(&job.name_any(), &PostParams::default(), &updated)
             .await
-            .map_err(|e| Error::api("updating status of job", key, e))
+            .map_err(|e| Error::api("updating status of job", key, e))?;
+        self.written
+            .locked()
+            .insert(key.to_string(), Arc::new(written.clone()));
+        Ok(written)
+    }
+
+    /// The cached Job, or the one last written when the cache is behind it (see
+    /// `written`).
+    fn newest(&self, key: &str, cached: Arc<Job>) -> Arc<Job> {
+        let version = |j: &Job| j.resource_version().and_then(|v| v.parse::<u64>().ok());
+        let mut written = self.written.locked();
+        match written.get(key) {
+            Some(w) if w.uid() == cached.uid() && version(w) > version(&cached) => w.clone(),
+            _ => {
+                written.remove(key);
+                cached
+            }
+        }
     }
 
     async fn sync(
