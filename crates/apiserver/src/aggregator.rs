@@ -97,12 +97,14 @@ impl Aggregator {
     }
 }
 
-/// Sends a request for an aggregated group version to its apiserver, as the caller.
+/// Sends a request for an aggregated group version to its apiserver, as the caller;
+/// `watch` as the request's info says (its verb).
 pub async fn proxy(
     api: &Api,
     backend: &Backend,
     user: &User,
     parts: &http::request::Parts,
+    watch: bool,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let path = parts
@@ -143,7 +145,7 @@ pub async fn proxy(
     // A watch streams for as long as the client keeps it; any other answer comes whole
     // within the limit, as upstream's (a backend failing midway is then a 503, not a
     // short answer).
-    let (parts, body) = if is_watch(&parts.uri) {
+    let (parts, body) = if watch {
         let resp = client.open(&target, backend.trust(), req, PROXY_TIMEOUT);
         let (parts, body) = resp.await.map_err(unreachable)?.into_parts();
         (parts, response::streamed(body))
@@ -162,15 +164,6 @@ pub async fn proxy(
             .unwrap_or(http::HeaderValue::from_static("application/json")),
     );
     Ok(out)
-}
-
-/// Whether a request is a watch (`?watch=true`, or the old `/watch/` paths).
-fn is_watch(uri: &http::Uri) -> bool {
-    let query = uri.query().unwrap_or_default();
-    query
-        .split('&')
-        .any(|p| p == "watch=true" || p == "watch=1")
-        || uri.path().contains("/watch/")
 }
 
 /// Keeps the APIServices in step: Local ones for what krust serves, the Available

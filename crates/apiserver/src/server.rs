@@ -461,7 +461,8 @@ async fn serve_admitted(
             // still sending see a reset instead of the Status.
             let body = read_body(body).await?;
             if let Some(backend) = api.aggregator.backend(&info.group, &info.version) {
-                return crate::aggregator::proxy(api, &backend, &user, &parts, body).await;
+                let watch = info.verb == crate::request::Verb::Watch;
+                return crate::aggregator::proxy(api, &backend, &user, &parts, watch, body).await;
             }
             serve_resource(api, user, (info, query, annotations), &parts.headers, body).await
         }
