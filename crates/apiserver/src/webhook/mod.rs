@@ -410,14 +410,14 @@ pub async fn validate(
     let (mut objects, mut olds) = (Versions::new(obj), Versions::new(old));
     objects.prepare(call, call.kind).await?;
     olds.prepare(call, call.kind).await?;
+    let kinds = equivalents(call);
     // Policies first, as upstream's plugin order has them.
     if bound {
-        policy::validate(call, operation, &mut objects, &mut olds).await?;
+        policy::validate(call, operation, &kinds, (&mut objects, &mut olds)).await?;
     }
     if hooks.is_empty() {
         return Ok(());
     }
-    let kinds = equivalents(call);
     let mut chosen = Vec::new();
     for hook in &hooks {
         let mut attrs = attributes(call, operation, obj, old);

@@ -260,19 +260,19 @@ pub fn bound(call: &Call<'_>) -> bool {
 
 /// Applies every bound policy to the request, each in the version it asks for; the first
 /// Deny refuses it. Failures under the Audit action and the policies' audit annotations
-/// go on the request's audit events, refused or not. `objects` and `olds` hold the
-/// request's objects, prepared in the request's version.
+/// go on the request's audit events, refused or not. `kinds`: the versions the request
+/// may be seen in (its own first); `objects` and `olds` hold the request's objects,
+/// prepared in the request's version.
 pub async fn validate(
     call: &Call<'_>,
     operation: Operation,
-    objects: &mut Versions<'_>,
-    olds: &mut Versions<'_>,
+    kinds: &[&'static Kind],
+    (objects, olds): (&mut Versions<'_>, &mut Versions<'_>),
 ) -> Result<(), ApiError> {
-    let kinds = super::equivalents(call);
     let chosen = {
         let object = objects.find(call.kind);
         let mut a = super::attributes(call, operation, object, olds.find(call.kind));
-        applicable(call, &kinds, &mut a)
+        applicable(call, kinds, &mut a)
     };
     for c in &chosen {
         objects.prepare(call, c.kind).await?;
