@@ -11,6 +11,7 @@ pub mod panics;
 pub mod quantity;
 pub mod quota;
 pub mod registry;
+pub mod resource_metrics;
 pub mod selector;
 pub mod status;
 pub mod sync;

@@ -11,7 +11,7 @@
 //! most once a second per node): `kubectl top pod` shows a new pod as soon as that rule
 //! allows instead of up to a resolution later.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -171,14 +171,17 @@ pub struct Samples {
     /// How often nodes are scraped (zero: never).
     resolution: Duration,
     nodes: Mutex<HashMap<String, Series>>,
-    /// Each container's series, with the node it was seen on.
-    containers: Mutex<HashMap<ContainerKey, (String, Series)>>,
+    /// Each node's containers' series (by node, so that a scrape replaces its node's
+    /// containers without looking at the others').
+    containers: Mutex<HashMap<String, BTreeMap<ContainerKey, Series>>>,
     /// Nodes whose kubelet did not answer: (failures in a row, rounds still skipped).
     /// A node that never answers (a simulated one, a dead one) costs a connection
     /// attempt every few minutes, not every round.
     failing: Mutex<HashMap<String, (u32, u32)>>,
     /// When each node was last scraped for a read (see [`Samples::refresh`]).
     refreshed: Mutex<HashMap<String, std::time::Instant>>,
+    /// Each node's kubelet connection, kept between scrapes (see [`fetch`]).
+    connections: Mutex<HashMap<String, Connection>>,
 }
 
 /// Most rounds a failing node is skipped (5 minutes at the default resolution).
@@ -196,17 +199,18 @@ impl Samples {
         self.nodes.locked().get(name)?.usage()
     }
 
-    /// Each container's usage of a pod, by container name.
-    pub fn pod(&self, namespace: &str, pod: &str) -> Vec<(String, Usage)> {
-        let mut out: Vec<(String, Usage)> = self
-            .containers
-            .locked()
-            .iter()
-            .filter(|((ns, p, _), _)| ns == namespace && p == pod)
-            .filter_map(|((_, _, c), (_, series))| Some((c.clone(), series.usage()?)))
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+    /// Each container's usage of a pod on `node`, by container name.
+    pub fn pod(&self, node: &str, namespace: &str, pod: &str) -> Vec<(String, Usage)> {
+        let containers = self.containers.locked();
+        let Some(on_node) = containers.get(node) else {
+            return Vec::new();
+        };
+        let first = (namespace.to_string(), pod.to_string(), String::new());
+        on_node
+            .range(first..)
+            .take_while(|((ns, p, _), _)| ns == namespace && p == pod)
+            .filter_map(|((_, _, c), series)| Some((c.clone(), series.usage()?)))
+            .collect()
     }
 
     /// Takes in one scrape of a node's kubelet; the node's containers that were not in
@@ -223,13 +227,10 @@ impl Samples {
                 .push(p, resolution);
         }
         let mut containers = self.containers.locked();
-        containers.retain(|k, (on, _)| on != node || scrape.containers.contains_key(k));
+        let on_node = containers.entry(node.to_string()).or_default();
+        on_node.retain(|k, _| scrape.containers.contains_key(k));
         for (key, p) in scrape.containers {
-            let entry = containers
-                .entry(key)
-                .or_insert_with(|| (node.to_string(), Series::default()));
-            entry.0 = node.to_string();
-            entry.1.push(p, resolution);
+            on_node.entry(key).or_default().push(p, resolution);
         }
     }
 
@@ -271,13 +272,20 @@ impl Samples {
     }
 
     /// Forgets nodes that are gone.
-    fn keep_nodes(&self, live: &[String]) {
-        self.refreshed.locked().retain(|n, _| live.contains(n));
-        self.failing.locked().retain(|n, _| live.contains(n));
-        self.nodes.locked().retain(|n, _| live.contains(n));
+    fn keep_nodes(&self, live: &HashSet<&str>) {
+        self.connections
+            .locked()
+            .retain(|n, _| live.contains(n.as_str()));
+        self.refreshed
+            .locked()
+            .retain(|n, _| live.contains(n.as_str()));
+        self.failing
+            .locked()
+            .retain(|n, _| live.contains(n.as_str()));
+        self.nodes.locked().retain(|n, _| live.contains(n.as_str()));
         self.containers
             .locked()
-            .retain(|_, (n, _)| live.contains(n));
+            .retain(|n, _| live.contains(n.as_str()));
     }
 }
 
@@ -385,7 +393,8 @@ pub async fn scrape(api: Arc<Api>, resolution: Duration) {
             .iter()
             .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
             .collect();
-        api.resource_metrics.keep_nodes(&names);
+        api.resource_metrics
+            .keep_nodes(&names.iter().map(String::as_str).collect());
         let scrapes = nodes
             .iter()
             .filter(|n| is_ready(n))
@@ -407,7 +416,7 @@ async fn scrape_node(api: &Api, node: &Value) {
     let Some((host, port)) = crate::connect::kubelet_address(node) else {
         return;
     };
-    match fetch(api, &host, port).await {
+    match fetch(api, name, &host, port).await {
         Ok(text) => api.resource_metrics.record(name, &text),
         Err(err) => {
             tracing::debug!(node = %name, %err, "scraping the kubelet failed");
@@ -454,31 +463,64 @@ fn is_ready(node: &Value) -> bool {
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
-/// GET `https://host:port/metrics/resource` with the kubelet client certificate.
-async fn fetch(api: &Api, host: &str, port: u16) -> anyhow::Result<String> {
+/// GET `https://host:port/metrics/resource` with the kubelet client certificate, over
+/// the node's kept connection when it has one (as metrics-server's HTTP client keeps
+/// them: a TLS handshake per node and round would cost more than the scrape).
+async fn fetch(api: &Api, node: &str, host: &str, port: u16) -> anyhow::Result<String> {
     const TIMEOUT: Duration = Duration::from_secs(5);
     let work = async {
-        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
-        let tls = api
-            .kubelet
-            .tls
-            .connect(ServerName::try_from(host.to_string())?, tcp)
-            .await?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-        tokio::spawn(conn);
-        let req = http::Request::get("/metrics/resource")
-            .header(http::header::HOST, format!("{host}:{port}"))
-            .body(Empty::<Bytes>::new())?;
-        let resp = sender.send_request(req).await?;
-        anyhow::ensure!(
-            resp.status() == StatusCode::OK,
-            "answered {}",
-            resp.status()
-        );
-        let body = resp.into_body().collect().await?.to_bytes();
-        Ok(String::from_utf8_lossy(&body).into_owned())
+        let kept = api.resource_metrics.connections.locked().remove(node);
+        let reusable = kept.filter(|k| k.host == host && k.port == port && !k.sender.is_closed());
+        let mut kept = match reusable {
+            Some(kept) => kept,
+            None => dial(api, host, port).await?,
+        };
+        let text = get_metrics(&mut kept).await?;
+        api.resource_metrics
+            .connections
+            .locked()
+            .insert(node.to_string(), kept);
+        Ok(text)
     };
     tokio::time::timeout(TIMEOUT, work).await?
+}
+
+/// An open HTTP/1.1 connection to a kubelet.
+struct Connection {
+    host: String,
+    port: u16,
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+}
+
+async fn dial(api: &Api, host: &str, port: u16) -> anyhow::Result<Connection> {
+    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+    let tls = api
+        .kubelet
+        .tls
+        .connect(ServerName::try_from(host.to_string())?, tcp)
+        .await?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(conn);
+    Ok(Connection {
+        host: host.to_string(),
+        port,
+        sender,
+    })
+}
+
+async fn get_metrics(c: &mut Connection) -> anyhow::Result<String> {
+    c.sender.ready().await?;
+    let req = http::Request::get("/metrics/resource")
+        .header(http::header::HOST, format!("{}:{}", c.host, c.port))
+        .body(Empty::<Bytes>::new())?;
+    let resp = c.sender.send_request(req).await?;
+    anyhow::ensure!(
+        resp.status() == StatusCode::OK,
+        "answered {}",
+        resp.status()
+    );
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 fn cpu(nano_cores: u64) -> Quantity {
@@ -534,6 +576,7 @@ fn pod_metrics(api: &Api, pod: &Value) -> Option<PodMetrics> {
         return None;
     }
     let usage = api.resource_metrics.pod(
+        pod["spec"]["nodeName"].as_str()?,
         pod["metadata"]["namespace"].as_str()?,
         pod["metadata"]["name"].as_str()?,
     );
@@ -654,7 +697,7 @@ mod tests {
         let node = samples.node("n1").unwrap();
         assert_eq!(node.nano_cores, 1_500_000_000, "3 core-seconds in 2 s");
         assert_eq!((node.memory_bytes, node.window_millis), (4096, 2000));
-        let pod = samples.pod("default", "web");
+        let pod = samples.pod("n1", "default", "web");
         assert_eq!(pod.len(), 1);
         assert_eq!(pod[0].0, "c");
         assert_eq!(pod[0].1.nano_cores, 250_000_000);
@@ -664,8 +707,8 @@ mod tests {
             "n1",
             "node_cpu_usage_seconds_total 104 13000\nnode_memory_working_set_bytes 1 13000\n",
         );
-        assert!(samples.pod("default", "web").is_empty());
-        samples.keep_nodes(&[]);
+        assert!(samples.pod("n1", "default", "web").is_empty());
+        samples.keep_nodes(&HashSet::new());
         assert_eq!(samples.node("n1"), None);
     }
 
@@ -683,7 +726,7 @@ mod tests {
         let usage = |started: f64| {
             let samples = Samples::new(Duration::from_secs(15));
             samples.record("n1", &fresh_scrape(started));
-            samples.pod("default", "web").first().map(|(_, u)| *u)
+            samples.pod("n1", "default", "web").first().map(|(_, u)| *u)
         };
         let u = usage(88.0).expect("12 s old: one sample is enough");
         assert_eq!((u.nano_cores, u.window_millis), (250_000_000, 12_000));
@@ -694,7 +737,7 @@ mod tests {
         let samples = Samples::new(Duration::from_secs(15));
         samples.record("n1", &fresh_scrape(50.0).replace(" 100000", " 60000"));
         samples.record("n1", &fresh_scrape(89.0));
-        let (_, u) = samples.pod("default", "web")[0];
+        let (_, u) = samples.pod("n1", "default", "web")[0];
         assert_eq!(u.window_millis, 11_000, "counted from the new start");
     }
 

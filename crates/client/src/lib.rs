@@ -1,7 +1,8 @@
 //! What krust's components share on top of kube-rs, as client-go's `tools` packages
 //! are shared by upstream's:
 //! - [`connect`]: the HTTP/2 API client; [`certificate`]: a client or serving
-//!   certificate replaced while in use (rotation);
+//!   certificate replaced while in use (rotation); [`csr`]: certificates through the
+//!   CertificateSigningRequest API;
 //! - the one way to watch, read top to bottom: [`informer`] (a list+watch of a kind
 //!   feeding a [`cache`] and event handlers, shared per kind), [`queue`] (the
 //!   deduplicating, rate-limited work queue between handlers and reconcilers);
@@ -20,6 +21,7 @@ pub mod backoff;
 pub mod cache;
 pub mod certificate;
 pub mod connect;
+pub mod csr;
 pub mod endpoints;
 pub mod events;
 pub mod informer;

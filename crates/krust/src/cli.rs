@@ -244,11 +244,12 @@ async fn server(args: ServerArgs) -> Result<()> {
         // fits, so they act as the admin.
         let (nodes, kubeconfig) = (args.sim_nodes, apiserver.kubeconfig.clone());
         components.push(InProcess::spawn("sim", move |stop| async move {
+            let (client, client_ca) = krust_client::connect::from_kubeconfig(&kubeconfig).await?;
             let config = krust_sim::Config {
                 nodes,
+                client_ca,
                 ..krust_sim::Config::default()
             };
-            let (client, _) = krust_client::connect::from_kubeconfig(&kubeconfig).await?;
             krust_sim::run(client, config, stop)
                 .await
                 .context("simulating nodes")

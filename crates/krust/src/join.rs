@@ -88,7 +88,9 @@ async fn bootstrap(server: &str, ca: &str, token: &JoinToken, node_name: &str) -
         .await
     {
         Ok(issued) => Ok(issued),
-        Err(CertificateError::Create(kube::Error::Api(status))) if status.code == 401 => bail!(
+        Err(CertificateError::Request(krust_client::csr::Error::Create(kube::Error::Api(
+            status,
+        )))) if status.code == 401 => bail!(
             "{server} refused the join token (401 Unauthorized): check --token, or create \
              a new one with `krust token create` on the server"
         ),

@@ -48,6 +48,10 @@ pub struct SimArgs {
     /// How often each node refreshes its Ready condition.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     status_interval: Duration,
+    /// The port on which the simulated kubelets serve their resource metrics (each node
+    /// on its own loopback address); 0 picks a free one.
+    #[arg(long, default_value_t = 0)]
+    kubelet_port: u16,
 }
 
 impl SimArgs {
@@ -59,6 +63,7 @@ impl SimArgs {
             pod_ready_delay: self.pod_ready_delay,
             lease_interval: self.lease_interval,
             status_interval: self.status_interval,
+            kubelet_port: self.kubelet_port,
             ..krust_sim::Config::default()
         };
         let q = |s: &str| Quantity(s.to_string());
@@ -117,9 +122,11 @@ fn taint(s: &str) -> Result<Taint> {
 
 /// `krust sim`: runs until SIGTERM or Ctrl-C.
 pub async fn run(args: SimArgs) -> Result<()> {
-    let config = args.config()?;
+    let mut config = args.config()?;
     let yaml = args.kubeconfig.read()?;
-    let client = krust_client::connect::from_kubeconfig(&yaml).await?.0;
+    let (client, ca) = krust_client::connect::from_kubeconfig(&yaml).await?;
+    // The apiserver's kubelet client certificate comes from the cluster CA.
+    config.client_ca = ca;
     krust_sim::run(client, config, crate::cli::shutdown_signal())
         .await
         .context("simulating nodes")

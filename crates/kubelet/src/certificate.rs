@@ -11,46 +11,19 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestSpec,
-};
 use krust_client::certificate::RotatingCertificate;
-use kube::api::{Api, ObjectMeta, PostParams};
+pub use krust_client::csr::Issued;
 use x509_parser::pem::parse_x509_pem;
 
 /// The signer of kubelets' client certificates.
 pub const CLIENT_KUBELET_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// The signer of kubelets' serving certificates.
 pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
-/// How often the request is looked at while it waits for its certificate.
-const POLL: Duration = Duration::from_millis(250);
-
-/// A certificate and its private key (PEM).
-pub struct Issued {
-    pub cert: String,
-    pub key: String,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CertificateError {
-    #[error("generating the key and request: {0}")]
-    Generate(#[from] rcgen::Error),
-    #[error("creating the CertificateSigningRequest: {0}")]
-    Create(#[source] kube::Error),
-    #[error("reading CertificateSigningRequest {name}: {source}")]
-    Read {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("CertificateSigningRequest {name} was {condition}: {message}")]
-    Refused {
-        name: String,
-        condition: String,
-        message: String,
-    },
-    #[error("CertificateSigningRequest {name} got no certificate within {waited:?}")]
-    TimedOut { name: String, waited: Duration },
+    #[error(transparent)]
+    Request(#[from] krust_client::csr::Error),
     #[error("keeping the certificate: {0}")]
     Store(#[source] std::io::Error),
     #[error("the issued certificate: {0}")]
@@ -80,12 +53,11 @@ impl Purpose {
     }
 
     /// The key usages upstream's kubelet asks for with an ECDSA key.
-    fn usages(&self) -> Vec<String> {
-        let extended = match self {
-            Purpose::Client => "client auth",
-            Purpose::Serving { .. } => "server auth",
-        };
-        vec!["digital signature".into(), extended.into()]
+    fn usages(&self) -> &'static [&'static str] {
+        match self {
+            Purpose::Client => &["digital signature", "client auth"],
+            Purpose::Serving { .. } => &["digital signature", "server auth"],
+        }
     }
 
     fn names(&self) -> &[String] {
@@ -161,42 +133,20 @@ pub async fn request_certificate(
     purpose: &Purpose,
     timeout: Duration,
 ) -> Result<Issued, CertificateError> {
-    let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::new(purpose.names().to_vec())?;
-    let mut subject = rcgen::DistinguishedName::new();
-    subject.push(rcgen::DnType::CommonName, node_user(node_name));
-    subject.push(rcgen::DnType::OrganizationName, "system:nodes");
-    params.distinguished_name = subject;
-    let request = params.serialize_request(&key)?.pem()?;
-    let prefix = match purpose {
-        Purpose::Client => "node-csr-",
-        Purpose::Serving { .. } => "csr-",
-    };
-    let csr = CertificateSigningRequest {
-        metadata: ObjectMeta {
-            generate_name: Some(prefix.into()),
-            ..Default::default()
+    let request = krust_client::csr::Request {
+        common_name: &node_user(node_name),
+        organization: "system:nodes",
+        names: purpose.names(),
+        signer: purpose.signer(),
+        usages: purpose.usages(),
+        generate_name: match purpose {
+            Purpose::Client => "node-csr-",
+            Purpose::Serving { .. } => "csr-",
         },
-        spec: CertificateSigningRequestSpec {
-            request: k8s_openapi::ByteString(request.into_bytes()),
-            signer_name: purpose.signer().into(),
-            usages: Some(purpose.usages()),
-            ..Default::default()
-        },
-        status: None,
     };
-    let api: Api<CertificateSigningRequest> = Api::all(client.clone());
-    let created = api
-        .create(&PostParams::default(), &csr)
-        .await
-        .map_err(CertificateError::Create)?;
-    let name = created.metadata.name.unwrap_or_default();
-    tracing::info!(csr = %name, purpose = purpose.describe(), "requested a node certificate");
-    let cert = wait_for_certificate(&api, &name, timeout).await?;
-    Ok(Issued {
-        cert,
-        key: key.serialize_pem(),
-    })
+    let pending = krust_client::csr::create(client, &request).await?;
+    tracing::info!(csr = %pending.name, purpose = purpose.describe(), "requested a node certificate");
+    Ok(pending.issued(client, timeout).await?)
 }
 
 /// Where a node certificate and its key are kept (PEM files, the key mode 0600).
@@ -360,47 +310,6 @@ impl Rotation {
                 }
             }
         }
-    }
-}
-
-/// The certificate of request `name` once signed; an error once denied or failed.
-async fn wait_for_certificate(
-    api: &Api<CertificateSigningRequest>,
-    name: &str,
-    timeout: Duration,
-) -> Result<String, CertificateError> {
-    let started = tokio::time::Instant::now();
-    loop {
-        let csr = api
-            .get(name)
-            .await
-            .map_err(|source| CertificateError::Read {
-                name: name.into(),
-                source,
-            })?;
-        let status = csr.status.unwrap_or_default();
-        if let Some(refused) = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| (c.type_ == "Denied" || c.type_ == "Failed") && c.status == "True")
-        {
-            return Err(CertificateError::Refused {
-                name: name.into(),
-                condition: refused.type_.to_lowercase(),
-                message: refused.message.clone().unwrap_or_default(),
-            });
-        }
-        if let Some(cert) = status.certificate.filter(|c| !c.0.is_empty()) {
-            return Ok(String::from_utf8_lossy(&cert.0).into_owned());
-        }
-        if started.elapsed() >= timeout {
-            return Err(CertificateError::TimedOut {
-                name: name.into(),
-                waited: timeout,
-            });
-        }
-        tokio::time::sleep(POLL).await;
     }
 }
 

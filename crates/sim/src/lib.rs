@@ -11,10 +11,14 @@
 //! counter.
 //!
 //! - [`nodes`]: the Node and Lease objects and their heartbeats;
-//! - [`pods`]: the pods bound to simulated nodes.
+//! - [`pods`]: the pods bound to simulated nodes;
+//! - [`usage`]: what their containers use, which [`kubelet`] serves as a kubelet's
+//!   `/metrics/resource` for `kubectl top` and the HorizontalPodAutoscaler.
 
+pub mod kubelet;
 pub mod nodes;
 pub mod pods;
+pub mod usage;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -52,6 +56,12 @@ pub struct Config {
     pub status_interval: Duration,
     /// Writes in flight at once.
     pub concurrency: usize,
+    /// The port of the simulated kubelet endpoint (0: any free one, chosen when it
+    /// starts listening), which every node advertises.
+    pub kubelet_port: u16,
+    /// The CA whose client certificates may read the simulated kubelets (the
+    /// apiserver's kubelet client); without one, any client may.
+    pub client_ca: Option<String>,
 }
 
 impl Default for Config {
@@ -73,6 +83,8 @@ impl Default for Config {
             lease_interval: Duration::from_secs(10),
             status_interval: Duration::from_secs(300),
             concurrency: 32,
+            kubelet_port: 0,
+            client_ca: None,
         }
     }
 }
@@ -86,14 +98,26 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("listening on the simulated kubelet port {port}: {source}")]
+    Listen {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Registers the nodes, then keeps them alive and runs their pods until `shutdown`.
 pub async fn run(
     client: Client,
-    config: Config,
+    mut config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
+    let listen = |source| Error::Listen {
+        port: config.kubelet_port,
+        source,
+    };
+    let listener = kubelet::bind(config.kubelet_port).await.map_err(listen)?;
+    config.kubelet_port = listener.local_addr().map_err(listen)?.port();
     let config = Arc::new(config);
     let started = std::time::Instant::now();
     let fleet = nodes::Fleet::register(client.clone(), config.clone()).await?;
@@ -104,7 +128,20 @@ pub async fn run(
     );
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(fleet.clone().heartbeats());
-    tasks.spawn(pods::run(client, config, fleet));
+    let usage = Arc::new(usage::Usage::new(fleet.clone()));
+    tasks.spawn(pods::run(
+        client.clone(),
+        config.clone(),
+        fleet.clone(),
+        usage.clone(),
+    ));
+    tasks.spawn(async move {
+        if let Err(err) = kubelet::serve(client, config, listener, fleet, usage).await {
+            // The nodes and pods run on; only their metrics are missing.
+            tracing::warn!(%err, "the simulated kubelets serve no metrics");
+            std::future::pending::<()>().await;
+        }
+    });
     tokio::select! {
         _ = shutdown => {}
         _ = tasks.join_next() => tracing::error!("a simulation task ended"),

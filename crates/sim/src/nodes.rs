@@ -107,6 +107,36 @@ impl Fleet {
         self.nodes.contains_key(node)
     }
 
+    /// The name of the node whose address is `ip`, if it is one of the fleet's.
+    pub fn node_at(&self, ip: std::net::IpAddr) -> Option<String> {
+        let std::net::IpAddr::V4(ip) = ip else {
+            return None;
+        };
+        let name = format!("{}{}", self.config.name_prefix, node_index(ip)?);
+        self.contains(&name).then_some(name)
+    }
+
+    /// A fleet of `names` that talks to no apiserver (needs a Tokio runtime).
+    #[cfg(test)]
+    pub(crate) fn for_tests(names: &[&str]) -> Arc<Fleet> {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
+        Arc::new(Fleet {
+            client: Client::try_from(config).expect("a client"),
+            config: Arc::new(Config::default()),
+            nodes: names
+                .iter()
+                .enumerate()
+                .map(|(index, name)| {
+                    let node = SimNode {
+                        index,
+                        ..SimNode::default()
+                    };
+                    (name.to_string(), Mutex::new(node))
+                })
+                .collect(),
+        })
+    }
+
     /// The next pod IP of a node (addresses 2.. of its podCIDR, wrapping), and the
     /// node's own address; `None` until the node has a podCIDR.
     pub fn next_pod_ip(&self, node: &str) -> Option<(Ipv4Addr, Ipv4Addr)> {
@@ -215,9 +245,19 @@ impl EventHandler<Node> for Fleet {
     fn on_delete(&self, _node: &Arc<Node>) {}
 }
 
-/// The fake address of node `index` (10.200.0.0/16 onwards), for hostIP and addresses.
-fn node_ip(index: usize) -> Ipv4Addr {
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 200, 0, 0)) + 1 + index as u32)
+/// Simulated nodes' addresses start after this one.
+const FIRST_NODE_IP: Ipv4Addr = Ipv4Addr::new(127, 100, 0, 0);
+
+/// The address of node `index`: a loopback address of its own (127.100.0.1 onwards),
+/// on which the simulated kubelet endpoint answers for it (see [`crate::kubelet`]).
+pub fn node_ip(index: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(FIRST_NODE_IP) + 1 + index as u32)
+}
+
+/// The index of the node whose address is `ip`, if it is one.
+fn node_index(ip: Ipv4Addr) -> Option<usize> {
+    let offset = u32::from(ip).checked_sub(u32::from(FIRST_NODE_IP) + 1)?;
+    usize::try_from(offset).ok()
 }
 
 /// The Node object of simulated node `index`, status included.
@@ -295,7 +335,9 @@ pub fn node_object(config: &Config, index: usize) -> Node {
                 },
             ]),
             daemon_endpoints: Some(NodeDaemonEndpoints {
-                kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
+                kubelet_endpoint: Some(DaemonEndpoint {
+                    port: i32::from(config.kubelet_port),
+                }),
             }),
             node_info: Some(NodeSystemInfo {
                 architecture: "amd64".into(),
@@ -369,6 +411,7 @@ mod tests {
                 effect: "NoSchedule".into(),
                 ..Default::default()
             }],
+            kubelet_port: 40123,
             ..Config::default()
         }
     }
@@ -396,18 +439,14 @@ mod tests {
             (ready.status.as_str(), ready.reason.as_deref()),
             ("True", Some("KubeletReady"))
         );
-        assert_eq!(status.addresses.as_ref().unwrap()[0].address, "10.200.0.4");
+        assert_eq!(status.addresses.as_ref().unwrap()[0].address, "127.100.0.4");
+        let port = &status.daemon_endpoints.as_ref().unwrap().kubelet_endpoint;
+        assert_eq!(port.as_ref().unwrap().port, 40123);
     }
 
     #[tokio::test]
     async fn the_fleet_learns_pod_ranges_from_its_nodes_and_hands_out_addresses() {
-        let client =
-            Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
-        let fleet = Fleet {
-            client,
-            config: Arc::new(config()),
-            nodes: HashMap::from([("sim-node-0".to_string(), Mutex::new(SimNode::default()))]),
-        };
+        let fleet = Fleet::for_tests(&["sim-node-0"]);
         assert_eq!(fleet.next_pod_ip("sim-node-0"), None, "no range yet");
         let mut node = node_object(&config(), 0);
         node.metadata.uid = Some("u0".into());
@@ -422,5 +461,19 @@ mod tests {
         node.metadata.name = Some("elsewhere".into());
         fleet.on_apply(None, &Arc::new(node));
         assert_eq!(fleet.next_pod_ip("elsewhere"), None);
+    }
+
+    #[tokio::test]
+    async fn each_node_has_its_own_loopback_address() {
+        let fleet = Fleet::for_tests(&["sim-node-0", "sim-node-1"]);
+        let at = |ip: &str| fleet.node_at(ip.parse().unwrap());
+        assert_eq!(node_ip(1).to_string(), "127.100.0.2");
+        assert!(node_ip(1).is_loopback());
+        assert_eq!(at("127.100.0.2").as_deref(), Some("sim-node-1"));
+        assert_eq!(at("127.100.0.1").as_deref(), Some("sim-node-0"));
+        assert_eq!(at("127.100.0.3"), None, "not in the fleet");
+        assert_eq!(at("127.100.0.0"), None);
+        assert_eq!(at("10.0.0.1"), None);
+        assert_eq!(at("::1"), None);
     }
 }

@@ -88,8 +88,14 @@ struct Seen {
     finishing: HashSet<String>,
 }
 
-/// Watches pods and runs those bound to the fleet's nodes. Never returns.
-pub async fn run(client: Client, config: Arc<Config>, fleet: Arc<Fleet>) {
+/// Watches pods and runs those bound to the fleet's nodes, telling `usage` about them.
+/// Never returns.
+pub async fn run(
+    client: Client,
+    config: Arc<Config>,
+    fleet: Arc<Fleet>,
+    usage: Arc<crate::usage::Usage>,
+) {
     let (tx, rx) = mpsc::unbounded_channel::<Action>();
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -126,6 +132,7 @@ pub async fn run(client: Client, config: Arc<Config>, fleet: Arc<Fleet>) {
         seen,
         tx,
     }));
+    pods.add_handler(usage);
     pods.run().await
 }
 

@@ -353,7 +353,7 @@ impl HorizontalController {
             };
             let name = resource.name.as_str();
             let milli = name == "cpu";
-            let amount = |q: &str| scaled_value(q, if milli { -3 } else { 0 }).ok();
+            let amount = |q: &str| scaled_value(q, if milli { 3 } else { 0 }).ok();
             let samples: Vec<PodSample> = pods
                 .items
                 .iter()

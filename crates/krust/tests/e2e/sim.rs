@@ -188,3 +188,103 @@ fn annotated_pods_exit_so_jobs_run_to_the_end_on_simulated_nodes() {
         );
     }
 }
+
+/// `kubectl top` cell → millicores or MiB (the figures these tests use are whole).
+fn figure(cell: &str) -> u64 {
+    cell.trim_end_matches(['m', 'M', 'i']).parse().unwrap_or(0)
+}
+
+#[test]
+fn simulated_pods_report_their_usage_to_kubectl_top_and_the_autoscaler() {
+    let s = Server::start_with(&[
+        "--metric-resolution=1s",
+        "--horizontal-pod-autoscaler-sync-period=2s",
+    ]);
+    let _sim = Component::start(&s, "sim", "sim", &["--nodes=3"]);
+    // Each pod "uses" twice its CPU request: utilization 200 %.
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "load"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "load"}},
+            "template": {"metadata": {"labels": {"app": "load"}, "annotations": {
+                    "sim.krust.io/usage-cpu": "200m", "sim.krust.io/usage-memory": "64Mi"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": "100m"}}}]}}}});
+    s.ok_stdin(&["apply", "-f", "-"], &deployment.to_string());
+    s.ok(&["rollout", "status", "deployment/load", "--timeout=60s"]);
+
+    // The simulated kubelets serve what the pods say they use.
+    let top = wait_for("usage of both pods", DEADLINE, || {
+        let out = s.kubectl(&["top", "pod", "-l", "app=load", "--no-headers"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success() && text.lines().count() == 2).then_some(text)
+    });
+    for line in top.lines() {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert!((195..=205).contains(&figure(cells[1])), "{top}");
+        assert_eq!(figure(cells[2]), 64, "{top}");
+    }
+    let node = s.get_json(&["pods", "-l", "app=load"])["items"][0]["spec"]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let nodes = wait_for("node usage", DEADLINE, || {
+        let out = s.kubectl(&["top", "node", &node, "--no-headers"]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    });
+    let cells: Vec<&str> = nodes.split_whitespace().collect();
+    assert!(figure(cells[1]) >= 195, "{nodes}");
+
+    // The autoscaler wants 8 replicas for 50 %: the maximum, 4, limits it.
+    s.ok(&[
+        "autoscale",
+        "deployment",
+        "load",
+        "--cpu-percent=50",
+        "--min=1",
+        "--max=4",
+    ]);
+    s.ok(&[
+        "patch",
+        "hpa",
+        "load",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0}}}}"#,
+    ]);
+    // Once the new pods are measured too: 200 % of 100m on average.
+    let hpa = wait_for("four replicas, all measured", Duration::from_secs(60), || {
+        let hpa = s.get_json(&["hpa", "load"]);
+        let current = &hpa["status"]["currentMetrics"][0]["resource"]["current"];
+        (hpa["status"]["desiredReplicas"] == 4
+            && hpa["status"]["currentReplicas"] == 4
+            && current["averageUtilization"] == 200)
+            .then_some(hpa)
+    });
+    let current = &hpa["status"]["currentMetrics"][0]["resource"]["current"];
+    assert_eq!(current["averageValue"], "200m", "{hpa}");
+    let limited = condition(&hpa, "ScalingLimited").unwrap();
+    assert_eq!(
+        (&limited["status"], &limited["reason"]),
+        (&json!("True"), &json!("TooManyReplicas")),
+        "{hpa}"
+    );
+    s.ok(&["rollout", "status", "deployment/load", "--timeout=60s"]);
+
+    // The load drops: back to the minimum.
+    s.ok(&[
+        "annotate",
+        "pods",
+        "-l",
+        "app=load",
+        "--overwrite",
+        "sim.krust.io/usage-cpu=5m",
+    ]);
+    wait_for("one replica", Duration::from_secs(60), || {
+        let hpa = s.get_json(&["hpa", "load"]);
+        (hpa["status"]["desiredReplicas"] == 1
+            && s.get_json(&["deployment", "load"])["spec"]["replicas"] == 1)
+            .then_some(())
+    });
+}
