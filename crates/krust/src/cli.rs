@@ -130,6 +130,11 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 impl Cli {
+    /// Whether the command runs an apiserver.
+    pub fn serves_api(&self) -> bool {
+        matches!(self.command, Command::Server(_) | Command::Apiserver(_))
+    }
+
     pub async fn run(self) -> Result<()> {
         match self.command {
             Command::Server(args) => server(*args).await,

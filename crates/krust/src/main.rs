@@ -42,6 +42,21 @@ extern "C" fn tune_allocator() {
 #[unsafe(link_section = ".init_array")]
 static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;
 
+/// `mi_option_purge_delay`.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Components that watch and write through the apiserver allocate little once their
+/// caches are filled: they give freed memory back to the OS at once rather than after
+/// mimalloc's 10 ms delay, a purge that only runs when the allocator is next busy (an
+/// idle controller-manager kept ~6 MB of freed pages after a 10,000-pod scale-up: 26 MB
+/// of its own memory, 20 MB without the delay). A process serving the API keeps the
+/// delay: it allocates at a high rate, and api_bench's creates were a few % slower
+/// without it.
+fn give_back_freed_memory_at_once() {
+    // SAFETY: sets one of mimalloc's global options; any value is valid.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 fn main() -> Result<()> {
     // rustls needs its crypto provider chosen before any TLS config is built.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -53,6 +68,9 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = cli::Cli::parse();
+    if !cli.serves_api() {
+        give_back_freed_memory_at_once();
+    }
     raise_open_files_limit();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -254,14 +254,18 @@ fn simulated_pods_report_their_usage_to_kubectl_top_and_the_autoscaler() {
         r#"{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0}}}}"#,
     ]);
     // Once the new pods are measured too: 200 % of 100m on average.
-    let hpa = wait_for("four replicas, all measured", Duration::from_secs(60), || {
-        let hpa = s.get_json(&["hpa", "load"]);
-        let current = &hpa["status"]["currentMetrics"][0]["resource"]["current"];
-        (hpa["status"]["desiredReplicas"] == 4
-            && hpa["status"]["currentReplicas"] == 4
-            && current["averageUtilization"] == 200)
-            .then_some(hpa)
-    });
+    let hpa = wait_for(
+        "four replicas, all measured",
+        Duration::from_secs(60),
+        || {
+            let hpa = s.get_json(&["hpa", "load"]);
+            let current = &hpa["status"]["currentMetrics"][0]["resource"]["current"];
+            (hpa["status"]["desiredReplicas"] == 4
+                && hpa["status"]["currentReplicas"] == 4
+                && current["averageUtilization"] == 200)
+                .then_some(hpa)
+        },
+    );
     let current = &hpa["status"]["currentMetrics"][0]["resource"]["current"];
     assert_eq!(current["averageValue"], "200m", "{hpa}");
     let limited = condition(&hpa, "ScalingLimited").unwrap();
