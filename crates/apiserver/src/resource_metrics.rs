@@ -33,6 +33,7 @@ use crate::Api;
 use crate::request::Verb;
 use crate::response::{self, Response};
 use crate::rest::Call;
+use crate::watch_cache::CachedObject;
 
 pub const GROUP: &str = "metrics.k8s.io";
 pub const VERBS: &[&str] = &["get", "list"];
@@ -425,19 +426,15 @@ async fn scrape_node(api: &Api, node: &Value) {
     }
 }
 
-/// Before a read answers: scrapes the Ready nodes of `pods` (Running ones without
-/// usage) that may be scraped for a read now, waiting at most a second. Whether any
-/// node was scraped.
-async fn refresh(api: &Api, pods: &[&Value]) -> bool {
+/// Before a read answers: scrapes the Ready ones of `names` (the nodes of Running pods
+/// without usage) that may be scraped for a read now, waiting at most a second.
+/// Whether any node was scraped.
+async fn refresh(api: &Api, names: &std::collections::BTreeSet<&str>) -> bool {
     let Some(nodes) = api.cache.cache("/registry/minions/") else {
         return false;
     };
-    let names: std::collections::BTreeSet<&str> = pods
-        .iter()
-        .filter_map(|p| p["spec"]["nodeName"].as_str())
-        .collect();
     let wanted: Vec<Value> = names
-        .into_iter()
+        .iter()
         .filter_map(|n| nodes.get(&format!("/registry/minions/{n}")))
         .map(|n| n.value())
         .filter(is_ready)
@@ -626,31 +623,35 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
         }
     };
     let namespace = call.namespace();
-    let objects: Vec<Value> = if verb == Verb::Get {
+    let entries: Vec<Arc<CachedObject>> = if verb == Verb::Get {
         cache
             .get(&source.storage_key(namespace, call.name()))
-            .map(|o| o.value())
             .into_iter()
             .collect()
     } else {
-        cache
-            .list(&source.storage_prefix_in(namespace))
-            .0
-            .iter()
-            .filter(|o| selector.matches(&o.labels))
-            .map(|o| o.value())
-            .collect()
+        let (mut all, _) = cache.list(&source.storage_prefix_in(namespace));
+        all.retain(|o| selector.matches(&o.labels));
+        all
     };
-    let mut items: Vec<Option<Value>> = objects.iter().map(item).collect();
-    // Running pods without usage yet: their nodes are scraped now, if they may be.
-    let waiting: Vec<&Value> = objects
-        .iter()
-        .zip(&items)
-        .filter(|(o, i)| !nodes && i.is_none() && o["status"]["phase"] == "Running")
-        .map(|(o, _)| o)
-        .collect();
-    if !waiting.is_empty() && refresh(call.api, &waiting).await {
-        items = objects.iter().map(item).collect();
+    // One object decoded at a time: a list of 100,000 pods decoded at once took over
+    // a gigabyte for a moment, and seconds.
+    let mut items: Vec<Option<Value>> = Vec::with_capacity(entries.len());
+    let mut waiting: Vec<(usize, String)> = Vec::new();
+    for entry in &entries {
+        let obj = entry.value();
+        let found = item(&obj);
+        // Running pods without usage yet: their nodes are scraped now, if they may be.
+        if !nodes && found.is_none() && obj["status"]["phase"] == "Running" {
+            let node = obj["spec"]["nodeName"].as_str().unwrap_or_default();
+            waiting.push((items.len(), node.to_string()));
+        }
+        items.push(found);
+    }
+    let waiting_nodes = waiting.iter().map(|(_, node)| node.as_str()).collect();
+    if !waiting.is_empty() && refresh(call.api, &waiting_nodes).await {
+        for (i, _) in &waiting {
+            items[*i] = item(&entries[*i].value());
+        }
     }
     if verb == Verb::Get {
         return match items.into_iter().flatten().next() {
