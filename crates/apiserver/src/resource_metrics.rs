@@ -468,11 +468,21 @@ async fn fetch(api: &Api, node: &str, host: &str, port: u16) -> anyhow::Result<S
     let work = async {
         let kept = api.resource_metrics.connections.locked().remove(node);
         let reusable = kept.filter(|k| k.host == host && k.port == port && !k.sender.is_closed());
+        let reused = reusable.is_some();
         let mut kept = match reusable {
             Some(kept) => kept,
             None => dial(api, host, port).await?,
         };
-        let text = get_metrics(&mut kept).await?;
+        let text = match get_metrics(&mut kept).await {
+            Ok(text) => text,
+            // The kubelet may close a kept connection at any moment: one more try on a
+            // new one, as Go's HTTP client retries an idempotent request.
+            Err(_) if reused => {
+                kept = dial(api, host, port).await?;
+                get_metrics(&mut kept).await?
+            }
+            Err(err) => return Err(err),
+        };
         api.resource_metrics
             .connections
             .locked()

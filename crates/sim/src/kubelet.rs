@@ -5,10 +5,12 @@
 //! a connection's destination says which node it asks. It answers
 //! `/metrics/resource` from [`crate::usage`] and 404 to anything else.
 //!
-//! The serving certificate names every node's address. The simulator requests it from
-//! the `kubernetes.io/kubelet-serving` signer and approves the request itself, as the
-//! administrator it runs as: the controllers approve a node's own request only. Clients
-//! must present a certificate from the cluster CA, as a kubelet requires.
+//! The serving certificates name the nodes' addresses, 4,096 to a certificate. The
+//! simulator requests them from the `kubernetes.io/kubelet-serving` signer and approves
+//! the requests itself, as the administrator it runs as (the controllers approve a
+//! node's own request only), and asks again until they are issued; they are not renewed
+//! (the signer's default is a year). Clients must present a certificate from the
+//! cluster CA, as a kubelet requires.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,12 +36,15 @@ use crate::usage::Usage;
 
 /// How long the serving certificate may take to be signed.
 const ISSUE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many node addresses one serving certificate names: a TLS handshake message may
+/// not exceed 64 KiB, which one certificate for every node passes at ~10,000 nodes.
+const NODES_PER_CERTIFICATE: usize = 4096;
 /// How long a client may take to complete its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Why the endpoint could not start.
+/// Why a serving certificate could not be had.
 #[derive(Debug, thiserror::Error)]
-pub enum EndpointError {
+enum CertificateError {
     #[error("requesting the serving certificate: {0}")]
     Request(#[from] csr::Error),
     #[error("approving CertificateSigningRequest {name}: {source}")]
@@ -57,16 +62,18 @@ pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
     TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port)).await
 }
 
-/// Obtains the serving certificate, then serves the fleet's nodes for ever.
+/// Obtains the serving certificates, then serves the fleet's nodes for ever.
 pub async fn serve(
     client: Client,
     config: Arc<Config>,
     listener: TcpListener,
     fleet: Arc<Fleet>,
     usage: Arc<Usage>,
-) -> Result<(), EndpointError> {
-    let issued = serving_certificate(&client, &config).await?;
-    let tls = acceptor(&issued, config.client_ca.as_deref())?;
+) {
+    let mut acceptors = Vec::new();
+    for block in 0..config.nodes.div_ceil(NODES_PER_CERTIFICATE) {
+        acceptors.push(acceptor_for(&client, &config, block).await);
+    }
     tracing::info!(
         port = config.kubelet_port,
         "simulated kubelets serve /metrics/resource"
@@ -81,10 +88,13 @@ pub async fn serve(
             }
         };
         // Only the nodes' own addresses are served.
-        let Some(node) = tcp.local_addr().ok().and_then(|a| fleet.node_at(a.ip())) else {
+        let Some((index, node)) = tcp.local_addr().ok().and_then(|a| fleet.node_at(a.ip())) else {
             continue;
         };
-        let (tls, usage) = (tls.clone(), usage.clone());
+        let Some(tls) = acceptors.get(index / NODES_PER_CERTIFICATE).cloned() else {
+            continue;
+        };
+        let usage = usage.clone();
         tokio::spawn(async move {
             let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await
             else {
@@ -98,6 +108,27 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), answer)
                 .await;
         });
+    }
+}
+
+/// The TLS acceptor of the nodes of `block`, with their certificate once issued: a
+/// request that fails (no signer running yet, approval refused) is made again later.
+async fn acceptor_for(client: &Client, config: &Config, block: usize) -> TlsAcceptor {
+    const MAX_PAUSE: Duration = Duration::from_secs(300);
+    let mut pause = Duration::from_secs(2);
+    loop {
+        let attempt = async {
+            let issued = serving_certificate(client, config, block).await?;
+            acceptor(&issued, config.client_ca.as_deref())
+        };
+        match attempt.await {
+            Ok(acceptor) => return acceptor,
+            Err(err) => {
+                tracing::warn!(%err, retry_in = ?pause, "no serving certificate for the simulated kubelets yet");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+        }
     }
 }
 
@@ -118,12 +149,13 @@ fn answer(req: &Request<Incoming>, node: &str, usage: &Usage) -> Response<Full<B
     text(StatusCode::OK, render(&node, &containers))
 }
 
-/// A certificate for every node address, requested and approved.
+/// A certificate for the addresses of the nodes of `block`, requested and approved.
 async fn serving_certificate(
     client: &Client,
     config: &Config,
-) -> Result<csr::Issued, EndpointError> {
-    let names: Vec<String> = (0..config.nodes).map(|i| node_ip(i).to_string()).collect();
+    block: usize,
+) -> Result<csr::Issued, CertificateError> {
+    let names = addresses(config.nodes, block);
     let common_name = format!("system:node:{}", config.name_prefix.trim_end_matches('-'));
     let request = csr::Request {
         common_name: &common_name,
@@ -145,15 +177,25 @@ async fn serving_certificate(
             &Patch::Merge(&approval),
         )
         .await
-        .map_err(|source| EndpointError::Approve {
+        .map_err(|source| CertificateError::Approve {
             name: pending.name.clone(),
             source,
         })?;
     Ok(pending.issued(client, ISSUE_TIMEOUT).await?)
 }
 
-fn acceptor(issued: &csr::Issued, client_ca: Option<&str>) -> Result<TlsAcceptor, EndpointError> {
-    let fail = |e: &dyn std::fmt::Display| EndpointError::Tls(e.to_string());
+/// The addresses of the nodes of `block`, of `nodes` in all.
+fn addresses(nodes: usize, block: usize) -> Vec<String> {
+    let first = block * NODES_PER_CERTIFICATE;
+    let last = (first + NODES_PER_CERTIFICATE).min(nodes);
+    (first..last).map(|i| node_ip(i).to_string()).collect()
+}
+
+fn acceptor(
+    issued: &csr::Issued,
+    client_ca: Option<&str>,
+) -> Result<TlsAcceptor, CertificateError> {
+    let fail = |e: &dyn std::fmt::Display| CertificateError::Tls(e.to_string());
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(issued.cert.as_bytes())
             .collect::<Result<_, _>>()
@@ -184,4 +226,21 @@ fn acceptor(issued: &csr::Issued, client_ca: Option<&str>) -> Result<TlsAcceptor
     let mut tls = builder.with_single_cert(chain, key).map_err(|e| fail(&e))?;
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(tls)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_certificate_names_a_block_of_node_addresses() {
+        let (first, second) = (addresses(5000, 0), addresses(5000, 1));
+        assert_eq!((first.len(), second.len()), (4096, 904));
+        assert_eq!(first[0], "127.100.0.1");
+        // Node 4096 is the first of the second block, as the listener picks it.
+        assert_eq!(second[0], node_ip(4096).to_string());
+        assert_eq!(second[0], "127.100.16.1");
+        assert!(addresses(5000, 2).is_empty());
+        assert_eq!(5000usize.div_ceil(NODES_PER_CERTIFICATE), 2);
+    }
 }

@@ -135,13 +135,7 @@ pub async fn run(
         fleet.clone(),
         usage.clone(),
     ));
-    tasks.spawn(async move {
-        if let Err(err) = kubelet::serve(client, config, listener, fleet, usage).await {
-            // The nodes and pods run on; only their metrics are missing.
-            tracing::warn!(%err, "the simulated kubelets serve no metrics");
-            std::future::pending::<()>().await;
-        }
-    });
+    tasks.spawn(kubelet::serve(client, config, listener, fleet, usage));
     tokio::select! {
         _ = shutdown => {}
         _ = tasks.join_next() => tracing::error!("a simulation task ended"),

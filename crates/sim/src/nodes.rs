@@ -107,13 +107,14 @@ impl Fleet {
         self.nodes.contains_key(node)
     }
 
-    /// The name of the node whose address is `ip`, if it is one of the fleet's.
-    pub fn node_at(&self, ip: std::net::IpAddr) -> Option<String> {
+    /// The index and name of the node whose address is `ip`, if it is one of the fleet's.
+    pub fn node_at(&self, ip: std::net::IpAddr) -> Option<(usize, String)> {
         let std::net::IpAddr::V4(ip) = ip else {
             return None;
         };
-        let name = format!("{}{}", self.config.name_prefix, node_index(ip)?);
-        self.contains(&name).then_some(name)
+        let index = node_index(ip)?;
+        let name = format!("{}{index}", self.config.name_prefix);
+        self.contains(&name).then_some((index, name))
     }
 
     /// A fleet of `names` that talks to no apiserver (needs a Tokio runtime).
@@ -469,8 +470,8 @@ mod tests {
         let at = |ip: &str| fleet.node_at(ip.parse().unwrap());
         assert_eq!(node_ip(1).to_string(), "127.100.0.2");
         assert!(node_ip(1).is_loopback());
-        assert_eq!(at("127.100.0.2").as_deref(), Some("sim-node-1"));
-        assert_eq!(at("127.100.0.1").as_deref(), Some("sim-node-0"));
+        assert_eq!(at("127.100.0.2"), Some((1, "sim-node-1".to_string())));
+        assert_eq!(at("127.100.0.1"), Some((0, "sim-node-0".to_string())));
         assert_eq!(at("127.100.0.3"), None, "not in the fleet");
         assert_eq!(at("127.100.0.0"), None);
         assert_eq!(at("10.0.0.1"), None);

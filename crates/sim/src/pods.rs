@@ -505,10 +505,10 @@ mod tests {
     fn a_started_pod_is_running_and_ready_with_its_addresses() {
         let mut pod = pod();
         assert!(!is_running_and_ready(&pod));
-        let patch = running_status(&pod, Some("10.42.0.5".into()), Some("10.200.0.1".into()));
+        let patch = running_status(&pod, Some("10.42.0.5".into()), Some("127.100.0.1".into()));
         let status = &patch["status"];
         assert_eq!(status["podIP"], "10.42.0.5");
-        assert_eq!(status["hostIPs"][0]["ip"], "10.200.0.1");
+        assert_eq!(status["hostIPs"][0]["ip"], "127.100.0.1");
         assert_eq!(
             status["containerStatuses"][0]["containerID"],
             "sim://u1/app"

@@ -98,7 +98,7 @@ impl Usage {
                     started: Some(run.started_millis as f64 / 1000.0),
                 };
                 total.cpu_seconds += sample.cpu_seconds;
-                total.memory_bytes += sample.memory_bytes;
+                total.memory_bytes = total.memory_bytes.saturating_add(sample.memory_bytes);
                 let key = (namespace.clone(), pod.clone(), run.container.clone());
                 containers.insert(key, sample);
             }

@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use krust_api::quantity::scaled_value;
 use krust_api::sync::Unpoisoned;
 use krust_client::cache::Cache;
 use krust_client::events::{EventRecorder, EventType};
@@ -353,7 +352,7 @@ impl HorizontalController {
             };
             let name = resource.name.as_str();
             let milli = name == "cpu";
-            let amount = |q: &str| scaled_value(q, if milli { 3 } else { 0 }).ok();
+            let amount = |q: &str| amount(q, milli);
             let samples: Vec<PodSample> = pods
                 .items
                 .iter()
@@ -494,5 +493,27 @@ impl EventHandler<HorizontalPodAutoscaler> for HpaEvents {
     }
     fn on_delete(&self, obj: &Arc<HorizontalPodAutoscaler>) {
         self.0.memory.locked().remove(&key_of(&obj.metadata));
+    }
+}
+
+/// A quantity in the unit the autoscaler computes with: milli-units for CPU (`milli`),
+/// whole units otherwise (bytes of memory).
+fn amount(quantity: &str, milli: bool) -> Option<i64> {
+    krust_api::quantity::scaled_value(quantity, if milli { 3 } else { 0 }).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_is_counted_in_millicores_and_memory_in_bytes() {
+        // A request of 100m and usage as metrics report it: 200 % of the request.
+        let (request, usage) = (amount("100m", true), amount("200000000n", true));
+        assert_eq!((request, usage), (Some(100), Some(200)));
+        assert_eq!(amount("1.5", true), Some(1500));
+        assert_eq!(amount("64Mi", false), Some(64 << 20));
+        assert_eq!(amount("65536Ki", false), Some(64 << 20));
+        assert_eq!(amount("lots", true), None);
     }
 }
