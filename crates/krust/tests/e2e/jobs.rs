@@ -121,7 +121,17 @@ fn jobs_run_their_pods_to_completion_on_a_real_node() {
     let doomed = s.get_json(&["job", "doomed"]);
     let failed = condition(&doomed, "Failed").expect("Failed");
     assert_eq!(failed["reason"], "PodFailurePolicy");
-    let pod = job_pods(&s, "doomed").pop().expect("its pod");
+    // One pod, failed by its exit code (what each pod ended with, should there be more).
+    let pods = job_pods(&s, "doomed");
+    let ends: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let state = &p["status"]["containerStatuses"][0]["state"];
+            format!("{} {} {state}", p["metadata"]["name"], p["status"]["phase"])
+        })
+        .collect();
+    assert_eq!(doomed["status"]["failed"], 1, "{doomed}\n{ends:#?}");
+    let pod = pods.last().expect("its pod");
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
     assert_eq!(
         failed["message"],
@@ -129,7 +139,6 @@ fn jobs_run_their_pods_to_completion_on_a_real_node() {
             "Container c for pod default/{pod_name} failed with exit code 42 matching FailJob rule at index 0"
         )
     );
-    assert_eq!(doomed["status"]["failed"], 1);
 
     // backoffLimitPerIndex: index 1 fails twice and is given up; the others complete.
     s.ok_stdin(
