@@ -114,17 +114,12 @@ impl Usage {
         if !self.fleet.contains(node) {
             return;
         }
-        let key = (pod.namespace().unwrap_or_default(), pod.name_any());
         let running = running_containers(pod);
-        let mut nodes = self.nodes.locked();
         if running.is_empty() {
-            if let Some(pods) = nodes.get_mut(node)
-                && let Some(runs) = pods.pods.remove(&key)
-            {
-                pods.end(runs, now);
-            }
-            return;
+            return self.remove(pod, now);
         }
+        let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let mut nodes = self.nodes.locked();
         let (nano_cores, memory_bytes) = configured(pod);
         let pods = nodes.entry(node.to_string()).or_default();
         let before = pods.pods.remove(&key).unwrap_or_default();
