@@ -438,8 +438,11 @@ impl Admission {
 
     /// Checks a delete of `old` before it happens.
     pub fn admit_delete(&self, call: &Call<'_>, old: &Value) -> Result<(), ApiError> {
-        let plural = call.kind.info.plural;
-        crate::authz::node::restrict(&call.user, plural, None, old, Some(old))
+        let info = call.kind.info;
+        if info.plural == "namespaces" && info.group.is_empty() {
+            immortal_namespaces(old)?;
+        }
+        crate::authz::node::restrict(&call.user, info.plural, None, old, Some(old))
     }
 
     pub async fn after_delete(&self, call: &Call<'_>, obj: &Value) {
@@ -487,6 +490,27 @@ fn keep_node_ports(new: &mut Value, old: &Value) {
     }
 }
 
+/// The namespaces NamespaceLifecycle keeps from deletion, as upstream: without them the
+/// cluster loses its `kubernetes` Service, its controllers' Leases and its public data.
+/// (kube-node-lease may go: the system namespaces loop creates it again.)
+pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// NamespaceLifecycle's delete half: an immortal namespace may not be deleted.
+fn immortal_namespaces(namespace: &Value) -> Result<(), ApiError> {
+    let name = namespace["metadata"]["name"].as_str().unwrap_or_default();
+    if !IMMORTAL_NAMESPACES.contains(&name) {
+        return Ok(());
+    }
+    Err(ApiError::forbidden_for(
+        Target {
+            group: "",
+            resource: "namespaces",
+            name,
+        },
+        "this namespace may not be deleted",
+    ))
+}
+
 /// Objects may only be created in namespaces that exist and are not terminating.
 async fn namespace_lifecycle(call: &Call<'_>, obj: &Value) -> Result<(), ApiError> {
     let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -513,24 +537,25 @@ async fn namespace_lifecycle(call: &Call<'_>, obj: &Value) -> Result<(), ApiErro
         }));
     };
     if namespace.field("status.phase").as_deref() == Some("Terminating") {
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
         let info = call.kind.info;
-        let what = if info.group.is_empty() {
-            info.plural.to_string()
-        } else {
-            format!("{}.{}", info.plural, info.group)
-        };
-        return Err(ApiError {
-            details: Some(Box::new(krust_api::status::Details {
-                name: name.into(),
-                group: info.group.into(),
-                kind: info.plural.into(),
-                ..Default::default()
-            })),
-            ..ApiError::forbidden(format!(
-                "{what} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"
-            ))
-        });
+        let mut err = ApiError::forbidden_for(
+            Target {
+                group: info.group,
+                resource: info.plural,
+                name: obj["metadata"]["name"].as_str().unwrap_or_default(),
+            },
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        );
+        if let Some(details) = err.details.as_mut() {
+            details.causes.push(Cause {
+                reason: "NamespaceTerminating",
+                message: format!("namespace {ns} is being terminated"),
+                field: "metadata.namespace".into(),
+            });
+        }
+        return Err(err);
     }
     Ok(())
 }

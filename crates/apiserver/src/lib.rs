@@ -293,6 +293,11 @@ pub async fn start(
         .await
         .map_err(|e| anyhow::anyhow!("publishing the kubernetes endpoints: {e}"))?;
     tokio::spawn(reconciler.clone().run());
+    tokio::spawn(bootstrap::keep_system_objects(
+        api.clone(),
+        api.admission.services.first_ip(),
+        addr.port(),
+    ));
     tokio::spawn(custom::controller::run(api.clone()));
     tokio::spawn(aggregator::run(api.clone()));
     let shutdown = async move {

@@ -1,7 +1,8 @@
 //! Namespaces end to end, with the real kubectl against a real `krust server` and its
 //! controllers: a new namespace gets its `default` ServiceAccount and the
 //! `kube-root-ca.crt` ConfigMap (holding the kubeconfig's CA), both come back when
-//! deleted, and `kubectl delete ns` empties the namespace and finishes once it is gone.
+//! deleted, `kubectl delete ns` empties the namespace and finishes once it is gone, and
+//! NamespaceLifecycle keeps the system namespaces through `kubectl delete ns --all`.
 
 use std::time::Duration;
 
@@ -45,6 +46,21 @@ fn wait_for_root_ca(s: &Server, ns: &str) -> Value {
     wait_for("kube-root-ca.crt", DEADLINE, || {
         get(s, &["configmap", "kube-root-ca.crt", "-n", ns])
     })
+}
+
+/// A ConfigMap `held` in `ns` whose finalizer keeps it, and so the namespace, once deleted.
+fn hold_namespace(s: &Server, ns: &str) {
+    s.ok(&["create", "configmap", "held", "-n", ns]);
+    s.ok(&[
+        "patch",
+        "configmap",
+        "held",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+    ]);
 }
 
 #[test]
@@ -146,17 +162,7 @@ fn deleting_a_namespace_deletes_its_content_then_the_namespace() {
 fn an_object_with_a_finalizer_holds_the_namespace_in_terminating_until_released() {
     let s = Server::start();
     s.ok(&["create", "namespace", "x"]);
-    s.ok(&["create", "configmap", "held", "-n", "x"]);
-    s.ok(&[
-        "patch",
-        "configmap",
-        "held",
-        "-n",
-        "x",
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
-    ]);
+    hold_namespace(&s, "x");
     s.ok(&["delete", "namespace", "x", "--wait=false"]);
     let ns = wait_for("the content-remaining condition", DEADLINE, || {
         let ns = get(&s, &["namespace", "x"])?;
@@ -188,5 +194,96 @@ fn an_object_with_a_finalizer_holds_the_namespace_in_terminating_until_released(
     ]);
     wait_for("the namespace gone", DEADLINE, || {
         get(&s, &["namespace", "x"]).is_none().then_some(())
+    });
+}
+
+#[test]
+fn deleting_every_namespace_spares_the_system_ones_and_the_cluster_keeps_working() {
+    let s = Server::start();
+    s.ok(&["create", "namespace", "x"]);
+    hold_namespace(&s, "x");
+
+    let out = s.kubectl(&["delete", "namespace", "--all", "--wait=false"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    for ns in ["default", "kube-system", "kube-public"] {
+        let refusal =
+            format!("namespaces \"{ns}\" is forbidden: this namespace may not be deleted");
+        assert!(stderr.contains(&refusal), "{stderr}");
+    }
+    for ns in ["x", "kube-node-lease"] {
+        assert!(
+            stdout.contains(&format!("namespace \"{ns}\" deleted")),
+            "{stdout}"
+        );
+    }
+    for ns in ["default", "kube-system", "kube-public"] {
+        let namespace = get(&s, &["namespace", ns]).expect("an immortal namespace");
+        assert_eq!(namespace["status"]["phase"], "Active", "{namespace}");
+    }
+
+    // x is held in Terminating by its ConfigMap: nothing new may be created there.
+    wait_for("x terminating", DEADLINE, || {
+        let ns = get(&s, &["namespace", "x"])?;
+        (ns["status"]["phase"] == "Terminating").then_some(())
+    });
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}});
+    let (code, status) = s.curl(
+        "POST",
+        "/api/v1/namespaces/x/configmaps",
+        Some("application/json"),
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(
+        status["message"],
+        "configmaps \"late\" is forbidden: unable to create new content in namespace x because it is being terminated"
+    );
+    assert_eq!(
+        status["details"]["causes"],
+        json!([{"reason": "NamespaceTerminating", "message": "namespace x is being terminated",
+                "field": "metadata.namespace"}])
+    );
+    // In a namespace that does not exist: NotFound, naming the namespace.
+    let (code, status) = s.curl(
+        "POST",
+        "/api/v1/namespaces/nowhere/configmaps",
+        Some("application/json"),
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(code, 404, "{status}");
+    assert_eq!(status["message"], "namespaces \"nowhere\" not found");
+
+    // kube-node-lease is not immortal: it is created again once gone, as upstream.
+    wait_for(
+        "kube-node-lease created again",
+        Duration::from_secs(60),
+        || {
+            let ns = get(&s, &["namespace", "kube-node-lease"])?;
+            (ns["status"]["phase"] == "Active").then_some(())
+        },
+    );
+    // The kubernetes Service is created again too when someone deletes it.
+    s.ok(&["delete", "service", "kubernetes", "-n", "default"]);
+    let svc = wait_for("the kubernetes service again", DEADLINE, || {
+        get(&s, &["service", "kubernetes", "-n", "default"])
+    });
+    assert_eq!(svc["spec"]["ports"][0]["port"], 443, "{svc}");
+
+    // The controllers still work: a Deployment in default gets its pods.
+    s.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=2",
+        "-n",
+        "default",
+    ]);
+    wait_for("the deployment's pods", DEADLINE, || {
+        let pods = s.get_json(&["pods", "-n", "default"]);
+        (pods["items"].as_array().map_or(0, Vec::len) == 2).then_some(())
     });
 }
