@@ -26,17 +26,14 @@ pub mod internal;
 pub mod join;
 mod json;
 pub mod kinds;
-pub mod limit_ranger;
 pub mod metrics;
 pub mod openapi;
 pub mod openapi_v2;
 pub mod outbound;
 pub mod pki;
-pub mod pod_security;
 mod recover;
 pub mod request;
 pub mod resource_metrics;
-mod resource_quota;
 pub mod response;
 pub mod rest;
 mod server;
@@ -124,6 +121,8 @@ pub struct Api {
     pub store: Arc<dyn Store>,
     pub cache: Arc<WatchCache>,
     pub admission: Admission,
+    /// The Service registry's ClusterIPs and NodePorts.
+    pub services: Arc<allocator::ServiceAllocator>,
     pub authenticators: Authenticators,
     /// The authorization chain: `system:masters`, then RBAC.
     pub authorizers: Authorizers,
@@ -235,9 +234,8 @@ impl Api {
         let api = Arc::new(Api {
             store,
             cache: cache.clone(),
-            admission: Admission {
-                services: services.clone(),
-            },
+            admission: Admission::new(),
+            services: services.clone(),
             authenticators: Authenticators(authenticators),
             authorizers: Authorizers(vec![
                 Box::new(PrivilegedGroups),
@@ -295,7 +293,7 @@ pub async fn start(
     tokio::spawn(reconciler.clone().run());
     tokio::spawn(bootstrap::keep_system_objects(
         api.clone(),
-        api.admission.services.first_ip(),
+        api.services.first_ip(),
         addr.port(),
     ));
     tokio::spawn(custom::controller::run(api.clone()));

@@ -12,7 +12,6 @@ pub mod policy;
 pub mod rbac;
 pub mod reviews;
 pub mod rules;
-pub mod signers;
 
 use krust_api::status::{ApiError, Target as ErrorTarget};
 

@@ -1,9 +1,9 @@
-//! The Node authorizer and the NodeRestriction admission checks: a kubelet
+//! The Node authorizer: a kubelet
 //! (`system:node:<name>` in `system:nodes`) may read only the Secrets, ConfigMaps and
 //! PersistentVolumeClaims of pods bound to its node (and the PersistentVolumes those
 //! claims are bound to), request tokens only for their
-//! ServiceAccounts, touch only its own Lease, and write only its own Node and its own
-//! pods — upstream's rules. Relationships are read from the watch cache's pods of the
+//! ServiceAccounts, and touch only its own Lease — upstream's rules (what it may write
+//! of Nodes and pods is admission's NodeRestriction). Relationships are read from the watch cache's pods of the
 //! namespace (their `spec.nodeName` is indexed), so no graph has to be kept.
 //!
 //! Unlike upstream, a kubelet may only `get` those Secrets and ConfigMaps, not list or
@@ -12,7 +12,6 @@
 
 use std::sync::{Arc, OnceLock};
 
-use krust_api::status::{ApiError, Target as ErrorTarget};
 use serde_json::Value;
 
 use super::rules::Rule;
@@ -240,84 +239,6 @@ impl Authorizer for NodeAuthorizer {
     }
 }
 
-/// NodeRestriction for a write by `user` of `obj` (`old` for updates and deletes): a
-/// node writes only its own Node (without changing its taints or
-/// `node-restriction.kubernetes.io/` labels), its own Lease, and pods bound to it.
-pub fn restrict(
-    user: &User,
-    plural: &str,
-    subresource: Option<&str>,
-    obj: &Value,
-    old: Option<&Value>,
-) -> Result<(), ApiError> {
-    let Some(node) = node_of(user) else {
-        return Ok(());
-    };
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    let forbidden = |why: String| {
-        Err(ApiError::forbidden_for(
-            ErrorTarget {
-                group: "",
-                resource: plural,
-                name,
-            },
-            &why,
-        ))
-    };
-    match plural {
-        "nodes" => {
-            if name != node {
-                return forbidden(format!(
-                    "node {node:?} is not allowed to modify node {name:?}"
-                ));
-            }
-            let restricted = |v: &Value| -> Vec<(String, Value)> {
-                v["metadata"]["labels"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(k, _)| k.contains("node-restriction.kubernetes.io/"))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
-            };
-            let old_labels = old.map(restricted).unwrap_or_default();
-            if restricted(obj) != old_labels {
-                return forbidden(format!(
-                    "is not allowed to modify labels: {}",
-                    restricted(obj)
-                        .iter()
-                        .map(|(k, _)| k.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-            if let Some(old) = old
-                && obj["spec"]["taints"] != old["spec"]["taints"]
-            {
-                return forbidden(format!("node {node:?} is not allowed to modify taints"));
-            }
-            Ok(())
-        }
-        "pods" => {
-            let bound = old.unwrap_or(obj)["spec"]["nodeName"]
-                .as_str()
-                .unwrap_or_default();
-            if bound != node {
-                let what = if subresource == Some("status") {
-                    "update status of"
-                } else {
-                    "modify"
-                };
-                return forbidden(format!(
-                    "node {node:?} can only {what} pods with spec.nodeName set to itself"
-                ));
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,49 +273,5 @@ mod tests {
         );
         assert_eq!(names(Ref::ConfigMap), ["cm-env", "cm-proj", "cm-vol"]);
         assert_eq!(names(Ref::Claim), ["data"]);
-    }
-
-    #[test]
-    fn nodes_write_only_themselves_and_their_pods() {
-        let kubelet = User {
-            name: "system:node:n1".into(),
-            groups: vec![NODES_GROUP.into(), "system:authenticated".into()],
-        };
-        assert_eq!(node_of(&kubelet), Some("n1"));
-        let node = |name: &str| json!({"metadata": {"name": name}, "spec": {}});
-        assert!(restrict(&kubelet, "nodes", None, &node("n1"), None).is_ok());
-        let other = restrict(&kubelet, "nodes", None, &node("n2"), None).unwrap_err();
-        assert_eq!(other.code, 403);
-        let tainted = json!({"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}});
-        assert!(restrict(&kubelet, "nodes", None, &tainted, Some(&node("n1"))).is_err());
-        let pod = |on: &str| json!({"metadata": {"name": "p"}, "spec": {"nodeName": on}});
-        assert!(
-            restrict(
-                &kubelet,
-                "pods",
-                Some("status"),
-                &pod("n1"),
-                Some(&pod("n1"))
-            )
-            .is_ok()
-        );
-        let err = restrict(
-            &kubelet,
-            "pods",
-            Some("status"),
-            &pod("n2"),
-            Some(&pod("n2")),
-        )
-        .unwrap_err();
-        assert!(
-            err.message.contains("can only update status of pods"),
-            "{}",
-            err.message
-        );
-        let admin = User {
-            name: "admin".into(),
-            groups: vec!["system:masters".into()],
-        };
-        assert!(restrict(&admin, "nodes", None, &node("n2"), None).is_ok());
     }
 }

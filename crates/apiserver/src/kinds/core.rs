@@ -153,11 +153,41 @@ fn endpoints_cell(o: &Value) -> Value {
     json!(s)
 }
 
+/// Upstream's defaulting of a LimitRange's Container items: a missing default limit is
+/// the max, a missing default request the default limit, else the min.
+fn default_limit_range(range: &mut Value) {
+    let items = range
+        .pointer_mut("/spec/limits")
+        .and_then(Value::as_array_mut);
+    for item in items.into_iter().flatten() {
+        if item["type"] != "Container" {
+            continue;
+        }
+        for (from, to) in [
+            ("max", "default"),
+            ("default", "defaultRequest"),
+            ("min", "defaultRequest"),
+        ] {
+            let source: Vec<(String, Value)> = item[from]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (k, v) in source {
+                if item[to].get(&k).is_none() {
+                    item[to][k] = v;
+                }
+            }
+        }
+    }
+}
+
 pub struct LimitRange;
 pub static LIMIT_RANGE: LimitRange = LimitRange;
 impl Strategy for LimitRange {
     fn default(&self, obj: &mut Value) {
-        crate::limit_ranger::default_limit_range(obj);
+        default_limit_range(obj);
     }
 }
 

@@ -19,6 +19,7 @@ mod policy;
 mod rbac;
 mod scheduling;
 mod service;
+mod service_allocation;
 mod storage;
 pub mod table;
 pub mod validation;
@@ -163,6 +164,10 @@ pub trait Strategy: Sync {
 
     /// The schema server-side apply merges custom resources by (built-in kinds have
     /// theirs in `krust_apimachinery`).
+    /// The kind's REST storage steps around the store, if it has any.
+    fn storage(&self) -> Option<&'static dyn crate::rest::Storage> {
+        None
+    }
     fn apply_schema(&self) -> Option<&'static krust_apimachinery::apply::CustomSchema> {
         None
     }

@@ -1,18 +1,43 @@
 //! Strategy of rbac.authorization.k8s.io: Roles and bindings are named by path segments
-//! (`system:node` is a valid name); bindings' checks and columns.
+//! (`system:node` is a valid name); bindings' checks and columns; and, in their REST
+//! storage as upstream's, the refusal of writes that would escalate privileges.
 
-use krust_api::status::Cause;
+use krust_api::status::{ApiError, Cause};
 use serde_json::{Value, json};
 
 use super::Strategy;
 use super::table::{AGE, Column};
 use super::validation::NameRule;
+use crate::rest::{Call, Storage};
+
+/// RBAC's storage checks every write of a role or binding, on the object admission
+/// made, against what the writer holds (`crate::authz::escalation`).
+struct EscalationCheck;
+
+#[async_trait::async_trait]
+impl Storage for EscalationCheck {
+    async fn begin_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError> {
+        crate::authz::escalation::check(call.api, &call.user, call.kind.info.plural, obj)
+    }
+
+    async fn begin_update(
+        &self,
+        call: &Call<'_>,
+        new: &mut Value,
+        _old: &Value,
+    ) -> Result<(), ApiError> {
+        crate::authz::escalation::check(call.api, &call.user, call.kind.info.plural, new)
+    }
+}
 
 pub struct Role;
 pub static ROLE: Role = Role;
 impl Strategy for Role {
     fn name_rule(&self) -> NameRule {
         NameRule::PathSegment
+    }
+    fn storage(&self) -> Option<&'static dyn Storage> {
+        Some(&EscalationCheck)
     }
 }
 
@@ -21,6 +46,9 @@ pub static ROLE_BINDING: RoleBinding = RoleBinding;
 impl Strategy for RoleBinding {
     fn name_rule(&self) -> NameRule {
         NameRule::PathSegment
+    }
+    fn storage(&self) -> Option<&'static dyn Storage> {
+        Some(&EscalationCheck)
     }
     fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
         let kind = &obj["roleRef"]["kind"];

@@ -1,6 +1,6 @@
 //! Services: defaulting (type, ports, session affinity, traffic policies), validation
 //! (ports, type-specific fields, immutable clusterIP) and the `kubectl get svc` columns.
-//! ClusterIP and NodePort allocation is stateful and lives in `crate::allocator`.
+//! ClusterIP and NodePort allocation is its REST storage's (`service_allocation`).
 
 use std::collections::HashSet;
 
@@ -19,6 +19,9 @@ const TYPES: &[&str] = &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"
 impl Strategy for Service {
     fn name_rule(&self) -> NameRule {
         NameRule::Label
+    }
+    fn storage(&self) -> Option<&'static dyn crate::rest::Storage> {
+        Some(&super::service_allocation::ServiceStorage)
     }
     /// Upstream's service storage answers a DELETE with the Service (the official
     /// clients decode the answer of `delete_namespaced_service` as one).

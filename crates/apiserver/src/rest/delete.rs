@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::read::{Filter, list_prefix};
 use super::{Call, store_error};
+use crate::admission::{Attributes, Operation};
 use crate::response::{self, Response};
-use crate::webhook::Operation;
 
 /// The longest grace period: upstream computes the deadline as a Go `time.Duration`
 /// (nanoseconds in an int64), which a longer one overflows.
@@ -98,8 +98,8 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
     let outcome = loop {
         let (old, rev) = call.current_for_write(&name, attempts > 0).await?;
         check_preconditions(&call, &name, &opts, &old, rev)?;
-        call.api.admission.admit_delete(&call, &old)?;
-        crate::webhook::validate(&call, Operation::Delete, None, Some(&old)).await?;
+        let attrs = Attributes::new(&call, Operation::Delete, Some(&old));
+        call.api.admission.admit(&attrs, None).await?;
         match delete_object(&call, &name, old, rev, &opts).await {
             Err(e) if e.code == 409 && attempts < DELETE_ATTEMPTS => attempts += 1,
             result => break result?,
@@ -256,7 +256,9 @@ pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value,
             let mut v: Value =
                 serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             v["metadata"]["resourceVersion"] = json!(revision.to_string());
-            call.api.admission.after_delete(call, &v).await;
+            if let Some(storage) = call.kind.strategy.storage() {
+                storage.release(call, &v).await;
+            }
             // In storage form: converted where it is answered, so that no conversion
             // can fail a delete that has happened.
             Ok(v)
@@ -280,8 +282,8 @@ pub async fn delete_collection(call: &Call<'_>) -> Result<Response, ApiError> {
         item_call.info.namespace = Some(o.namespace.clone()).filter(|n| !n.is_empty());
         // Each item is admitted as a delete of its own, as upstream's store does: a
         // refusal ends the collection's delete with that error.
-        item_call.api.admission.admit_delete(&item_call, &value)?;
-        crate::webhook::validate(&item_call, Operation::Delete, None, Some(&value)).await?;
+        let attrs = Attributes::new(&item_call, Operation::Delete, Some(&value));
+        item_call.api.admission.admit(&attrs, None).await?;
         match delete_object(&item_call, &o.name, value, o.revision, &opts).await {
             Ok(Deleted::Gone(v) | Deleted::Pending(v)) => deleted.push(v),
             // Deleted or changed concurrently: upstream skips it too.

@@ -55,6 +55,26 @@ pub fn body_too_large() -> ApiError {
     ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}"))
 }
 
+/// What a kind's REST storage does around the store beyond its strategy (upstream's
+/// `BeginCreate`, `BeginUpdate` and `AfterDelete` hooks of a registry's REST): the Service
+/// registry allocates IPs and ports, RBAC's refuses escalation. The `begin_` steps run
+/// between mutating and validating admission, where upstream's store runs them.
+#[async_trait::async_trait]
+pub trait Storage: Sync {
+    async fn begin_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError>;
+
+    async fn begin_update(
+        &self,
+        call: &Call<'_>,
+        new: &mut Value,
+        old: &Value,
+    ) -> Result<(), ApiError>;
+
+    /// After `obj` left the store, or after a create that began was not stored: gives
+    /// back what `begin_create` took.
+    async fn release(&self, _call: &Call<'_>, _obj: &Value) {}
+}
+
 /// One resource request, parsed and authenticated.
 #[derive(Clone)]
 pub struct Call<'a> {

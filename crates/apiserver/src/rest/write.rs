@@ -8,6 +8,7 @@ use krust_store::{Compare, Revision};
 use serde_json::{Value, json};
 
 use super::{Call, Part, now, parse_rv, store_error};
+use crate::admission::{Attributes, Operation};
 use crate::kinds::validation::{check_annotations, check_generate_name, check_labels, check_name};
 use crate::response::Response;
 
@@ -105,17 +106,22 @@ pub async fn create_object(
         call.record_update(Part::Main, None, &mut obj);
     }
     validate(call, &obj, None)?;
-    call.api.admission.admit_create(call, &mut obj).await?;
-    let allocated = (info.plural == "services" && !call.dry_run()).then(|| obj.clone());
-    match call.put(&name, obj, Compare::Absent).await {
-        Ok((stored, _)) => Ok(stored),
-        Err(e) => {
-            if let Some(svc) = allocated {
-                call.api.admission.after_delete(call, &svc).await;
-            }
-            Err(e)
-        }
+    let attrs = Attributes::new(call, Operation::Create, None);
+    call.api.admission.mutate(&attrs, Some(&mut obj)).await?;
+    let Some(storage) = call.kind.strategy.storage() else {
+        call.api.admission.validate(&attrs, Some(&obj)).await?;
+        return call.put(&name, obj, Compare::Absent).await.map(|(v, _)| v);
+    };
+    storage.begin_create(call, &mut obj).await?;
+    let began = obj.clone();
+    let stored = match call.api.admission.validate(&attrs, Some(&obj)).await {
+        Ok(()) => call.put(&name, obj, Compare::Absent).await.map(|(v, _)| v),
+        Err(e) => Err(e),
+    };
+    if stored.is_err() {
+        storage.release(call, &began).await;
     }
+    stored
 }
 
 /// Empty metadata lists and maps are stored as absent, as upstream's `omitempty` does:
@@ -284,10 +290,12 @@ pub async fn update_object(
         }
     }
     validate(call, &new, Some(&old))?;
-    call.api
-        .admission
-        .admit_update(call, &mut new, &old)
-        .await?;
+    let attrs = Attributes::new(call, Operation::Update, Some(&old));
+    call.api.admission.mutate(&attrs, Some(&mut new)).await?;
+    if let Some(storage) = call.kind.strategy.storage() {
+        storage.begin_update(call, &mut new, &old).await?;
+    }
+    call.api.admission.validate(&attrs, Some(&new)).await?;
     let name = call.name().to_string();
     let deleting = new["metadata"]["deletionTimestamp"].is_string();
     let no_finalizers = new["metadata"]["finalizers"]

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use rules::Attributes;
 
+pub use crate::admission::Operation;
 use crate::kinds::Kind;
 use crate::outbound;
 use crate::rest::Call;
@@ -31,32 +32,6 @@ const VALIDATING: &str = "/registry/validatingwebhookconfigurations/";
 
 /// Upstream's default `timeoutSeconds`.
 const DEFAULT_TIMEOUT: u64 = 10;
-
-/// The operation a write is, in AdmissionReview's words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    Create,
-    Update,
-    Delete,
-}
-
-impl Operation {
-    fn as_str(self) -> &'static str {
-        match self {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-        }
-    }
-
-    fn options_kind(self) -> &'static str {
-        match self {
-            Operation::Create => "CreateOptions",
-            Operation::Update => "UpdateOptions",
-            Operation::Delete => "DeleteOptions",
-        }
-    }
-}
 
 /// One webhook of a configuration.
 struct Hook {
@@ -391,6 +366,33 @@ async fn mutate_once(
     Ok(true)
 }
 
+/// Applies the bound ValidatingAdmissionPolicies to the request.
+pub async fn apply_policies(
+    call: &Call<'_>,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    if exempt(call) || !policy::bound(call) {
+        return Ok(());
+    }
+    let (mut objects, mut olds) = prepared(call, obj, old).await?;
+    let kinds = equivalents(call);
+    policy::validate(call, operation, &kinds, (&mut objects, &mut olds)).await
+}
+
+/// The request's objects, in the request's version.
+async fn prepared<'o>(
+    call: &Call<'_>,
+    obj: Option<&'o Value>,
+    old: Option<&'o Value>,
+) -> Result<(Versions<'o>, Versions<'o>), ApiError> {
+    let (mut objects, mut olds) = (Versions::new(obj), Versions::new(old));
+    objects.prepare(call, call.kind).await?;
+    olds.prepare(call, call.kind).await?;
+    Ok((objects, olds))
+}
+
 /// Runs the validating webhooks, all at once; the first refusal (in webhook order)
 /// refuses the request.
 pub async fn validate(
@@ -403,21 +405,11 @@ pub async fn validate(
         return Ok(());
     }
     let hooks = hooks(call, VALIDATING);
-    let bound = policy::bound(call);
-    if hooks.is_empty() && !bound {
-        return Ok(());
-    }
-    let (mut objects, mut olds) = (Versions::new(obj), Versions::new(old));
-    objects.prepare(call, call.kind).await?;
-    olds.prepare(call, call.kind).await?;
-    let kinds = equivalents(call);
-    // Policies first, as upstream's plugin order has them.
-    if bound {
-        policy::validate(call, operation, &kinds, (&mut objects, &mut olds)).await?;
-    }
     if hooks.is_empty() {
         return Ok(());
     }
+    let (mut objects, mut olds) = prepared(call, obj, old).await?;
+    let kinds = equivalents(call);
     let mut chosen = Vec::new();
     for hook in &hooks {
         let mut attrs = attributes(call, operation, obj, old);

@@ -5,7 +5,61 @@
 //! request is 50m`).
 
 use krust_api::quantity::scaled_value;
+use krust_api::status::ApiError;
 use serde_json::{Map, Value, json};
+
+use super::{Attributes, Plugin, pod_create};
+use crate::rest::Call;
+
+pub struct LimitRanger;
+
+#[async_trait::async_trait]
+impl Plugin for LimitRanger {
+    fn name(&self) -> &'static str {
+        "LimitRanger"
+    }
+
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        pod_create(a)
+    }
+
+    /// Defaults from the namespace's LimitRanges (the pod's QoS class follows them).
+    async fn admit(&self, a: &Attributes<'_>, pod: Option<&mut Value>) -> Result<(), ApiError> {
+        let Some(pod) = pod else { return Ok(()) };
+        if let Some(note) = apply_defaults(pod, &limit_ranges(a.call)) {
+            pod["metadata"]["annotations"]["kubernetes.io/limit-ranger"] = json!(note);
+            pod["status"]["qosClass"] = json!(crate::kinds::pod::qos_class(&pod["spec"]));
+        }
+        Ok(())
+    }
+
+    /// The LimitRanges' bounds, on the pod as the mutating webhooks left it.
+    async fn validate(&self, a: &Attributes<'_>, pod: Option<&Value>) -> Result<(), ApiError> {
+        let Some(pod) = pod else { return Ok(()) };
+        match validate_pod(pod, &limit_ranges(a.call)) {
+            None => Ok(()),
+            Some(why) => {
+                Err(a.forbidden(pod["metadata"]["name"].as_str().unwrap_or_default(), &why))
+            }
+        }
+    }
+}
+
+/// The LimitRanges of the call's namespace (none outside one).
+fn limit_ranges(call: &Call<'_>) -> Vec<Value> {
+    let (Some(namespace), Some(cache)) = (
+        call.namespace(),
+        call.api.cache.cache("/registry/limitranges/"),
+    ) else {
+        return Vec::new();
+    };
+    cache
+        .list(&format!("/registry/limitranges/{namespace}/"))
+        .0
+        .iter()
+        .map(|r| r.value())
+        .collect()
+}
 
 /// Quantities are compared in thousandths, which is exact for every suffix but `n` and
 /// `u` (rounded up, as the scheduler counts them).
@@ -26,7 +80,7 @@ fn entries(v: &Value) -> impl Iterator<Item = (&String, &Value)> {
 
 /// Fills missing container requests and limits from the `Container` items' defaults;
 /// returns the annotation value describing what was set, if anything.
-pub fn apply_defaults(pod: &mut Value, ranges: &[Value]) -> Option<String> {
+fn apply_defaults(pod: &mut Value, ranges: &[Value]) -> Option<String> {
     let mut limits = Map::new();
     let mut requests = Map::new();
     for item in items(ranges, "Container") {
@@ -154,7 +208,7 @@ fn pod_total(pod: &Value, field: &str) -> Value {
 
 /// The bounds the namespace's LimitRanges set on a pod: every container, then the pod's
 /// total; `None` when it is within them, else upstream's aggregate message.
-pub fn validate_pod(pod: &Value, ranges: &[Value]) -> Option<String> {
+fn validate_pod(pod: &Value, ranges: &[Value]) -> Option<String> {
     let mut errs = Vec::new();
     for item in items(ranges, "Container") {
         for list in ["initContainers", "containers"] {
@@ -180,40 +234,15 @@ fn aggregate(errs: Vec<String>) -> Option<String> {
     }
 }
 
-/// Upstream's defaulting of a LimitRange's Container items: a missing default limit is
-/// the max, a missing default request the default limit, else the min.
-pub fn default_limit_range(range: &mut Value) {
-    let items = range
-        .pointer_mut("/spec/limits")
-        .and_then(Value::as_array_mut);
-    for item in items.into_iter().flatten() {
-        if item["type"] != "Container" {
-            continue;
-        }
-        for (from, to) in [
-            ("max", "default"),
-            ("default", "defaultRequest"),
-            ("min", "defaultRequest"),
-        ] {
-            let source: Vec<(String, Value)> = entries(&item[from])
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            for (k, v) in source {
-                if item[to].get(&k).is_none() {
-                    item[to][k] = v;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A LimitRange of one item, defaulted as the apiserver stores it.
     fn range(item: Value) -> Vec<Value> {
         let mut r = json!({"spec": {"limits": [item]}});
-        default_limit_range(&mut r);
+        let kind = crate::kinds::find("", "v1", "limitranges").expect("the LimitRange kind");
+        kind.strategy.default(&mut r);
         vec![r]
     }
 

@@ -10,7 +10,29 @@ use krust_api::status::{ApiError, Target};
 use krust_store::{Compare, Op, Revision, Txn, TxnResult};
 use serde_json::Value;
 
+use super::{Attributes, Operation, Plugin};
 use crate::rest::{Call, store_error};
+
+pub struct ResourceQuota;
+
+#[async_trait::async_trait]
+impl Plugin for ResourceQuota {
+    fn name(&self) -> &'static str {
+        "ResourceQuota"
+    }
+
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        matches!(a.operation, Operation::Create | Operation::Update)
+    }
+
+    /// Last of all, on the object as it will be stored.
+    async fn validate(&self, a: &Attributes<'_>, obj: Option<&Value>) -> Result<(), ApiError> {
+        match obj {
+            Some(obj) => charge(a.call, obj, a.old).await,
+            None => Ok(()),
+        }
+    }
+}
 
 /// How often a charge is recomputed after another writer changed a quota meanwhile.
 const CONFLICT_RETRIES: usize = 10;
@@ -18,7 +40,7 @@ const CONFLICT_RETRIES: usize = 10;
 /// Charges a create (`old` = `None`) or update of `obj` to its namespace's quotas.
 /// Upstream re-evaluates updates of Services and PersistentVolumeClaims only (a pod's
 /// resources do not change after creation).
-pub async fn admit(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+async fn charge(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let info = call.kind.info;
     if call.info.subresource.is_some()
         || (old.is_some()
