@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::auth::User;
 use crate::custom::definition::{condition, set_condition};
-use crate::internal::{Internal, Resource};
+use crate::loopback::{Loopback, Resource};
 use crate::outbound::{self, Trust};
 use crate::response::{self, Response};
 use crate::{Api, discovery};
@@ -204,7 +204,7 @@ pub async fn run(api: Arc<Api>) {
 /// Lists every group version krust serves itself as a Local APIService (those of
 /// custom resources come and go with their definitions).
 async fn register_local(api: &Api) -> Result<(), ApiError> {
-    let internal = Internal { api };
+    let internal = Loopback { api };
     let custom = api.cache.custom.all();
     let catalog = discovery::Catalog::new(custom.iter().map(|k| k.info));
     let mut wanted = BTreeMap::new();
@@ -349,7 +349,7 @@ async fn check(api: &Api, obj: &Value) -> Option<((String, String), Backend)> {
     };
     set_condition(&mut new, cond);
     if new != *obj
-        && let Err(err) = (Internal { api }).update_status(API_SERVICES, &new).await
+        && let Err(err) = (Loopback { api }).update_status(API_SERVICES, &new).await
     {
         tracing::warn!(%err, apiservice = %obj["metadata"]["name"], "recording availability");
     }

@@ -15,7 +15,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use crate::Api;
-use crate::internal::{Internal, Resource};
+use crate::loopback::{Loopback, Resource};
 
 const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -26,7 +26,7 @@ const RECREATE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Creates the system namespaces and the `kubernetes` Service where they are missing.
 async fn system_objects(api: &Api, service_ip: Ipv4Addr, port: u16) -> Result<()> {
-    let client = Internal { api };
+    let client = Loopback { api };
     for ns in SYSTEM_NAMESPACES {
         client
             .ensure(
@@ -61,8 +61,8 @@ pub async fn keep_system_objects(api: Arc<Api>, service_ip: Ipv4Addr, port: u16)
 
 pub async fn run(api: &Api, pki: &crate::pki::Pki, service_ip: Ipv4Addr, port: u16) -> Result<()> {
     system_objects(api, service_ip, port).await?;
-    let client = Internal { api };
-    for (name, value, description) in crate::admission::SYSTEM_PRIORITY_CLASSES {
+    let client = Loopback { api };
+    for (name, value, description) in crate::admission::plugins::SYSTEM_PRIORITY_CLASSES {
         let class = json!({"metadata": {"name": name}, "value": value, "description": description});
         let resource = Resource {
             group: "scheduling.k8s.io",

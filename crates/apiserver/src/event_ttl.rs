@@ -10,7 +10,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use crate::Api;
-use crate::internal::{Internal, Resource};
+use crate::loopback::{Loopback, Resource};
 
 /// Deletes expired Events every `ttl / 4` (at most every minute) until the process ends.
 pub async fn run(api: std::sync::Arc<Api>, ttl: Duration) {
@@ -27,7 +27,7 @@ pub async fn run(api: std::sync::Arc<Api>, ttl: Duration) {
 }
 
 async fn sweep(api: &Api, ttl: Duration) -> Result<usize, krust_api::status::ApiError> {
-    let internal = Internal { api };
+    let internal = Loopback { api };
     let events = internal.list(Resource::core("events", None), "").await?;
     let Some(cutoff) = SignedDuration::try_from(ttl)
         .ok()

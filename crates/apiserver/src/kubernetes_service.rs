@@ -15,7 +15,7 @@ use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
 use crate::Api;
-use crate::internal::{Internal, Resource};
+use crate::loopback::{Loopback, Resource};
 
 const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity";
 /// Where a lease records the address its apiserver serves on.
@@ -100,7 +100,7 @@ impl EndpointReconciler {
     /// endpoints so clients stop being sent here.
     pub async fn leave(&self) {
         self.leaving.store(true, Ordering::Release);
-        let client = Internal { api: &self.api };
+        let client = Loopback { api: &self.api };
         if let Err(err) = client.delete(LEASES, &self.name).await
             && err.code != 404
         {
@@ -125,12 +125,12 @@ impl EndpointReconciler {
                 "renewTime": micro_time(jiff::Timestamp::now()),
             },
         });
-        Internal { api: &self.api }.upsert(LEASES, &lease).await
+        Loopback { api: &self.api }.upsert(LEASES, &lease).await
     }
 
     /// Rewrites the endpoints from the fresh leases.
     async fn reconcile(&self) -> Result<(), ApiError> {
-        let client = Internal { api: &self.api };
+        let client = Loopback { api: &self.api };
         let leases = client
             .list(LEASES, &format!("{IDENTITY_LABEL}%3Dkube-apiserver"))
             .await?;

@@ -19,13 +19,13 @@ pub mod connect;
 pub mod custom;
 pub mod discovery;
 pub mod encryption;
-pub mod endpoints;
 mod event_ttl;
 mod first_byte;
-pub mod internal;
 pub mod join;
 mod json;
 pub mod kinds;
+pub mod kubernetes_service;
+pub mod loopback;
 pub mod metrics;
 pub mod openapi;
 pub mod openapi_v2;
@@ -36,8 +36,11 @@ pub mod request;
 pub mod resource_metrics;
 pub mod response;
 pub mod rest;
+mod schema;
 mod server;
+pub mod table;
 pub mod tokens;
+pub mod validation;
 pub mod watch_cache;
 pub mod webhook;
 
@@ -160,9 +163,19 @@ pub struct Running {
 impl Api {
     /// The kind serving `plural` in `group`/`version`: built in, or added by a
     /// CustomResourceDefinition.
-    pub fn kind(&self, group: &str, version: &str, plural: &str) -> Option<&'static kinds::Kind> {
+    pub fn kind(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<&'static crate::rest::Kind> {
         kinds::find(group, version, plural)
             .or_else(|| self.cache.custom.find(group, version, plural))
+    }
+
+    /// Every kind served now: the built-in ones, then those of the custom resources.
+    pub fn kinds(&self) -> impl Iterator<Item = &'static crate::rest::Kind> {
+        kinds::all().iter().chain(self.cache.custom.all())
     }
 
     /// Everything a request handler needs, on `store`: the PKI in `config.tls_dir`
@@ -234,7 +247,7 @@ impl Api {
         let api = Arc::new(Api {
             store,
             cache: cache.clone(),
-            admission: Admission::new(),
+            admission: Admission::new(admission::plugins::enabled()),
             services: services.clone(),
             authenticators: Authenticators(authenticators),
             authorizers: Authorizers(vec![
@@ -260,7 +273,7 @@ impl Api {
             ca_bundle: pki.ca_cert.clone(),
         });
         bootstrap::run(&api, &pki, services.first_ip(), port).await?;
-        authz::policy::reconcile(&api)
+        authz::bootstrap_policy::reconcile(&api)
             .await
             .context("reconciling the bootstrap RBAC policy")?;
         Ok((api, pki))
@@ -280,7 +293,7 @@ pub async fn start(
     let addr = listener.local_addr()?;
     let (api, pki) = Api::new(&config, store, addr.port()).await?;
     let acceptor = server::tls_acceptor(&pki)?;
-    let reconciler = endpoints::EndpointReconciler::new(
+    let reconciler = kubernetes_service::EndpointReconciler::new(
         api.clone(),
         config.advertise_address,
         addr.port(),

@@ -34,11 +34,11 @@ impl<'a> Resource<'a> {
 
 /// Calls the REST layer as the apiserver itself (`system:apiserver`, field manager
 /// `kube-apiserver`).
-pub struct Internal<'a> {
+pub struct Loopback<'a> {
     pub api: &'a Api,
 }
 
-impl<'a> Internal<'a> {
+impl<'a> Loopback<'a> {
     fn call(
         &self,
         r: Resource<'_>,

@@ -36,7 +36,7 @@ fn documents() -> &'static Documents {
         let mut by_path = BTreeMap::new();
         for (group, versions) in registry::groups() {
             for version in versions {
-                let kinds: Vec<&'static kinds::Kind> = kinds::all()
+                let kinds: Vec<&'static crate::rest::Kind> = kinds::all()
                     .iter()
                     .filter(|k| k.info.group == group && k.info.version == version)
                     .collect();
@@ -52,12 +52,12 @@ fn documents() -> &'static Documents {
 /// again whenever the set of kinds differs from the last one's (custom kinds are
 /// interned: the same definition is the same kind, so their addresses identify it);
 /// operators' schemas run to megabytes, which kubectl asks for on every `apply`.
-fn custom_documents(custom: &[&'static kinds::Kind]) -> Arc<Documents> {
+fn custom_documents(custom: &[&'static crate::rest::Kind]) -> Arc<Documents> {
     type Cached = Option<(Vec<usize>, Arc<Documents>)>;
     static LAST: Mutex<Cached> = Mutex::new(None);
     let key: Vec<usize> = custom
         .iter()
-        .map(|k| std::ptr::from_ref::<kinds::Kind>(k) as usize)
+        .map(|k| std::ptr::from_ref::<crate::rest::Kind>(k) as usize)
         .collect();
     if let Some((last, docs)) = &*LAST.locked()
         && *last == key
@@ -69,8 +69,8 @@ fn custom_documents(custom: &[&'static kinds::Kind]) -> Arc<Documents> {
     docs
 }
 
-fn build_custom_documents(custom: &[&'static kinds::Kind]) -> Documents {
-    let mut by_gv: BTreeMap<String, Vec<&'static kinds::Kind>> = BTreeMap::new();
+fn build_custom_documents(custom: &[&'static crate::rest::Kind]) -> Documents {
+    let mut by_gv: BTreeMap<String, Vec<&'static crate::rest::Kind>> = BTreeMap::new();
     for k in custom {
         by_gv
             .entry(gv_path(k.info.group, k.info.version))
@@ -93,7 +93,7 @@ fn gv_path(group: &str, version: &str) -> String {
 }
 
 /// `/openapi/v3`: where each group version's document is.
-pub fn root(custom: &[&'static kinds::Kind]) -> Value {
+pub fn root(custom: &[&'static crate::rest::Kind]) -> Value {
     let custom = custom_documents(custom);
     let paths: Map<String, Value> = documents()
         .by_path
@@ -110,7 +110,7 @@ pub fn root(custom: &[&'static kinds::Kind]) -> Value {
 }
 
 /// `/openapi/v3/<path>`: one group version's document.
-pub fn document(path: &str, custom: &[&'static kinds::Kind]) -> Option<Bytes> {
+pub fn document(path: &str, custom: &[&'static crate::rest::Kind]) -> Option<Bytes> {
     if let Some((b, _)) = documents().by_path.get(path) {
         return Some(b.clone());
     }
@@ -121,17 +121,17 @@ pub fn document(path: &str, custom: &[&'static kinds::Kind]) -> Option<Bytes> {
 }
 
 /// The document of one group version's kinds.
-fn group_version_document(resources: &[&'static kinds::Kind]) -> Value {
+fn group_version_document(resources: &[&'static crate::rest::Kind]) -> Value {
     let mut generator = SchemaSettings::openapi3()
         .with(|s| s.meta_schema = None)
         .into_generator();
     let mut custom = Vec::new();
     for k in resources {
         match &k.schema {
-            kinds::Schema::Typed { add, .. } => {
+            crate::rest::strategy::Schema::Typed { add, .. } => {
                 add(&mut generator);
             }
-            kinds::Schema::Custom { schema, name } => {
+            crate::rest::strategy::Schema::Custom { schema, name } => {
                 generator
                     .subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
                 custom.push((name.clone(), schema.clone()));
@@ -140,7 +140,7 @@ fn group_version_document(resources: &[&'static kinds::Kind]) -> Value {
     }
     let mut schemas = generator.take_definitions(true);
     for k in resources {
-        if let kinds::Schema::Typed { name, .. } = &k.schema
+        if let crate::rest::strategy::Schema::Typed { name, .. } = &k.schema
             && let Some(Value::Object(schema)) = schemas.get_mut(&name())
         {
             schema.insert(
@@ -156,10 +156,10 @@ fn group_version_document(resources: &[&'static kinds::Kind]) -> Value {
     let mut paths = Map::new();
     for k in resources {
         let (name, strategic) = match &k.schema {
-            kinds::Schema::Typed { name, .. } => (name(), true),
+            crate::rest::strategy::Schema::Typed { name, .. } => (name(), true),
             // Custom resources take no strategic merge patches (kubectl then sends merge
             // patches, as it does to upstream).
-            kinds::Schema::Custom { name, .. } => (name.clone(), false),
+            crate::rest::strategy::Schema::Custom { name, .. } => (name.clone(), false),
         };
         add_paths(&mut paths, k.info, &name, strategic);
     }

@@ -25,11 +25,10 @@ use krust_api::selector::LabelSelector;
 use krust_api::status::{ApiError, Target};
 use krust_api::sync::Unpoisoned;
 use rustls::pki_types::ServerName;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::Api;
+use crate::kinds::metrics::{ContainerMetrics, NodeMetrics, PodMetrics};
 use crate::request::Verb;
 use crate::response::{self, Response};
 use crate::rest::Call;
@@ -37,62 +36,6 @@ use crate::watch_cache::CachedObject;
 
 pub const GROUP: &str = "metrics.k8s.io";
 pub const VERBS: &[&str] = &["get", "list"];
-
-/// NodeMetrics (metrics.k8s.io/v1beta1).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct NodeMetrics {
-    pub metadata: ObjectMeta,
-    pub timestamp: Option<Time>,
-    pub window: String,
-    pub usage: BTreeMap<String, Quantity>,
-}
-
-/// PodMetrics (metrics.k8s.io/v1beta1).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct PodMetrics {
-    pub metadata: ObjectMeta,
-    pub timestamp: Option<Time>,
-    pub window: String,
-    pub containers: Vec<ContainerMetrics>,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ContainerMetrics {
-    pub name: String,
-    pub usage: BTreeMap<String, Quantity>,
-}
-
-/// The schemas OpenAPI publishes (metrics-server's types, written out: schemars'
-/// derive is not in the build).
-fn usage_schema() -> Schema {
-    json_schema!({"type": "object", "additionalProperties": {"type": "string"}})
-}
-
-impl JsonSchema for NodeMetrics {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "NodeMetrics".into()
-    }
-    fn json_schema(g: &mut SchemaGenerator) -> Schema {
-        let meta = g.subschema_for::<ObjectMeta>();
-        json_schema!({"type": "object", "properties": {
-            "metadata": meta, "timestamp": {"type": "string", "format": "date-time"},
-            "window": {"type": "string"}, "usage": usage_schema()}})
-    }
-}
-
-impl JsonSchema for PodMetrics {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "PodMetrics".into()
-    }
-    fn json_schema(g: &mut SchemaGenerator) -> Schema {
-        let meta = g.subschema_for::<ObjectMeta>();
-        json_schema!({"type": "object", "properties": {
-            "metadata": meta, "timestamp": {"type": "string", "format": "date-time"},
-            "window": {"type": "string"},
-            "containers": {"type": "array", "items": {"type": "object", "properties": {
-                "name": {"type": "string"}, "usage": usage_schema()}}}}})
-    }
-}
 
 /// A cumulative CPU reading and a working set at one time.
 #[derive(Clone, Copy, Debug, PartialEq)]

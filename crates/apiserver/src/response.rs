@@ -7,8 +7,8 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
-use crate::kinds::Kind;
-use crate::kinds::table::{self, IncludeObject};
+use crate::rest::Kind;
+use crate::table::{self, IncludeObject};
 
 pub type Body = BoxBody<Bytes, std::convert::Infallible>;
 pub type Response = http::Response<Body>;

@@ -39,7 +39,7 @@ pub struct CachedObject {
     /// The object as JSON with `metadata.resourceVersion` set.
     pub json: Bytes,
     pub labels: BTreeMap<String, String>,
-    /// Values of the kind's selectable fields (see `kinds::Strategy::fields`).
+    /// Values of the kind's selectable fields (see `rest::strategy::Strategy::fields`).
     pub fields: Vec<(&'static str, String)>,
 }
 
@@ -140,7 +140,7 @@ impl CacheEvent {
 }
 
 /// Extracts the selectable fields of a kind's objects (its strategy).
-pub type Indexer = &'static dyn crate::kinds::Strategy;
+pub type Indexer = &'static dyn crate::rest::strategy::Strategy;
 
 struct State {
     objects: BTreeMap<String, Arc<CachedObject>>,

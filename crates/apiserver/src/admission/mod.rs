@@ -2,32 +2,18 @@
 //! upstream's `admission.Interface`. Each plugin says which requests it handles; the
 //! chain runs the mutating half of every plugin that handles the request, in order, then
 //! the validating half of each on the object as mutated (upstream's two phases). The
-//! order is upstream's (kube-apiserver's ordered plugin list), written once in
-//! [`Admission::new`], with upstream's plugin names.
+//! plugins krust enables, with upstream's names and in upstream's order, are listed once,
+//! in `plugins::enabled`.
 //!
 //! What a kind's REST storage does around the store (Service IP allocation, RBAC's
 //! escalation check) is not admission: see `rest::Storage`.
 
-mod certificates;
-mod default_storage_class;
-mod default_toleration_seconds;
-mod limit_ranger;
-mod namespace_lifecycle;
-mod node_restriction;
-mod pod_security;
-mod priority;
-mod resource_quota;
-mod service_account;
-mod storage_object_in_use_protection;
-mod webhooks;
+pub mod plugins;
 
 use krust_api::status::{ApiError, Target};
 use serde_json::Value;
 
 use crate::rest::Call;
-
-pub use priority::SYSTEM_PRIORITY_CLASSES;
-pub use service_account::SERVICE_ACCOUNT_DIR;
 
 /// The operation a request performs on its resource, as admission sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,40 +113,10 @@ pub struct Admission {
     plugins: Vec<Box<dyn Plugin>>,
 }
 
-impl Default for Admission {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Admission {
-    /// The plugins krust enables, in upstream's order (kube-apiserver's
-    /// `AllOrderedPlugins`): webhooks, policies and ResourceQuota last.
-    pub fn new() -> Self {
-        let plugins: Vec<Box<dyn Plugin>> = vec![
-            Box::new(namespace_lifecycle::NamespaceLifecycle),
-            Box::new(limit_ranger::LimitRanger),
-            Box::new(service_account::ServiceAccount),
-            Box::new(node_restriction::NodeRestriction),
-            Box::new(pod_security::PodSecurity),
-            Box::new(priority::Priority),
-            Box::new(default_toleration_seconds::DefaultTolerationSeconds),
-            Box::new(default_storage_class::DefaultStorageClass),
-            Box::new(storage_object_in_use_protection::StorageObjectInUseProtection),
-            Box::new(certificates::CertificateApproval),
-            Box::new(certificates::CertificateSigning),
-            Box::new(certificates::CertificateSubjectRestriction),
-            Box::new(webhooks::MutatingAdmissionWebhook),
-            Box::new(webhooks::ValidatingAdmissionPolicy),
-            Box::new(webhooks::ValidatingAdmissionWebhook),
-            Box::new(resource_quota::ResourceQuota),
-        ];
+    /// The chain of these plugins, which run in the order given.
+    pub fn new(plugins: Vec<Box<dyn Plugin>>) -> Self {
         Admission { plugins }
-    }
-
-    /// The enabled plugins' names, in order.
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.plugins.iter().map(|p| p.name())
     }
 
     /// The mutating phase: every handling plugin's mutating half, in order.
@@ -192,73 +148,5 @@ impl Admission {
     ) -> Result<(), ApiError> {
         self.mutate(a, obj.as_deref_mut()).await?;
         self.validate(a, obj.as_deref()).await
-    }
-}
-
-/// Whether `obj` is a pod being created: what most of the built-in plugins look at.
-fn pod_create(a: &Attributes<'_>) -> bool {
-    a.operation == Operation::Create && a.is("", "pods")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// kube-apiserver 1.33's `AllOrderedPlugins`, the order every plugin runs in.
-    const UPSTREAM_ORDER: &[&str] = &[
-        "AlwaysAdmit",
-        "NamespaceAutoProvision",
-        "NamespaceLifecycle",
-        "NamespaceExists",
-        "LimitPodHardAntiAffinityTopology",
-        "LimitRanger",
-        "ServiceAccount",
-        "NodeRestriction",
-        "TaintNodesByCondition",
-        "AlwaysPullImages",
-        "ImagePolicyWebhook",
-        "PodSecurity",
-        "PodNodeSelector",
-        "Priority",
-        "DefaultTolerationSeconds",
-        "PodTolerationRestriction",
-        "EventRateLimit",
-        "ExtendedResourceToleration",
-        "DefaultStorageClass",
-        "StorageObjectInUseProtection",
-        "OwnerReferencesPermissionEnforcement",
-        "PersistentVolumeClaimResize",
-        "RuntimeClass",
-        "CertificateApproval",
-        "CertificateSigning",
-        "ClusterTrustBundleAttest",
-        "CertificateSubjectRestriction",
-        "DefaultIngressClass",
-        "DenyServiceExternalIPs",
-        "PodTopologyLabels",
-        "MutatingAdmissionPolicy",
-        "MutatingAdmissionWebhook",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionWebhook",
-        "ResourceQuota",
-        "AlwaysDeny",
-    ];
-
-    #[test]
-    fn plugins_are_upstreams_in_upstreams_order() {
-        let positions: Vec<usize> = Admission::new()
-            .names()
-            .map(|name| {
-                UPSTREAM_ORDER
-                    .iter()
-                    .position(|u| *u == name)
-                    .unwrap_or_else(|| panic!("{name} is not an upstream plugin"))
-            })
-            .collect();
-        assert!(
-            positions.windows(2).all(|w| w[0] < w[1]),
-            "out of upstream's order: {:?}",
-            Admission::new().names().collect::<Vec<_>>()
-        );
     }
 }

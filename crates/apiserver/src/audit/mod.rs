@@ -7,7 +7,7 @@
 //! `Audit-Id` header that names their events.
 
 pub mod log;
-pub mod policy;
+pub mod rules;
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -21,8 +21,8 @@ use serde_json::{Map, Value, json};
 use crate::auth::User;
 use crate::request::RequestInfo;
 use crate::response::Response;
-use policy::{Decision, Policy};
-pub use policy::{Level, Stage};
+use rules::{Decision, Policy};
+pub use rules::{Level, Stage};
 
 /// The audit flags.
 #[derive(Debug, Clone)]
@@ -100,16 +100,16 @@ impl Auditor {
             None => ("", &[][..]),
         };
         let target = match facts.info {
-            Some(info) => policy::Target::Resource {
+            Some(info) => rules::Target::Resource {
                 group: &info.group,
                 resource: &info.resource,
                 subresource: info.subresource.as_deref(),
                 namespace: info.namespace.as_deref().unwrap_or_default(),
                 name: info.name.as_deref().unwrap_or_default(),
             },
-            None => policy::Target::NonResource { path: facts.path },
+            None => rules::Target::NonResource { path: facts.path },
         };
-        let decision = self.policy.decide(&policy::Request {
+        let decision = self.policy.decide(&rules::Request {
             user: facts.requester.map(|_| (name, groups)),
             verb: facts.verb,
             target,

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::rules::{Rule, uncovered};
 use crate::Api;
-use crate::internal::{Internal, Resource};
+use crate::loopback::{Loopback, Resource};
 
 const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
 const GROUP: &str = "rbac.authorization.k8s.io";
@@ -156,7 +156,7 @@ fn resource<'a>(plural: &'a str, namespace: Option<&'a str>) -> Resource<'a> {
 /// Creates or completes every bootstrap object: roles first, then the bindings, each set
 /// at once (the writes share the store's group commits).
 pub async fn reconcile(api: &Api) -> anyhow::Result<()> {
-    let client = &Internal { api };
+    let client = &Loopback { api };
     let policy = bootstrap();
     let stages: [&[(&str, &Vec<Value>)]; 2] = [
         &[
@@ -190,7 +190,7 @@ pub async fn reconcile(api: &Api) -> anyhow::Result<()> {
 /// Creates `expected` or completes the stored object; a write that races another
 /// apiserver starting at the same time is retried on what that one wrote.
 async fn reconcile_one(
-    client: &Internal<'_>,
+    client: &Loopback<'_>,
     r: Resource<'_>,
     expected: &Value,
 ) -> Result<(), ApiError> {
@@ -204,7 +204,7 @@ async fn reconcile_one(
 }
 
 async fn reconcile_attempt(
-    client: &Internal<'_>,
+    client: &Loopback<'_>,
     r: Resource<'_>,
     expected: &Value,
 ) -> Result<(), ApiError> {

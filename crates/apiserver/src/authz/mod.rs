@@ -4,11 +4,11 @@
 //! [`node`] authorizer, then [`rbac`] decides from Roles and bindings held in memory. Reviews (`kubectl auth can-i`), impersonation and RBAC's escalation
 //! checks are built on the same decisions.
 
+pub mod bootstrap_policy;
 pub mod escalation;
 pub mod identity;
 pub mod impersonation;
 pub mod node;
-pub mod policy;
 pub mod rbac;
 pub mod reviews;
 pub mod rules;

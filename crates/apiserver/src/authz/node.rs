@@ -37,7 +37,7 @@ pub fn node_of(user: &User) -> Option<&str> {
 fn node_rules() -> &'static [Rule] {
     static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
     RULES.get_or_init(|| {
-        super::policy::bootstrap()
+        super::bootstrap_policy::bootstrap()
             .cluster_roles
             .iter()
             .find(|r| r["metadata"]["name"] == "system:node")

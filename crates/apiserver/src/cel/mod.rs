@@ -12,7 +12,7 @@ use cel::{Env, Value as Cel};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::Value;
 
-use crate::custom::schema::{additional, items};
+use crate::schema::{additional, items};
 
 /// Implements CEL's `Val` for a `Copy` Rust type compared by `==`, as the opaque CEL
 /// type `$cel` (Kubernetes' quantities, addresses, networks).

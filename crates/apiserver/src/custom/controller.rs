@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::definition::{condition, set_condition};
 use super::{CLEANUP_FINALIZER, DEFINITIONS};
 use crate::Api;
-use crate::internal::{Internal, Resource};
+use crate::loopback::{Loopback, Resource};
 
 const DEFINITION: Resource<'static> = Resource {
     group: "apiextensions.k8s.io",
@@ -157,7 +157,7 @@ async fn accept(api: &Api, crd: &Value, all: &[Value]) -> Result<(), ApiError> {
         }
     }
     if new != *crd {
-        Internal { api }.update_status(DEFINITION, &new).await?;
+        Loopback { api }.update_status(DEFINITION, &new).await?;
     }
     Ok(())
 }
@@ -177,7 +177,7 @@ async fn clean_up(api: &Api, crd: &Value) -> Result<bool, ApiError> {
     if !finalizers.contains(&json!(CLEANUP_FINALIZER)) {
         return Ok(true);
     }
-    let internal = Internal { api };
+    let internal = Loopback { api };
     let mut new = crd.clone();
     let served = super::kind::served_versions(
         &serde_json::from_value::<CustomResourceDefinition>(crd.clone())

@@ -19,9 +19,9 @@ use serde_json::{Value, json};
 
 use super::kind::storage_version;
 use crate::Api;
-use crate::kinds::Kind;
-use crate::kinds::validation::{check_annotations, check_labels};
 use crate::outbound;
+use crate::rest::Kind;
+use crate::validation::{check_annotations, check_labels};
 use crate::watch_cache::WatchCache;
 
 /// Upstream's timeout for a conversion call.

@@ -9,8 +9,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::CLEANUP_FINALIZER;
-use crate::kinds::Strategy;
-use crate::kinds::validation::{NameRule, check_name, is_dns1123_label};
+use crate::rest::strategy::Strategy;
+use crate::validation::{NameRule, check_name, is_dns1123_label};
 
 pub struct Definition;
 pub static DEFINITION: Definition = Definition;

@@ -16,8 +16,8 @@ use super::columns::JsonPath;
 use super::conversion::Webhook;
 use super::rules::Rules;
 use super::schema;
-use crate::kinds::table::{self, Column};
-use crate::kinds::{Decoder, Kind, Schema, Strategy};
+use crate::rest::strategy::{Decoder, Kind, Schema, Strategy};
+use crate::table::{self, Column};
 
 /// The versions a definition serves, its storage version first (whose storage prefix
 /// and field indexer the watch cache uses).
@@ -285,7 +285,7 @@ impl CustomStrategy {
         };
         let mut unknown = Vec::new();
         if let Some(meta) = obj.remove("metadata") {
-            let (meta, extra) = crate::kinds::decode::<ObjectMeta>(meta)?;
+            let (meta, extra) = crate::rest::strategy::decode::<ObjectMeta>(meta)?;
             unknown.extend(extra.into_iter().map(|f| format!("metadata.{f}")));
             obj.insert("metadata".into(), meta);
         }

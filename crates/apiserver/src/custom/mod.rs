@@ -21,7 +21,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use krust_api::sync::UnpoisonedRw;
 use serde_json::Value;
 
-use crate::kinds::Kind;
+use crate::rest::Kind;
 use crate::watch_cache::Indexer;
 
 /// Where definitions are stored.

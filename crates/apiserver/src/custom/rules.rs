@@ -27,8 +27,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use krust_api::status::Cause;
 use serde_json::{Value, json};
 
-use super::schema::{additional, items};
 use crate::cel::{env, to_cel};
+use crate::schema::{additional, child, items};
 
 /// The compiled rules (and message expressions) of one schema, by their source text.
 pub struct Rules {
@@ -236,14 +236,6 @@ impl Rules {
 /// How upstream names the root in these errors: Go prints its nil field path so.
 pub fn shown(path: &str) -> &str {
     if path.is_empty() { "<nil>" } else { path }
-}
-
-fn child(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
 }
 
 /// A rule's `fieldPath` (`.spec.replicas`, `['a.b']`) under the node's path.

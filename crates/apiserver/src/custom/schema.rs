@@ -6,29 +6,15 @@
 use std::collections::HashSet;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    JSONSchemaProps, JSONSchemaPropsOrBool,
 };
 use krust_api::status::Cause;
 use serde_json::{Map, Value};
 
+use crate::schema::{additional, child, items};
+
 /// Fields every object keeps whatever its schema says.
 const OBJECT_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
-
-/// The schema of a list's items, if it has one.
-pub(crate) fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match s.items.as_ref()? {
-        JSONSchemaPropsOrArray::Schema(one) => Some(one),
-        JSONSchemaPropsOrArray::Schemas(many) => many.first(),
-    }
-}
-
-/// The schema of a map's values, if its values are typed.
-pub(crate) fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match s.additional_properties.as_ref()? {
-        JSONSchemaPropsOrBool::Schema(one) => Some(one),
-        JSONSchemaPropsOrBool::Bool(_) => None,
-    }
-}
 
 fn preserves_unknown(s: &JSONSchemaProps) -> bool {
     s.x_kubernetes_preserve_unknown_fields == Some(true)
@@ -36,14 +22,6 @@ fn preserves_unknown(s: &JSONSchemaProps) -> bool {
             s.additional_properties,
             Some(JSONSchemaPropsOrBool::Bool(true))
         )
-}
-
-fn child(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
 }
 
 /// Drops the fields the schema does not know, collecting their paths (for

@@ -5,8 +5,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column};
-use super::validation::{NameRule, check_name, each_mut};
+use crate::table::{AGE, Column};
+use crate::validation::{NameRule, check_name, each_mut};
 
 pub struct WebhookConfiguration {
     mutating: bool,

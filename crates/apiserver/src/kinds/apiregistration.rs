@@ -5,8 +5,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column};
-use super::validation::NameRule;
+use crate::table::{AGE, Column};
+use crate::validation::NameRule;
 
 pub struct ApiService;
 pub static API_SERVICE: ApiService = ApiService;

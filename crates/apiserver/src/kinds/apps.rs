@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::Strategy;
 use super::core::ready_of;
 use super::pod::{default_pod_spec, validate_pod_spec};
-use super::table::{AGE, Column, containers, images, int_at, map, selector};
-use super::validation::{immutable, non_negative, set_default};
+use crate::table::{AGE, Column, containers, images, int_at, map, selector};
+use crate::validation::{immutable, non_negative, set_default};
 
 /// Checks shared by every workload with `spec.selector` and `spec.template`.
 fn validate_workload(obj: &Value, errs: &mut Vec<Cause>) {

@@ -6,8 +6,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column, int_at};
-use super::validation::set_default;
+use crate::table::{AGE, Column, int_at};
+use crate::validation::set_default;
 
 /// Upstream's CPU target when an HPA names no metric.
 const DEFAULT_CPU_UTILIZATION: i64 = 80;

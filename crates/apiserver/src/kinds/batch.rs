@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use super::Strategy;
 use super::pod::{default_pod_spec, validate_pod_spec};
-use super::table::{AGE, Column, containers, images, int_at, selector, str_or_none};
-use super::validation::{immutable, non_negative, set_default};
+use crate::table::{AGE, Column, containers, images, int_at, selector, str_or_none};
+use crate::validation::{immutable, non_negative, set_default};
 
 const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
 const JOB_NAME: &str = "batch.kubernetes.io/job-name";
@@ -175,7 +175,7 @@ fn job_duration(o: &Value) -> Value {
     match (ts("/status/startTime"), ts("/status/completionTime")) {
         (Some(start), end) => {
             let end = end.unwrap_or_else(jiff::Timestamp::now);
-            json!(super::table::human_duration(
+            json!(crate::table::human_duration(
                 end.as_second() - start.as_second()
             ))
         }
@@ -282,7 +282,7 @@ impl Strategy for CronJob {
                 priority: 0,
                 description: "Information when was the last time the job was successfully scheduled.",
                 cell: &|o| match o["status"]["lastScheduleTime"] {
-                    Value::String(_) => json!(super::table::age(&o["status"]["lastScheduleTime"])),
+                    Value::String(_) => json!(crate::table::age(&o["status"]["lastScheduleTime"])),
                     _ => json!("<none>"),
                 },
             },

@@ -10,10 +10,10 @@ use x509_parser::pem::Pem;
 use x509_parser::prelude::{FromDer, X509CertificationRequest};
 
 use super::Strategy;
-use super::table::{AGE, Column, human_duration, str_or_none};
-use super::validation::NameRule;
 use crate::auth::User;
 use crate::rest::Part;
+use crate::table::{AGE, Column, human_duration, str_or_none};
+use crate::validation::NameRule;
 
 /// The usages a request may name (upstream's `allValidUsages`), sorted as its message lists
 /// them.
@@ -339,7 +339,7 @@ fn validate_signer_name(signer: &Value, errs: &mut Vec<Cause>) {
     let labels: Vec<&str> = domain.split('.').collect();
     if let Some(bad) = labels
         .iter()
-        .find(|l| !super::validation::is_dns1123_label(l))
+        .find(|l| !crate::validation::is_dns1123_label(l))
     {
         errs.push(Cause::invalid(
             field,
@@ -354,7 +354,7 @@ fn validate_signer_name(signer: &Value, errs: &mut Vec<Cause>) {
         ));
     } else if let Some(bad) = path
         .split('.')
-        .find(|p| !super::validation::is_dns1123_subdomain(p))
+        .find(|p| !crate::validation::is_dns1123_subdomain(p))
     {
         errs.push(Cause::invalid(
             field,

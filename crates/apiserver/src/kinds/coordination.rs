@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::Strategy;
-use super::table::{AGE, Column};
+use crate::table::{AGE, Column};
 
 pub struct Lease;
 pub static LEASE: Lease = Lease;

@@ -5,8 +5,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column, int_at, str_or_none};
-use super::validation::{NameRule, immutable, set_default};
+use crate::table::{AGE, Column, int_at, str_or_none};
+use crate::validation::{NameRule, immutable, set_default};
 
 fn count_keys(v: &Value) -> usize {
     v.as_object().map_or(0, |m| m.len())
@@ -294,7 +294,7 @@ impl Strategy for Node {
                 cell: &|o| o["status"]["nodeInfo"]["kubeletVersion"].clone(),
             },
             Column {
-                name: "Internal-IP",
+                name: "Loopback-IP",
                 ty: "string",
                 priority: 1,
                 description: "List of internal IPs.",

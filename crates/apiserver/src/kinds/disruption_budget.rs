@@ -4,7 +4,7 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column};
+use crate::table::{AGE, Column};
 
 pub struct Pdb;
 pub static PDB: Pdb = Pdb;

@@ -4,8 +4,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column};
-use super::validation::immutable;
+use crate::table::{AGE, Column};
+use crate::validation::immutable;
 
 pub struct EndpointSlice;
 pub static ENDPOINT_SLICE: EndpointSlice = EndpointSlice;

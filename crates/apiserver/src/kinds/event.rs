@@ -5,7 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column, age};
+use crate::table::{AGE, Column, age};
 
 /// (events.k8s.io/v1 field, core/v1 field) pairs that differ only in name.
 const RENAMES: &[(&str, &str)] = &[

@@ -4,8 +4,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column, selector, str_or_none};
-use super::validation::{each_mut, set_default};
+use crate::table::{AGE, Column, selector, str_or_none};
+use crate::validation::{each_mut, set_default};
 
 pub struct IngressClass;
 pub static INGRESS_CLASS: IngressClass = IngressClass;

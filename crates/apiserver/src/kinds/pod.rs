@@ -8,8 +8,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column, containers, images, map, str_or_none};
-use super::validation::{NameRule, check_name, each_mut, immutable, is_dns1123_label, set_default};
+use crate::table::{AGE, Column, containers, images, map, str_or_none};
+use crate::validation::{NameRule, check_name, each_mut, immutable, is_dns1123_label, set_default};
 
 /// Defaults of a pod spec, shared by pods and every pod template.
 pub fn default_pod_spec(spec: &mut Value) {

@@ -6,9 +6,9 @@ use krust_api::status::{ApiError, Cause};
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column};
-use super::validation::NameRule;
 use crate::rest::{Call, Storage};
+use crate::table::{AGE, Column};
+use crate::validation::NameRule;
 
 /// RBAC's storage checks every write of a role or binding, on the object admission
 /// made, against what the writer holds (`crate::authz::escalation`).

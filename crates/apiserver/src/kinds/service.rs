@@ -8,8 +8,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column, map};
-use super::validation::{NameRule, each_mut, set_default};
+use crate::table::{AGE, Column, map};
+use crate::validation::{NameRule, each_mut, set_default};
 
 pub struct Service;
 pub static SERVICE: Service = Service;

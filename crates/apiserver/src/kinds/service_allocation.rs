@@ -150,7 +150,7 @@ async fn allocate(call: &Call<'_>, svc: &mut Value, old: Option<&Value>) -> Resu
 /// NodePorts of ports the update leaves unset keep their old values (matched by port).
 fn keep_node_ports(new: &mut Value, old: &Value) {
     let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
-    for p in crate::kinds::validation::each_mut(new, "/spec/ports") {
+    for p in crate::validation::each_mut(new, "/spec/ports") {
         if p["nodePort"].is_null()
             && let Some(o) = old_ports
                 .iter()

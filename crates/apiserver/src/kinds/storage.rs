@@ -4,8 +4,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column};
-use super::validation::{immutable, set_default};
+use crate::table::{AGE, Column};
+use crate::validation::{immutable, set_default};
 
 pub struct StorageClass;
 pub static STORAGE_CLASS: StorageClass = StorageClass;

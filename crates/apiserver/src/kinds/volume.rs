@@ -7,8 +7,8 @@ use krust_api::status::Cause;
 use serde_json::{Value, json};
 
 use super::Strategy;
-use super::table::{AGE, Column};
-use super::validation::{immutable, set_default};
+use crate::table::{AGE, Column};
+use crate::validation::{immutable, set_default};
 
 const ACCESS_MODES: &[&str] = &[
     "ReadOnlyMany",
@@ -134,7 +134,7 @@ fn check_mode_and_class(obj: &Value, errs: &mut Vec<Cause>) {
     let field = "spec.storageClassName";
     if let Some(class) = spec["storageClassName"].as_str()
         && !class.is_empty()
-        && !super::validation::is_dns1123_subdomain(class)
+        && !crate::validation::is_dns1123_subdomain(class)
     {
         errs.push(Cause::invalid(
             field,

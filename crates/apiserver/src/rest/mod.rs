@@ -9,6 +9,7 @@ mod delete;
 mod duplicates;
 mod eviction;
 mod read;
+pub mod strategy;
 mod subresource;
 mod watch;
 
@@ -26,9 +27,9 @@ use serde_json::{Value, json};
 use crate::Api;
 use crate::auth::User;
 use crate::custom::conversion::Caller;
-use crate::kinds::{FieldValidation, Kind};
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::{self, Output, Response};
+pub use strategy::{FieldValidation, Kind, Storage};
 
 /// Largest request body accepted, as upstream (3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -53,26 +54,6 @@ pub fn decode_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, Api
 /// The 413 for a body over [`MAX_BODY`], in upstream's words.
 pub fn body_too_large() -> ApiError {
     ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}"))
-}
-
-/// What a kind's REST storage does around the store beyond its strategy (upstream's
-/// `BeginCreate`, `BeginUpdate` and `AfterDelete` hooks of a registry's REST): the Service
-/// registry allocates IPs and ports, RBAC's refuses escalation. The `begin_` steps run
-/// between mutating and validating admission, where upstream's store runs them.
-#[async_trait::async_trait]
-pub trait Storage: Sync {
-    async fn begin_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError>;
-
-    async fn begin_update(
-        &self,
-        call: &Call<'_>,
-        new: &mut Value,
-        old: &Value,
-    ) -> Result<(), ApiError>;
-
-    /// After `obj` left the store, or after a create that began was not stored: gives
-    /// back what `begin_create` took.
-    async fn release(&self, _call: &Call<'_>, _obj: &Value) {}
 }
 
 /// One resource request, parsed and authenticated.
@@ -458,15 +439,16 @@ impl Call<'_> {
         Ok(decoded)
     }
 
-    fn kind_decoder(&self, kind: &str) -> crate::kinds::Decoder {
+    fn kind_decoder(&self, kind: &str) -> crate::rest::strategy::Decoder {
         match kind {
-            "Scale" => &crate::kinds::decode_scale,
-            "Binding" => crate::kinds::find("", "v1", "bindings")
-                .map(|k| k.decode)
-                .unwrap_or(self.kind.decode),
-            "Eviction" => &crate::kinds::decode_eviction,
-            "TokenRequest" => &crate::kinds::decode_token_request,
-            "DeleteOptions" => &crate::kinds::decode_delete_options,
+            "Scale" => &strategy::decode_scale,
+            "Binding" => self
+                .api
+                .kind("", "v1", "bindings")
+                .map_or(self.kind.decode, |k| k.decode),
+            "Eviction" => &strategy::decode_eviction,
+            "TokenRequest" => &strategy::decode_token_request,
+            "DeleteOptions" => &strategy::decode_delete_options,
             _ => self.kind.decode,
         }
     }

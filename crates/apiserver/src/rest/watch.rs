@@ -21,8 +21,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use super::read::{Filter, list_prefix};
 use super::{Call, parse_rv};
 use crate::custom::conversion::Caller;
-use crate::kinds::Kind;
 use crate::response::{self, Output, Response};
+use crate::rest::Kind;
 use crate::watch_cache::{CacheEvent, CachedObject, EventType, ResourceCache};
 
 /// How often an idle watch with `allowWatchBookmarks` gets a BOOKMARK. Upstream sends

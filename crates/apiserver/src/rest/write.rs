@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::{Call, Part, now, parse_rv, store_error};
 use crate::admission::{Attributes, Operation};
-use crate::kinds::validation::{check_annotations, check_generate_name, check_labels, check_name};
 use crate::response::Response;
+use crate::validation::{check_annotations, check_generate_name, check_labels, check_name};
 
 /// Who computes a write's managedFields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

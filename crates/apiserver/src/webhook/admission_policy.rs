@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use super::rules::Attributes;
 use super::{Operation, Versions};
 use crate::cel::{env, run, to_cel};
-use crate::kinds::Kind;
 use crate::rest::Call;
+use crate::rest::Kind;
 
 pub const POLICIES: &str = "/registry/validatingadmissionpolicies/";
 pub const BINDINGS: &str = "/registry/validatingadmissionpolicybindings/";

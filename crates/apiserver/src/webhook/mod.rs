@@ -6,8 +6,8 @@
 //! failurePolicy decides what a call that fails means — as upstream's
 //! MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins.
 
+mod admission_policy;
 mod conditions;
-mod policy;
 mod rules;
 
 pub use conditions::{check_expression, validate as validate_match_conditions};
@@ -23,9 +23,9 @@ use serde_json::{Value, json};
 use rules::Attributes;
 
 pub use crate::admission::Operation;
-use crate::kinds::Kind;
 use crate::outbound;
 use crate::rest::Call;
+use crate::rest::Kind;
 
 const MUTATING: &str = "/registry/mutatingwebhookconfigurations/";
 const VALIDATING: &str = "/registry/validatingwebhookconfigurations/";
@@ -220,11 +220,9 @@ fn equivalents(call: &Call<'_>) -> Vec<&'static Kind> {
         .subresource
         .as_deref()
         .map(krust_api::registry::Subresource::parse);
-    let custom = call.api.cache.custom.all();
     kinds.extend(
-        crate::kinds::all()
-            .iter()
-            .chain(custom)
+        call.api
+            .kinds()
             .filter(|k| k.info.storage == storage && !std::ptr::eq(*k, own))
             .filter(|k| match subresource {
                 None => true,
@@ -373,12 +371,12 @@ pub async fn apply_policies(
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
-    if exempt(call) || !policy::bound(call) {
+    if exempt(call) || !admission_policy::bound(call) {
         return Ok(());
     }
     let (mut objects, mut olds) = prepared(call, obj, old).await?;
     let kinds = equivalents(call);
-    policy::validate(call, operation, &kinds, (&mut objects, &mut olds)).await
+    admission_policy::validate(call, operation, &kinds, (&mut objects, &mut olds)).await
 }
 
 /// The request's objects, in the request's version.
@@ -556,7 +554,7 @@ async fn review(
     {
         let key = format!("{name}/{key}");
         match value.as_str() {
-            Some(value) if crate::kinds::validation::is_qualified_name(&key) => {
+            Some(value) if crate::validation::is_qualified_name(&key) => {
                 call.audit.add(key, value.to_string());
             }
             _ => tracing::warn!(webhook = %name, %key, "dropping an invalid audit annotation"),

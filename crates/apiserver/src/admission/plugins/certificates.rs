@@ -10,7 +10,7 @@ use serde_json::Value;
 use x509_parser::pem::Pem;
 use x509_parser::prelude::{FromDer, X509CertificationRequest};
 
-use super::{Attributes, Operation, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 use crate::authz::{self, ResourceAttributes, Target};
 use crate::rest::Call;
 

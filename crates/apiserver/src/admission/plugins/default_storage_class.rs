@@ -3,7 +3,7 @@
 use krust_api::status::ApiError;
 use serde_json::Value;
 
-use super::{Attributes, Operation, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 use crate::rest::Call;
 
 pub struct DefaultStorageClass;

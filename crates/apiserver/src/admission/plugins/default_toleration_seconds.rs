@@ -3,7 +3,8 @@
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
-use super::{Attributes, Plugin, pod_create};
+use super::pod_create;
+use crate::admission::{Attributes, Plugin};
 
 pub struct DefaultTolerationSeconds;
 

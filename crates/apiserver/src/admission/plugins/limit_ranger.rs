@@ -8,7 +8,8 @@ use krust_api::quantity::scaled_value;
 use krust_api::status::ApiError;
 use serde_json::{Map, Value, json};
 
-use super::{Attributes, Plugin, pod_create};
+use super::pod_create;
+use crate::admission::{Attributes, Plugin};
 use crate::rest::Call;
 
 pub struct LimitRanger;

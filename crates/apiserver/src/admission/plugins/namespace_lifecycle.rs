@@ -4,7 +4,7 @@
 use krust_api::status::{ApiError, Cause, Target};
 use serde_json::Value;
 
-use super::{Attributes, Operation, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 
 /// The namespaces that may not be deleted, as upstream: without them the cluster loses
 /// its `kubernetes` Service, its controllers' Leases and its public data. (kube-node-lease

@@ -5,7 +5,7 @@
 use krust_api::status::{ApiError, Target as ErrorTarget};
 use serde_json::Value;
 
-use super::{Attributes, Plugin};
+use crate::admission::{Attributes, Plugin};
 use crate::auth::User;
 use crate::authz::node::node_of;
 

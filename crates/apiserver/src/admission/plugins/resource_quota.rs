@@ -10,7 +10,7 @@ use krust_api::status::{ApiError, Target};
 use krust_store::{Compare, Op, Revision, Txn, TxnResult};
 use serde_json::Value;
 
-use super::{Attributes, Operation, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 use crate::rest::{Call, store_error};
 
 pub struct ResourceQuota;

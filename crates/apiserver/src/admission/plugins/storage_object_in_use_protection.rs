@@ -3,7 +3,7 @@
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
-use super::{Attributes, Operation, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 
 pub struct StorageObjectInUseProtection;
 

@@ -4,7 +4,7 @@
 use krust_api::status::ApiError;
 use serde_json::Value;
 
-use super::{Attributes, Operation, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 use crate::webhook;
 
 /// MutatingAdmissionWebhook: an object a webhook changed is defaulted and validated

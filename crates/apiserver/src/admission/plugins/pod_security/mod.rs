@@ -7,7 +7,7 @@ mod checks;
 use krust_api::status::{ApiError, Cause, Target};
 use serde_json::{Value, json};
 
-use super::{Attributes, Operation, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 use crate::rest::Call;
 
 pub struct PodSecurity;
