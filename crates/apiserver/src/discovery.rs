@@ -2,7 +2,7 @@
 //! (apidiscovery.k8s.io/v2, what kubectl asks for first), all generated from the registry.
 
 use krust_api::registry::{self, RESOURCE_VERBS, ResourceInfo};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
@@ -36,6 +36,9 @@ pub fn wants_aggregated(accept: Option<&str>) -> Option<&'static str> {
 /// resource definitions served now (each group's versions by upstream's priority).
 pub struct Catalog {
     resources: Vec<&'static ResourceInfo>,
+    /// Each storage prefix's storage version: the first resource stored there, built-in
+    /// kinds and each definition's versions listing theirs first.
+    stored_as: HashMap<&'static str, &'static ResourceInfo>,
     /// Group versions served by aggregated apiservers, with their APIResourceLists.
     remote: BTreeMap<(String, String), Value>,
 }
@@ -43,6 +46,10 @@ pub struct Catalog {
 impl Catalog {
     pub fn new(custom: impl IntoIterator<Item = &'static ResourceInfo>) -> Self {
         let mut custom: Vec<&'static ResourceInfo> = custom.into_iter().collect();
+        let mut stored_as = HashMap::new();
+        for r in registry::RESOURCES.iter().chain(custom.iter().copied()) {
+            stored_as.entry(r.storage).or_insert(r);
+        }
         custom.sort_by(|a, b| {
             a.group
                 .cmp(b.group)
@@ -51,6 +58,7 @@ impl Catalog {
         });
         Catalog {
             resources: registry::RESOURCES.iter().chain(custom).collect(),
+            stored_as,
             remote: BTreeMap::new(),
         }
     }
@@ -158,6 +166,9 @@ impl Catalog {
             if !r.categories.is_empty() {
                 entry["categories"] = json!(r.categories);
             }
+            if let Some(hash) = self.storage_version_hash(r) {
+                entry["storageVersionHash"] = json!(hash);
+            }
             resources.push(entry);
             for sub in r.subresources {
                 let mut s = json!({
@@ -185,6 +196,25 @@ impl Catalog {
         Some(
             json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
         )
+    }
+}
+
+impl Catalog {
+    /// Upstream's `storageVersionHash`: the first 8 bytes of the SHA-256 of the storage
+    /// version's `group/version/kind`, in base64, for resources kept in the store by the
+    /// generic registry (not the reviews, bindings, component statuses or metrics).
+    fn storage_version_hash(&self, r: &ResourceInfo) -> Option<String> {
+        use base64::Engine;
+        use sha2::{Digest, Sha256};
+        let computed = r.group == crate::resource_metrics::GROUP
+            || (r.group.is_empty() && matches!(r.plural, "bindings" | "componentstatuses"));
+        if r.is_virtual() || computed {
+            return None;
+        }
+        let stored = self.stored_as.get(r.storage)?;
+        let gvk = format!("{}/{}/{}", stored.group, stored.version, stored.kind);
+        let digest = Sha256::digest(gvk.as_bytes());
+        Some(base64::engine::general_purpose::STANDARD.encode(&digest[..8]))
     }
 }
 
@@ -293,6 +323,32 @@ fn remote_resources(list: &Value) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn storage_version_hashes_are_upstreams() {
+        let catalog = Catalog::new([]);
+        let hash = |group: &str, version: &str, plural: &str| {
+            let list = catalog.api_resource_list(group, version).unwrap();
+            let entry = list["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == plural)
+                .unwrap()
+                .clone();
+            entry["storageVersionHash"].clone()
+        };
+        // As kube-apiserver 1.33 publishes them.
+        assert_eq!(hash("", "v1", "configmaps"), "qFsyl6wFWjQ=");
+        assert_eq!(hash("apps", "v1", "deployments"), "8aSe+NMegvE=");
+        assert_eq!(hash("", "v1", "pods"), "xPOwRZ+Yhw8=");
+        // Events of both groups are stored as core events.
+        assert_eq!(
+            hash("events.k8s.io", "v1", "events"),
+            hash("", "v1", "events")
+        );
+        assert_eq!(hash("", "v1", "bindings"), Value::Null);
+    }
 
     #[test]
     fn discovery_lists_pods_and_deployments() {

@@ -120,10 +120,7 @@ impl fmt::Display for JoinToken {
 
 /// Hex SHA-256 of a CA bundle, as k3s hashes `/cacerts`.
 pub fn ca_hash(ca_pem: &str) -> String {
-    Sha256::digest(ca_pem.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::rest::hex(&Sha256::digest(ca_pem.as_bytes()))
 }
 
 /// Equality that takes as long whatever the first difference (secrets are compared).

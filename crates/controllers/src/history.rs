@@ -165,6 +165,10 @@ pub async fn current<K: Resource<DynamicType = ()>>(
                 name: Some(revision_name(&owner.name_any(), &hash)),
                 namespace: Some(ns.clone()),
                 labels: Some(labels),
+                // The owner's annotations (kubectl's change-cause among them) go with
+                // the revision, as upstream's StatefulSet and DaemonSet controllers copy
+                // them, so that `kubectl rollout history` shows them.
+                annotations: owner.meta().annotations.clone(),
                 owner_references: Some(vec![controller_ref(owner)]),
                 ..Default::default()
             },

@@ -56,6 +56,20 @@ pub static SECRET: Secret = Secret;
 impl Strategy for Secret {
     fn default(&self, obj: &mut Value) {
         set_default(obj, "/type", json!("Opaque"));
+        // `stringData` is write-only, as upstream's conversion makes it: each of its
+        // values replaces the key's in `data`, and it is never stored.
+        let strings = obj.as_object_mut().and_then(|o| o.remove("stringData"));
+        for (key, value) in strings
+            .as_ref()
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(text) = value.as_str() {
+                use base64::Engine;
+                obj["data"][key] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+            }
+        }
     }
     fn validate_update(&self, new: &Value, old: &Value, errs: &mut Vec<Cause>) {
         immutable(new, old, "/type", "type", errs);

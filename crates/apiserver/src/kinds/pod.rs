@@ -42,10 +42,22 @@ pub fn default_pod_spec(spec: &mut Value) {
                 set_default(&mut v[source], "/defaultMode", json!(mode));
             }
         }
+        each_mut(v, "/downwardAPI/items").for_each(default_field_ref);
+        for source in each_mut(v, "/projected/sources") {
+            each_mut(source, "/downwardAPI/items").for_each(default_field_ref);
+        }
         if v.as_object().is_some_and(|m| m.len() == 1) {
             // A volume with only a name is an emptyDir, as upstream defaults it.
             v["emptyDir"] = json!({});
         }
+    }
+}
+
+/// A `fieldRef` (an env var's `valueFrom`, a downward API item) selects a field of the
+/// pod's v1 representation unless it says otherwise.
+fn default_field_ref(holder: &mut Value) {
+    if let Some(field_ref) = holder.get_mut("fieldRef").filter(|r| r.is_object()) {
+        set_default(field_ref, "/apiVersion", json!("v1"));
     }
 }
 
@@ -57,6 +69,11 @@ fn default_container(c: &mut Value) {
     set_default(c, "/resources", json!({}));
     for p in each_mut(c, "/ports") {
         set_default(p, "/protocol", json!("TCP"));
+    }
+    for env in each_mut(c, "/env") {
+        if let Some(from) = env.get_mut("valueFrom") {
+            default_field_ref(from);
+        }
     }
     for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
         if c[probe].is_object() {

@@ -347,8 +347,41 @@ impl Call<'_> {
     /// Parses the request body as JSON (or YAML) into an object of this kind, in the served
     /// version: checks apiVersion/kind, drops unknown fields per `fieldValidation`.
     pub fn decode_body(&mut self, expect_kind: (&str, &str)) -> Result<Value, ApiError> {
-        let value = self.body_value()?;
+        let value = match self.body_value() {
+            Err(e) if e.code == 400 => return Err(self.unrecognized(expect_kind.1, &e)),
+            result => result?,
+        };
         self.decode_value(value, expect_kind)
+    }
+
+    /// A body that does not parse, as upstream's handlers say it: the kind expected, the
+    /// parser's complaint and the body's first bytes (as text if it looks like JSON, else
+    /// in hex).
+    fn unrecognized(&self, kind: &str, parse: &ApiError) -> ApiError {
+        const SHOWN: usize = 30;
+        let json = matches!(
+            self.content_type
+                .as_deref()
+                .map(|c| c.split(';').next().unwrap_or_default().trim()),
+            None | Some("application/json" | "")
+        );
+        if !json {
+            return parse.clone();
+        }
+        let detail = parse
+            .message
+            .strip_prefix("error decoding request body: ")
+            .unwrap_or(&parse.message);
+        let head = &self.body[..self.body.len().min(SHOWN)];
+        let more = if self.body.len() > SHOWN { " ..." } else { "" };
+        let summary = match head.first() {
+            None => "<empty>".to_string(),
+            Some(b'{') => format!("{}{more}", String::from_utf8_lossy(head)),
+            Some(_) => format!("{}{more}", hex(head)),
+        };
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {detail} ({summary})"
+        ))
     }
 
     pub fn body_value(&self) -> Result<Value, ApiError> {
@@ -580,4 +613,9 @@ pub fn now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
+}
+
+/// Bytes as lowercase hex, as Go's `hex.EncodeToString`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

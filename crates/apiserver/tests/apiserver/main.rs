@@ -4,6 +4,7 @@
 
 mod harness;
 
+mod compatibility;
 mod encryption;
 mod hostile;
 mod in_process;

@@ -188,13 +188,27 @@ impl Reconciler for CronJobController {
                 self.events.record(
                     &*cj,
                     EventType::Warning,
-                    "InvalidSchedule",
-                    format!("invalid schedule: {}: {e}", spec.schedule),
+                    "UnparseableSchedule",
+                    format!("unparseable schedule: {:?} : {e}", spec.schedule),
                 );
                 return self.finish(key, &cj, status, None).await;
             }
         };
         let now = Timestamp::now();
+        if schedule.next_after(now, &tz).is_none() {
+            // A date that never comes (`59 23 31 2 *`): upstream finds no time between
+            // two runs and says so in these words.
+            self.events.record(
+                &*cj,
+                EventType::Warning,
+                "InvalidSchedule",
+                format!(
+                    "invalid schedule: {} : time difference between two schedules is less than 1 second",
+                    spec.schedule
+                ),
+            );
+            return self.finish(key, &cj, status, None).await;
+        }
         if spec.suspend != Some(true) {
             self.run_due(&cj, &spec, &schedule, &tz, now, &mut status)
                 .await?;

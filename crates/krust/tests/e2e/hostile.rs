@@ -29,7 +29,10 @@ fn malformed_bodies_get_statuses_and_write_nothing() {
         "BadRequest",
     );
     assert!(
-        b["message"].as_str().unwrap().contains("error decoding"),
+        b["message"]
+            .as_str()
+            .unwrap()
+            .contains("json parse error: recursion limit exceeded"),
         "{b}"
     );
     let deep_yaml = format!(

@@ -358,6 +358,26 @@ fn cronjobs_start_jobs_on_schedule_and_keep_their_history_limit() {
     );
     zoned["spec"]["timeZone"] = json!("Europe/Berlin");
     s.ok_stdin(&["create", "-f", "-"], &zoned.to_string());
+    // A date that never comes is valid, and the controller says why nothing runs.
+    s.ok(&[
+        "create",
+        "cronjob",
+        "never",
+        "--image=busybox",
+        "--schedule=59 23 31 2 *",
+    ]);
+    let said = common::wait_for(
+        "the never-firing schedule reported",
+        Duration::from_secs(20),
+        || {
+            let messages = s.event_messages("never", "InvalidSchedule");
+            (!messages.is_empty()).then_some(messages)
+        },
+    );
+    assert_eq!(
+        said[0],
+        "invalid schedule: 59 23 31 2 * : time difference between two schedules is less than 1 second"
+    );
     // kubectl's own way to run one now.
     s.ok(&["create", "job", "now", "--from=cronjob/tick"]);
     s.ok(&[

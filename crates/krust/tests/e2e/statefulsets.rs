@@ -206,7 +206,14 @@ fn parallel_sets_partitions_undo_and_on_delete_on_simulated_nodes() {
         .unwrap()
         .to_string();
 
-    // A partition of 2: only the pods from the third ordinal up are updated.
+    // A partition of 2: only the pods from the third ordinal up are updated. The
+    // change cause the set carries goes with the revision it makes.
+    s.ok(&[
+        "annotate",
+        "statefulset",
+        "db",
+        "kubernetes.io/change-cause=moved to v2",
+    ]);
     s.ok_stdin(
         &["apply", "-f", "-"],
         &statefulset("db", 4, parallel.clone(), "sleep 1d # v2"),
@@ -270,6 +277,7 @@ fn parallel_sets_partitions_undo_and_on_delete_on_simulated_nodes() {
     });
     let history = s.ok(&["rollout", "history", "statefulset/db"]);
     assert!(history.contains('2') && history.contains('3'), "{history}");
+    assert!(history.contains("moved to v2"), "{history}");
 
     // OnDelete: a new template reaches only the pods users delete.
     let on_delete = json!({"podManagementPolicy": "Parallel", "ordinals": {"start": 3},
