@@ -49,7 +49,9 @@ async fn system_objects(api: &Api, service_ip: Ipv4Addr, port: u16) -> Result<()
 
 /// Creates again, for as long as the apiserver runs, the system objects someone deleted.
 pub async fn keep_system_objects(api: Arc<Api>, service_ip: Ipv4Addr, port: u16) {
-    let mut ticker = tokio::time::interval(RECREATE_INTERVAL);
+    // The first look is one interval after start: `run` has just made them.
+    let first = tokio::time::Instant::now() + RECREATE_INTERVAL;
+    let mut ticker = tokio::time::interval_at(first, RECREATE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;

@@ -57,7 +57,7 @@ impl Connect {
 
 /// The apiserver's TLS client towards kubelets.
 pub struct KubeletClient {
-    pub(crate) tls: TlsConnector,
+    tls: TlsConnector,
 }
 
 impl KubeletClient {
@@ -80,6 +80,19 @@ impl KubeletClient {
         Ok(KubeletClient {
             tls: TlsConnector::from(Arc::new(config)),
         })
+    }
+
+    /// A TLS connection to the kubelet at `host:port`, verified against the cluster CA
+    /// and authenticated with the apiserver's kubelet client certificate.
+    pub async fn dial(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        self.tls.connect(name, tcp).await
     }
 }
 
@@ -205,16 +218,7 @@ pub async fn serve(
             "error dialing backend: {method} https://{authority}{path}: {e}"
         ))
     };
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| fail(&e))?;
-    let server_name = ServerName::try_from(host.clone()).map_err(|e| fail(&e))?;
-    let tls = api
-        .kubelet
-        .tls
-        .connect(server_name, tcp)
-        .await
-        .map_err(|e| fail(&e))?;
+    let tls = api.kubelet.dial(&host, port).await.map_err(|e| fail(&e))?;
     let resp = krust_httpstream::proxy::forward(tls, &authority, &path, req)
         .await
         .map_err(|e| fail(&e))?;

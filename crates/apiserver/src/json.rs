@@ -10,3 +10,12 @@ pub fn strings(v: &Value) -> Vec<String> {
         .filter_map(|s| s.as_str().map(str::to_string))
         .collect()
 }
+
+/// Whether an object's (a pod's, a node's) `Ready` condition is `True`.
+pub fn ready(obj: &Value) -> bool {
+    obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}

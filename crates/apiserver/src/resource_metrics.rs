@@ -24,7 +24,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use krust_api::selector::LabelSelector;
 use krust_api::status::{ApiError, Target};
 use krust_api::sync::Unpoisoned;
-use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 
 use crate::Api;
@@ -341,7 +340,7 @@ pub async fn scrape(api: Arc<Api>, resolution: Duration) {
             .keep_nodes(&names.iter().map(String::as_str).collect());
         let scrapes = nodes
             .iter()
-            .filter(|n| is_ready(n))
+            .filter(|n| crate::json::ready(n))
             .filter(|n| {
                 n["metadata"]["name"]
                     .as_str()
@@ -380,7 +379,7 @@ async fn refresh(api: &Api, names: &std::collections::BTreeSet<&str>) -> bool {
         .iter()
         .filter_map(|n| nodes.get(&format!("/registry/minions/{n}")))
         .map(|n| n.value())
-        .filter(is_ready)
+        .filter(crate::json::ready)
         .filter(|n| {
             n["metadata"]["name"]
                 .as_str()
@@ -393,14 +392,6 @@ async fn refresh(api: &Api, names: &std::collections::BTreeSet<&str>) -> bool {
     let scrapes = wanted.iter().map(|node| scrape_node(api, node));
     let _ = tokio::time::timeout(Duration::from_secs(1), futures::future::join_all(scrapes)).await;
     true
-}
-
-fn is_ready(node: &Value) -> bool {
-    node["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
 }
 
 /// GET `https://host:port/metrics/resource` with the kubelet client certificate, over
@@ -443,12 +434,7 @@ struct Connection {
 }
 
 async fn dial(api: &Api, host: &str, port: u16) -> anyhow::Result<Connection> {
-    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
-    let tls = api
-        .kubelet
-        .tls
-        .connect(ServerName::try_from(host.to_string())?, tcp)
-        .await?;
+    let tls = api.kubelet.dial(host, port).await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
     tokio::spawn(conn);
     Ok(Connection {

@@ -58,203 +58,33 @@ fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema + 'static>(
     }
 }
 
-/// Every kind krust serves, in registry order.
+/// Every kind krust serves, in registry order: the kinds of each API group come from a
+/// function of their own, as upstream's REST storage providers are one per group.
 pub fn all() -> &'static [Kind] {
     static KINDS: OnceLock<Vec<Kind>> = OnceLock::new();
     KINDS.get_or_init(|| {
-        use api::core::v1 as corev1;
-        let mut kinds = vec![
-            kind::<corev1::Binding>("", "bindings", &Plain),
-            kind::<corev1::ComponentStatus>("", "componentstatuses", &core::COMPONENT_STATUS),
-            kind::<corev1::ConfigMap>("", "configmaps", &core::CONFIG_MAP),
-            kind::<corev1::Endpoints>("", "endpoints", &core::ENDPOINTS),
-            kind::<corev1::Event>("", "events", &event::CORE),
-            kind::<corev1::LimitRange>("", "limitranges", &core::LIMIT_RANGE),
-            kind::<corev1::Namespace>("", "namespaces", &core::NAMESPACE),
-            kind::<corev1::Node>("", "nodes", &core::NODE),
-            kind::<corev1::PersistentVolumeClaim>(
-                "",
-                "persistentvolumeclaims",
-                &volume::PERSISTENT_VOLUME_CLAIM,
-            ),
-            kind::<corev1::PersistentVolume>("", "persistentvolumes", &volume::PERSISTENT_VOLUME),
-            kind::<corev1::Pod>("", "pods", &pod::POD),
-            kind::<corev1::PodTemplate>("", "podtemplates", &pod::POD_TEMPLATE),
-            kind::<corev1::ReplicationController>(
-                "",
-                "replicationcontrollers",
-                &apps::REPLICATION_CONTROLLER,
-            ),
-            kind::<corev1::ResourceQuota>("", "resourcequotas", &core::RESOURCE_QUOTA),
-            kind::<corev1::Secret>("", "secrets", &core::SECRET),
-            kind::<corev1::ServiceAccount>("", "serviceaccounts", &core::SERVICE_ACCOUNT),
-            kind::<corev1::Service>("", "services", &service::SERVICE),
-            kind::<api::apps::v1::ControllerRevision>(
-                "apps",
-                "controllerrevisions",
-                &apps::CONTROLLER_REVISION,
-            ),
-            kind::<api::apps::v1::DaemonSet>("apps", "daemonsets", &apps::DAEMON_SET),
-            kind::<api::apps::v1::Deployment>("apps", "deployments", &apps::DEPLOYMENT),
-            kind::<api::apps::v1::ReplicaSet>("apps", "replicasets", &apps::REPLICA_SET),
-            kind::<api::apps::v1::StatefulSet>("apps", "statefulsets", &apps::STATEFUL_SET),
-            kind::<api::admissionregistration::v1::MutatingWebhookConfiguration>(
-                "admissionregistration.k8s.io",
-                "mutatingwebhookconfigurations",
-                &admissionregistration::MUTATING_WEBHOOK_CONFIGURATION,
-            ),
-            kind::<api::admissionregistration::v1::ValidatingWebhookConfiguration>(
-                "admissionregistration.k8s.io",
-                "validatingwebhookconfigurations",
-                &admissionregistration::VALIDATING_WEBHOOK_CONFIGURATION,
-            ),
-            kind::<api::admissionregistration::v1::ValidatingAdmissionPolicy>(
-                "admissionregistration.k8s.io",
-                "validatingadmissionpolicies",
-                &admissionregistration::VALIDATING_ADMISSION_POLICY,
-            ),
-            kind::<api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>(
-                "admissionregistration.k8s.io",
-                "validatingadmissionpolicybindings",
-                &admissionregistration::VALIDATING_ADMISSION_POLICY_BINDING,
-            ),
-            kind::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                &crate::custom::definition::DEFINITION,
-            ),
-            kind::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
-                "apiregistration.k8s.io",
-                "apiservices",
-                &apiregistration::API_SERVICE,
-            ),
-            kind::<api::authentication::v1::SelfSubjectReview>(
-                "authentication.k8s.io",
-                "selfsubjectreviews",
-                &Plain,
-            ),
-            kind::<api::authentication::v1::TokenReview>(
-                "authentication.k8s.io",
-                "tokenreviews",
-                &Plain,
-            ),
-            kind::<api::authorization::v1::LocalSubjectAccessReview>(
-                "authorization.k8s.io",
-                "localsubjectaccessreviews",
-                &Plain,
-            ),
-            kind::<api::authorization::v1::SelfSubjectAccessReview>(
-                "authorization.k8s.io",
-                "selfsubjectaccessreviews",
-                &Plain,
-            ),
-            kind::<api::authorization::v1::SelfSubjectRulesReview>(
-                "authorization.k8s.io",
-                "selfsubjectrulesreviews",
-                &Plain,
-            ),
-            kind::<api::authorization::v1::SubjectAccessReview>(
-                "authorization.k8s.io",
-                "subjectaccessreviews",
-                &Plain,
-            ),
-            kind::<api::autoscaling::v2::HorizontalPodAutoscaler>(
-                "autoscaling",
-                "horizontalpodautoscalers",
-                &autoscaling::HPA_V2,
-            ),
-            Kind {
-                info: registry::find("autoscaling", "v1", "horizontalpodautoscalers")
-                    .expect("autoscaling/v1 in the registry"),
-                ..kind::<api::autoscaling::v1::HorizontalPodAutoscaler>(
-                    "autoscaling",
-                    "horizontalpodautoscalers",
-                    &autoscaling::HPA_V1,
-                )
-            },
-            kind::<api::batch::v1::CronJob>("batch", "cronjobs", &batch::CRON_JOB),
-            kind::<api::batch::v1::Job>("batch", "jobs", &batch::JOB),
-            kind::<api::certificates::v1::CertificateSigningRequest>(
-                "certificates.k8s.io",
-                "certificatesigningrequests",
-                &certificates::CERTIFICATE_SIGNING_REQUEST,
-            ),
-            kind::<api::coordination::v1::Lease>(
-                "coordination.k8s.io",
-                "leases",
-                &coordination::LEASE,
-            ),
-            kind::<api::discovery::v1::EndpointSlice>(
-                "discovery.k8s.io",
-                "endpointslices",
-                &endpoint_slice::ENDPOINT_SLICE,
-            ),
-            kind::<api::events::v1::Event>("events.k8s.io", "events", &event::EVENTS_V1),
-            kind::<metrics::NodeMetrics>("metrics.k8s.io", "nodes", &Plain),
-            kind::<metrics::PodMetrics>("metrics.k8s.io", "pods", &Plain),
-            kind::<api::networking::v1::IngressClass>(
-                "networking.k8s.io",
-                "ingressclasses",
-                &networking::INGRESS_CLASS,
-            ),
-            kind::<api::networking::v1::Ingress>(
-                "networking.k8s.io",
-                "ingresses",
-                &networking::INGRESS,
-            ),
-            kind::<api::networking::v1::NetworkPolicy>(
-                "networking.k8s.io",
-                "networkpolicies",
-                &networking::NETWORK_POLICY,
-            ),
-            kind::<api::policy::v1::PodDisruptionBudget>(
-                "policy",
-                "poddisruptionbudgets",
-                &disruption_budget::PDB,
-            ),
-            kind::<api::rbac::v1::ClusterRoleBinding>(
-                "rbac.authorization.k8s.io",
-                "clusterrolebindings",
-                &rbac::ROLE_BINDING,
-            ),
-            kind::<api::rbac::v1::ClusterRole>(
-                "rbac.authorization.k8s.io",
-                "clusterroles",
-                &rbac::ROLE,
-            ),
-            kind::<api::rbac::v1::RoleBinding>(
-                "rbac.authorization.k8s.io",
-                "rolebindings",
-                &rbac::ROLE_BINDING,
-            ),
-            kind::<api::rbac::v1::Role>("rbac.authorization.k8s.io", "roles", &rbac::ROLE),
-            kind::<api::scheduling::v1::PriorityClass>(
-                "scheduling.k8s.io",
-                "priorityclasses",
-                &scheduling::PRIORITY_CLASS,
-            ),
-            kind::<api::storage::v1::CSIDriver>(
-                "storage.k8s.io",
-                "csidrivers",
-                &storage::CSI_DRIVER,
-            ),
-            kind::<api::storage::v1::CSINode>("storage.k8s.io", "csinodes", &storage::CSI_NODE),
-            kind::<api::storage::v1::CSIStorageCapacity>(
-                "storage.k8s.io",
-                "csistoragecapacities",
-                &storage::CSI_STORAGE_CAPACITY,
-            ),
-            kind::<api::storage::v1::StorageClass>(
-                "storage.k8s.io",
-                "storageclasses",
-                &storage::STORAGE_CLASS,
-            ),
-            kind::<api::storage::v1::VolumeAttachment>(
-                "storage.k8s.io",
-                "volumeattachments",
-                &storage::VOLUME_ATTACHMENT,
-            ),
+        let groups = [
+            core_group(),
+            apps_group(),
+            admissionregistration_group(),
+            apiextensions_group(),
+            apiregistration_group(),
+            authentication_group(),
+            authorization_group(),
+            autoscaling_group(),
+            batch_group(),
+            certificates_group(),
+            coordination_group(),
+            discovery_group(),
+            events_group(),
+            metrics_group(),
+            networking_group(),
+            policy_group(),
+            rbac_group(),
+            scheduling_group(),
+            storage_group(),
         ];
+        let mut kinds: Vec<Kind> = groups.into_iter().flatten().collect();
         // The first kind of a storage prefix is its storage version ([`for_storage`]).
         for i in 0..kinds.len() {
             let storage = kinds[i].info.storage;
@@ -263,6 +93,299 @@ pub fn all() -> &'static [Kind] {
         }
         kinds
     })
+}
+
+/// The kinds of the core group (`v1`).
+fn core_group() -> Vec<Kind> {
+    use api::core::v1 as corev1;
+    vec![
+        kind::<corev1::Binding>("", "bindings", &Plain),
+        kind::<corev1::ComponentStatus>("", "componentstatuses", &core::COMPONENT_STATUS),
+        kind::<corev1::ConfigMap>("", "configmaps", &core::CONFIG_MAP),
+        kind::<corev1::Endpoints>("", "endpoints", &core::ENDPOINTS),
+        kind::<corev1::Event>("", "events", &event::CORE),
+        kind::<corev1::LimitRange>("", "limitranges", &core::LIMIT_RANGE),
+        kind::<corev1::Namespace>("", "namespaces", &core::NAMESPACE),
+        kind::<corev1::Node>("", "nodes", &core::NODE),
+        kind::<corev1::PersistentVolumeClaim>(
+            "",
+            "persistentvolumeclaims",
+            &volume::PERSISTENT_VOLUME_CLAIM,
+        ),
+        kind::<corev1::PersistentVolume>("", "persistentvolumes", &volume::PERSISTENT_VOLUME),
+        kind::<corev1::Pod>("", "pods", &pod::POD),
+        kind::<corev1::PodTemplate>("", "podtemplates", &pod::POD_TEMPLATE),
+        kind::<corev1::ReplicationController>(
+            "",
+            "replicationcontrollers",
+            &apps::REPLICATION_CONTROLLER,
+        ),
+        kind::<corev1::ResourceQuota>("", "resourcequotas", &core::RESOURCE_QUOTA),
+        kind::<corev1::Secret>("", "secrets", &core::SECRET),
+        kind::<corev1::ServiceAccount>("", "serviceaccounts", &core::SERVICE_ACCOUNT),
+        kind::<corev1::Service>("", "services", &service::SERVICE),
+    ]
+}
+
+/// The kinds of the apps group.
+fn apps_group() -> Vec<Kind> {
+    vec![
+        kind::<api::apps::v1::ControllerRevision>(
+            "apps",
+            "controllerrevisions",
+            &apps::CONTROLLER_REVISION,
+        ),
+        kind::<api::apps::v1::DaemonSet>("apps", "daemonsets", &apps::DAEMON_SET),
+        kind::<api::apps::v1::Deployment>("apps", "deployments", &apps::DEPLOYMENT),
+        kind::<api::apps::v1::ReplicaSet>("apps", "replicasets", &apps::REPLICA_SET),
+        kind::<api::apps::v1::StatefulSet>("apps", "statefulsets", &apps::STATEFUL_SET),
+    ]
+}
+
+/// The kinds of the admissionregistration.k8s.io group.
+fn admissionregistration_group() -> Vec<Kind> {
+    vec![
+        kind::<api::admissionregistration::v1::MutatingWebhookConfiguration>(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            &admissionregistration::MUTATING_WEBHOOK_CONFIGURATION,
+        ),
+        kind::<api::admissionregistration::v1::ValidatingWebhookConfiguration>(
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            &admissionregistration::VALIDATING_WEBHOOK_CONFIGURATION,
+        ),
+        kind::<api::admissionregistration::v1::ValidatingAdmissionPolicy>(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies",
+            &admissionregistration::VALIDATING_ADMISSION_POLICY,
+        ),
+        kind::<api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings",
+            &admissionregistration::VALIDATING_ADMISSION_POLICY_BINDING,
+        ),
+    ]
+}
+
+/// The kinds of the apiextensions.k8s.io group.
+fn apiextensions_group() -> Vec<Kind> {
+    vec![
+        kind::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            &crate::custom::definition::DEFINITION,
+        ),
+    ]
+}
+
+/// The kinds of the apiregistration.k8s.io group.
+fn apiregistration_group() -> Vec<Kind> {
+    vec![kind::<
+        k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService,
+    >(
+        "apiregistration.k8s.io",
+        "apiservices",
+        &apiregistration::API_SERVICE,
+    )]
+}
+
+/// The kinds of the authentication.k8s.io group.
+fn authentication_group() -> Vec<Kind> {
+    vec![
+        kind::<api::authentication::v1::SelfSubjectReview>(
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            &Plain,
+        ),
+        kind::<api::authentication::v1::TokenReview>(
+            "authentication.k8s.io",
+            "tokenreviews",
+            &Plain,
+        ),
+    ]
+}
+
+/// The kinds of the authorization.k8s.io group.
+fn authorization_group() -> Vec<Kind> {
+    vec![
+        kind::<api::authorization::v1::LocalSubjectAccessReview>(
+            "authorization.k8s.io",
+            "localsubjectaccessreviews",
+            &Plain,
+        ),
+        kind::<api::authorization::v1::SelfSubjectAccessReview>(
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            &Plain,
+        ),
+        kind::<api::authorization::v1::SelfSubjectRulesReview>(
+            "authorization.k8s.io",
+            "selfsubjectrulesreviews",
+            &Plain,
+        ),
+        kind::<api::authorization::v1::SubjectAccessReview>(
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            &Plain,
+        ),
+    ]
+}
+
+/// The kinds of the autoscaling group.
+fn autoscaling_group() -> Vec<Kind> {
+    vec![
+        kind::<api::autoscaling::v2::HorizontalPodAutoscaler>(
+            "autoscaling",
+            "horizontalpodautoscalers",
+            &autoscaling::HPA_V2,
+        ),
+        Kind {
+            info: registry::find("autoscaling", "v1", "horizontalpodautoscalers")
+                .expect("autoscaling/v1 in the registry"),
+            ..kind::<api::autoscaling::v1::HorizontalPodAutoscaler>(
+                "autoscaling",
+                "horizontalpodautoscalers",
+                &autoscaling::HPA_V1,
+            )
+        },
+    ]
+}
+
+/// The kinds of the batch group.
+fn batch_group() -> Vec<Kind> {
+    vec![
+        kind::<api::batch::v1::CronJob>("batch", "cronjobs", &batch::CRON_JOB),
+        kind::<api::batch::v1::Job>("batch", "jobs", &batch::JOB),
+    ]
+}
+
+/// The kinds of the certificates.k8s.io group.
+fn certificates_group() -> Vec<Kind> {
+    vec![kind::<api::certificates::v1::CertificateSigningRequest>(
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        &certificates::CERTIFICATE_SIGNING_REQUEST,
+    )]
+}
+
+/// The kinds of the coordination.k8s.io group.
+fn coordination_group() -> Vec<Kind> {
+    vec![kind::<api::coordination::v1::Lease>(
+        "coordination.k8s.io",
+        "leases",
+        &coordination::LEASE,
+    )]
+}
+
+/// The kinds of the discovery.k8s.io group.
+fn discovery_group() -> Vec<Kind> {
+    vec![kind::<api::discovery::v1::EndpointSlice>(
+        "discovery.k8s.io",
+        "endpointslices",
+        &endpoint_slice::ENDPOINT_SLICE,
+    )]
+}
+
+/// The kinds of the events.k8s.io group.
+fn events_group() -> Vec<Kind> {
+    vec![kind::<api::events::v1::Event>(
+        "events.k8s.io",
+        "events",
+        &event::EVENTS_V1,
+    )]
+}
+
+/// The kinds of the metrics.k8s.io group.
+fn metrics_group() -> Vec<Kind> {
+    vec![
+        kind::<metrics::NodeMetrics>("metrics.k8s.io", "nodes", &Plain),
+        kind::<metrics::PodMetrics>("metrics.k8s.io", "pods", &Plain),
+    ]
+}
+
+/// The kinds of the networking.k8s.io group.
+fn networking_group() -> Vec<Kind> {
+    vec![
+        kind::<api::networking::v1::IngressClass>(
+            "networking.k8s.io",
+            "ingressclasses",
+            &networking::INGRESS_CLASS,
+        ),
+        kind::<api::networking::v1::Ingress>(
+            "networking.k8s.io",
+            "ingresses",
+            &networking::INGRESS,
+        ),
+        kind::<api::networking::v1::NetworkPolicy>(
+            "networking.k8s.io",
+            "networkpolicies",
+            &networking::NETWORK_POLICY,
+        ),
+    ]
+}
+
+/// The kinds of the policy group.
+fn policy_group() -> Vec<Kind> {
+    vec![kind::<api::policy::v1::PodDisruptionBudget>(
+        "policy",
+        "poddisruptionbudgets",
+        &disruption_budget::PDB,
+    )]
+}
+
+/// The kinds of the rbac.authorization.k8s.io group.
+fn rbac_group() -> Vec<Kind> {
+    vec![
+        kind::<api::rbac::v1::ClusterRoleBinding>(
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            &rbac::ROLE_BINDING,
+        ),
+        kind::<api::rbac::v1::ClusterRole>(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            &rbac::ROLE,
+        ),
+        kind::<api::rbac::v1::RoleBinding>(
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            &rbac::ROLE_BINDING,
+        ),
+        kind::<api::rbac::v1::Role>("rbac.authorization.k8s.io", "roles", &rbac::ROLE),
+    ]
+}
+
+/// The kinds of the scheduling.k8s.io group.
+fn scheduling_group() -> Vec<Kind> {
+    vec![kind::<api::scheduling::v1::PriorityClass>(
+        "scheduling.k8s.io",
+        "priorityclasses",
+        &scheduling::PRIORITY_CLASS,
+    )]
+}
+
+/// The kinds of the storage.k8s.io group.
+fn storage_group() -> Vec<Kind> {
+    vec![
+        kind::<api::storage::v1::CSIDriver>("storage.k8s.io", "csidrivers", &storage::CSI_DRIVER),
+        kind::<api::storage::v1::CSINode>("storage.k8s.io", "csinodes", &storage::CSI_NODE),
+        kind::<api::storage::v1::CSIStorageCapacity>(
+            "storage.k8s.io",
+            "csistoragecapacities",
+            &storage::CSI_STORAGE_CAPACITY,
+        ),
+        kind::<api::storage::v1::StorageClass>(
+            "storage.k8s.io",
+            "storageclasses",
+            &storage::STORAGE_CLASS,
+        ),
+        kind::<api::storage::v1::VolumeAttachment>(
+            "storage.k8s.io",
+            "volumeattachments",
+            &storage::VOLUME_ATTACHMENT,
+        ),
+    ]
 }
 
 /// The kind serving `plural` in `group`/`version`.

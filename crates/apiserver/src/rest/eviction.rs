@@ -91,14 +91,6 @@ fn bypasses_budgets(pod: &Value) -> bool {
         )
 }
 
-fn is_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
 fn refusal(retry_after: u32, cause: String) -> ApiError {
     let mut err = ApiError::too_many_requests(retry_after);
     err.message = VIOLATION.into();
@@ -145,7 +137,7 @@ async fn take_disruption(call: &Call<'_>, pod: &Value) -> Result<(), ApiError> {
             .to_string();
         let status = &pdb["status"];
         let int = |field: &str| status[field].as_i64().unwrap_or(0);
-        if !is_ready(pod) {
+        if !crate::json::ready(pod) {
             let always = pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
             let healthy_budget =
                 int("currentHealthy") >= int("desiredHealthy") && int("desiredHealthy") > 0;

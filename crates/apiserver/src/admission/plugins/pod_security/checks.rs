@@ -163,139 +163,237 @@ const RESTRICTED_VOLUMES: &[&str] = &[
     "secret",
 ];
 
-/// The violations of `level` by a pod spec, each `reason (detail)`, in upstream's order.
-pub fn violations(spec: &Value, level: Level) -> Vec<String> {
-    if level == Level::Privileged {
-        return Vec::new();
-    }
-    let restricted = level == Level::Restricted;
-    let cs = containers(spec);
-    let pod_sc = &spec["securityContext"];
-    let mut out = Vec::new();
-    let mut push = |reason: &str, detail: String| out.push(format!("{reason} ({detail})"));
-    let failing = |f: &dyn Fn(&Container) -> bool| -> Vec<String> {
-        cs.iter().filter(|c| f(c)).map(|c| c.name.clone()).collect()
-    };
+/// A pod spec as the checks read it.
+struct Pod<'a> {
+    spec: &'a Value,
+    /// The pod's security context.
+    sc: &'a Value,
+    containers: Vec<Container<'a>>,
+    volumes: &'a [Value],
+}
 
-    // Baseline, by check name; capabilities, hostPath volumes and seccomp give way to
-    // their restricted versions.
-    if !restricted {
-        let mut bad_caps = Vec::new();
-        let with: Vec<String> = failing(&|c| {
-            strings(&c.sc["capabilities"]["add"])
-                .iter()
-                .any(|cap| !BASELINE_CAPABILITIES.contains(&cap.as_str()))
-        });
-        for c in &cs {
-            for cap in strings(&c.sc["capabilities"]["add"]) {
-                if !BASELINE_CAPABILITIES.contains(&cap.as_str()) && !bad_caps.contains(&cap) {
-                    bad_caps.push(cap);
-                }
+impl<'a> Pod<'a> {
+    fn new(spec: &'a Value) -> Self {
+        Pod {
+            spec,
+            sc: &spec["securityContext"],
+            containers: containers(spec),
+            volumes: spec["volumes"].as_array().map_or(&[], Vec::as_slice),
+        }
+    }
+
+    /// The names of the containers for which `f` holds.
+    fn failing(&self, f: impl Fn(&Container) -> bool) -> Vec<String> {
+        self.containers
+            .iter()
+            .filter(|c| f(c))
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// Each value `f` gives for any container, once, in order of appearance.
+    fn distinct(&self, f: impl Fn(&Container) -> Vec<String>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for value in self.containers.iter().flat_map(f) {
+            if !out.contains(&value) {
+                out.push(value);
             }
         }
-        if !with.is_empty() {
-            let caps: Vec<String> = bad_caps.iter().map(|c| format!("{c:?}")).collect();
-            push(
-                "non-default capabilities",
-                format!(
-                    "{} must not include {} in securityContext.capabilities.add",
-                    names("container", &with),
-                    caps.join(", ")
-                ),
-            );
-        }
+        out
     }
+}
+
+/// One violation as upstream words it: `reason (detail)`.
+fn found(reason: &str, detail: String) -> Option<String> {
+    Some(format!("{reason} ({detail})"))
+}
+
+/// The levels a check runs at: a baseline check whose restricted version replaces it at
+/// restricted runs at baseline only.
+#[derive(PartialEq)]
+enum Runs {
+    BaselineOnly,
+    Both,
+    RestrictedOnly,
+}
+
+/// One check: the violation it finds in a pod, worded as upstream's.
+type Check = fn(&Pod) -> Option<String>;
+
+/// Upstream's checks in its order: baseline ones by check name, then restricted ones.
+const CHECKS: &[(Runs, Check)] = &[
+    (Runs::BaselineOnly, baseline_capabilities),
+    (Runs::Both, host_namespaces),
+    (Runs::BaselineOnly, host_path_volumes),
+    (Runs::Both, host_ports),
+    (Runs::Both, privileged),
+    (Runs::Both, proc_mount),
+    (Runs::BaselineOnly, baseline_seccomp),
+    (Runs::Both, sysctls),
+    (Runs::RestrictedOnly, privilege_escalation),
+    (Runs::RestrictedOnly, restricted_capabilities),
+    (Runs::RestrictedOnly, volume_types),
+    (Runs::RestrictedOnly, run_as_non_root),
+    (Runs::RestrictedOnly, run_as_user),
+    (Runs::RestrictedOnly, restricted_seccomp),
+];
+
+/// The violations of `level` by a pod spec, each `reason (detail)`, in upstream's order.
+pub fn violations(spec: &Value, level: Level) -> Vec<String> {
+    let skipped = match level {
+        Level::Privileged => return Vec::new(),
+        Level::Baseline => Runs::RestrictedOnly,
+        Level::Restricted => Runs::BaselineOnly,
+    };
+    let pod = Pod::new(spec);
+    CHECKS
+        .iter()
+        .filter(|(runs, _)| *runs != skipped)
+        .filter_map(|(_, check)| check(&pod))
+        .collect()
+}
+
+fn baseline_capabilities(pod: &Pod) -> Option<String> {
+    let beyond = |c: &Container| -> Vec<String> {
+        strings(&c.sc["capabilities"]["add"])
+            .into_iter()
+            .filter(|cap| !BASELINE_CAPABILITIES.contains(&cap.as_str()))
+            .collect()
+    };
+    let with = pod.failing(|c| !beyond(c).is_empty());
+    if with.is_empty() {
+        return None;
+    }
+    let caps: Vec<String> = pod
+        .distinct(beyond)
+        .iter()
+        .map(|c| format!("{c:?}"))
+        .collect();
+    found(
+        "non-default capabilities",
+        format!(
+            "{} must not include {} in securityContext.capabilities.add",
+            names("container", &with),
+            caps.join(", ")
+        ),
+    )
+}
+
+fn host_namespaces(pod: &Pod) -> Option<String> {
     let hosts: Vec<String> = ["hostNetwork", "hostPID", "hostIPC"]
         .iter()
-        .filter(|k| spec[**k] == true)
+        .filter(|k| pod.spec[**k] == true)
         .map(|k| format!("{k}=true"))
         .collect();
-    if !hosts.is_empty() {
-        push("host namespaces", hosts.join(", "));
+    if hosts.is_empty() {
+        return None;
     }
-    let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
-    let volume_name = |v: &Value| v["name"].as_str().unwrap_or_default().to_string();
-    if !restricted {
-        let host_paths: Vec<String> = volumes
-            .iter()
-            .filter(|v| v.get("hostPath").is_some())
-            .map(volume_name)
-            .collect();
-        if !host_paths.is_empty() {
-            push("hostPath volumes", names("volume", &host_paths));
-        }
+    found("host namespaces", hosts.join(", "))
+}
+
+fn volume_name(v: &Value) -> String {
+    v["name"].as_str().unwrap_or_default().to_string()
+}
+
+fn host_path_volumes(pod: &Pod) -> Option<String> {
+    let host_paths: Vec<String> = pod
+        .volumes
+        .iter()
+        .filter(|v| v.get("hostPath").is_some())
+        .map(volume_name)
+        .collect();
+    if host_paths.is_empty() {
+        return None;
     }
-    let mut ports = Vec::new();
-    let with_ports = failing(&|c| {
+    found("hostPath volumes", names("volume", &host_paths))
+}
+
+fn host_ports(pod: &Pod) -> Option<String> {
+    let ports_of = |c: &Container| -> Vec<String> {
         c.value["ports"]
             .as_array()
             .into_iter()
             .flatten()
-            .any(|p| p["hostPort"].as_i64().is_some_and(|h| h != 0))
-    });
-    for c in &cs {
-        for p in c.value["ports"].as_array().into_iter().flatten() {
-            if let Some(h) = p["hostPort"].as_i64().filter(|h| *h != 0) {
-                ports.push(h.to_string());
-            }
-        }
+            .filter_map(|p| p["hostPort"].as_i64().filter(|h| *h != 0))
+            .map(|h| h.to_string())
+            .collect()
+    };
+    let with_ports = pod.failing(|c| !ports_of(c).is_empty());
+    if with_ports.is_empty() {
+        return None;
     }
-    if !with_ports.is_empty() {
-        let (verb, noun) = if with_ports.len() == 1 {
-            ("uses", "hostPort")
-        } else {
-            ("use", "hostPorts")
-        };
-        let noun = if ports.len() > 1 { "hostPorts" } else { noun };
-        push(
-            "hostPort",
-            format!(
-                "{} {verb} {noun} {}",
-                names("container", &with_ports),
-                ports.join(", ")
-            ),
-        );
+    let ports: Vec<String> = pod.containers.iter().flat_map(ports_of).collect();
+    let verb = if with_ports.len() == 1 { "uses" } else { "use" };
+    let noun = if with_ports.len() == 1 && ports.len() == 1 {
+        "hostPort"
+    } else {
+        "hostPorts"
+    };
+    found(
+        "hostPort",
+        format!(
+            "{} {verb} {noun} {}",
+            names("container", &with_ports),
+            ports.join(", ")
+        ),
+    )
+}
+
+/// Containers for which `f` holds must not set what `must_not` says.
+fn containers_must_not(
+    pod: &Pod,
+    reason: &str,
+    must_not: &str,
+    f: impl Fn(&Container) -> bool,
+) -> Option<String> {
+    let failing = pod.failing(f);
+    if failing.is_empty() {
+        return None;
     }
-    let privileged = failing(&|c| c.sc["privileged"] == true);
-    if !privileged.is_empty() {
-        push(
-            "privileged",
-            format!(
-                "{} must not set securityContext.privileged=true",
-                names("container", &privileged)
-            ),
-        );
+    found(
+        reason,
+        format!("{} must not set {must_not}", names("container", &failing)),
+    )
+}
+
+fn privileged(pod: &Pod) -> Option<String> {
+    containers_must_not(pod, "privileged", "securityContext.privileged=true", |c| {
+        c.sc["privileged"] == true
+    })
+}
+
+fn proc_mount(pod: &Pod) -> Option<String> {
+    containers_must_not(
+        pod,
+        "procMount",
+        "securityContext.procMount to \"Unmasked\"",
+        |c| c.sc["procMount"].as_str().is_some_and(|m| m != "Default"),
+    )
+}
+
+fn baseline_seccomp(pod: &Pod) -> Option<String> {
+    let mut who = Vec::new();
+    if pod.sc["seccompProfile"]["type"] == "Unconfined" {
+        who.push("pod".to_string());
     }
-    let unmasked = failing(&|c| c.sc["procMount"].as_str().is_some_and(|m| m != "Default"));
-    if !unmasked.is_empty() {
-        push(
-            "procMount",
-            format!(
-                "{} must not set securityContext.procMount to \"Unmasked\"",
-                names("container", &unmasked)
-            ),
-        );
+    let unconfined = pod.failing(|c| c.sc["seccompProfile"]["type"] == "Unconfined");
+    if !unconfined.is_empty() {
+        who.push(names("container", &unconfined));
     }
-    if !restricted {
-        let mut who = Vec::new();
-        if pod_sc["seccompProfile"]["type"] == "Unconfined" {
-            who.push("pod".to_string());
-        }
-        let unconfined = failing(&|c| c.sc["seccompProfile"]["type"] == "Unconfined");
-        if !unconfined.is_empty() {
-            who.push(names("container", &unconfined));
-        }
-        if !who.is_empty() {
-            push(
-                "seccompProfile",
-                format!(
-                    "{} must not set securityContext.seccompProfile.type to \"Unconfined\"",
-                    who.join(" and ")
-                ),
-            );
-        }
+    if who.is_empty() {
+        return None;
     }
-    let forbidden_sysctls: Vec<String> = pod_sc["sysctls"]
+    found(
+        "seccompProfile",
+        format!(
+            "{} must not set securityContext.seccompProfile.type to \"Unconfined\"",
+            who.join(" and ")
+        ),
+    )
+}
+
+fn sysctls(pod: &Pod) -> Option<String> {
+    let forbidden: Vec<String> = pod.sc["sysctls"]
         .as_array()
         .into_iter()
         .flatten()
@@ -303,34 +401,39 @@ pub fn violations(spec: &Value, level: Level) -> Vec<String> {
         .filter(|n| !SAFE_SYSCTLS.contains(n))
         .map(str::to_string)
         .collect();
-    if !forbidden_sysctls.is_empty() {
-        push("forbidden sysctls", forbidden_sysctls.join(", "));
+    if forbidden.is_empty() {
+        return None;
     }
-    if !restricted {
-        return out;
-    }
+    found("forbidden sysctls", forbidden.join(", "))
+}
 
-    // Restricted, by check name.
-    let escalating = failing(&|c| c.sc["allowPrivilegeEscalation"] != false);
-    if !escalating.is_empty() {
-        push(
-            "allowPrivilegeEscalation != false",
-            format!(
-                "{} must set securityContext.allowPrivilegeEscalation=false",
-                names("container", &escalating)
-            ),
-        );
+fn privilege_escalation(pod: &Pod) -> Option<String> {
+    let escalating = pod.failing(|c| c.sc["allowPrivilegeEscalation"] != false);
+    if escalating.is_empty() {
+        return None;
     }
-    let not_dropping = failing(&|c| {
+    found(
+        "allowPrivilegeEscalation != false",
+        format!(
+            "{} must set securityContext.allowPrivilegeEscalation=false",
+            names("container", &escalating)
+        ),
+    )
+}
+
+fn restricted_capabilities(pod: &Pod) -> Option<String> {
+    let added = |c: &Container| -> Vec<String> {
+        strings(&c.sc["capabilities"]["add"])
+            .into_iter()
+            .filter(|a| a != "NET_BIND_SERVICE")
+            .collect()
+    };
+    let not_dropping = pod.failing(|c| {
         !strings(&c.sc["capabilities"]["drop"])
             .iter()
             .any(|d| d == "ALL")
     });
-    let adding = failing(&|c| {
-        strings(&c.sc["capabilities"]["add"])
-            .iter()
-            .any(|a| a != "NET_BIND_SERVICE")
-    });
+    let adding = pod.failing(|c| !added(c).is_empty());
     let mut caps = Vec::new();
     if !not_dropping.is_empty() {
         caps.push(format!(
@@ -339,26 +442,26 @@ pub fn violations(spec: &Value, level: Level) -> Vec<String> {
         ));
     }
     if !adding.is_empty() {
-        let mut added: Vec<String> = Vec::new();
-        for c in &cs {
-            for a in strings(&c.sc["capabilities"]["add"]) {
-                if a != "NET_BIND_SERVICE" && !added.contains(&a) {
-                    added.push(a);
-                }
-            }
-        }
-        let added: Vec<String> = added.iter().map(|a| format!("{a:?}")).collect();
+        let added: Vec<String> = pod
+            .distinct(added)
+            .iter()
+            .map(|a| format!("{a:?}"))
+            .collect();
         caps.push(format!(
             "{} must not include {} in securityContext.capabilities.add",
             names("container", &adding),
             added.join(", ")
         ));
     }
-    if !caps.is_empty() {
-        push("unrestricted capabilities", caps.join("; "));
+    if caps.is_empty() {
+        return None;
     }
+    found("unrestricted capabilities", caps.join("; "))
+}
+
+fn volume_types(pod: &Pod) -> Option<String> {
     let mut by_type: Vec<(String, Vec<String>)> = Vec::new();
-    for v in &volumes {
+    for v in pod.volumes {
         let Some(kind) = v
             .as_object()
             .into_iter()
@@ -376,22 +479,26 @@ pub fn violations(spec: &Value, level: Level) -> Vec<String> {
             None => by_type.push((kind.to_string(), vec![volume_name(v)])),
         }
     }
-    if !by_type.is_empty() {
-        let parts: Vec<String> = by_type
-            .iter()
-            .map(|(kind, vols)| {
-                let verb = if vols.len() == 1 { "uses" } else { "use" };
-                format!(
-                    "{} {verb} restricted volume type {kind:?}",
-                    names("volume", vols)
-                )
-            })
-            .collect();
-        push("restricted volume types", parts.join(", "));
+    let parts: Vec<String> = by_type
+        .iter()
+        .map(|(kind, vols)| {
+            let verb = if vols.len() == 1 { "uses" } else { "use" };
+            format!(
+                "{} {verb} restricted volume type {kind:?}",
+                names("volume", vols)
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        return None;
     }
-    let pod_non_root = &pod_sc["runAsNonRoot"];
-    let explicit_root = failing(&|c| c.sc["runAsNonRoot"] == false);
-    let unset = failing(&|c| c.sc["runAsNonRoot"].is_null());
+    found("restricted volume types", parts.join(", "))
+}
+
+fn run_as_non_root(pod: &Pod) -> Option<String> {
+    let pod_non_root = &pod.sc["runAsNonRoot"];
+    let explicit_root = pod.failing(|c| c.sc["runAsNonRoot"] == false);
+    let unset = pod.failing(|c| c.sc["runAsNonRoot"].is_null());
     let mut non_root = Vec::new();
     if *pod_non_root == false {
         non_root.push("pod must not set securityContext.runAsNonRoot=false".to_string());
@@ -408,25 +515,33 @@ pub fn violations(spec: &Value, level: Level) -> Vec<String> {
             names("container", &unset)
         ));
     }
-    if !non_root.is_empty() {
-        push("runAsNonRoot != true", non_root.join("; "));
+    if non_root.is_empty() {
+        return None;
     }
+    found("runAsNonRoot != true", non_root.join("; "))
+}
+
+fn run_as_user(pod: &Pod) -> Option<String> {
     let mut root = Vec::new();
-    if pod_sc["runAsUser"] == 0 {
+    if pod.sc["runAsUser"] == 0 {
         root.push("pod".to_string());
     }
-    let root_containers = failing(&|c| c.sc["runAsUser"] == 0);
+    let root_containers = pod.failing(|c| c.sc["runAsUser"] == 0);
     if !root_containers.is_empty() {
         root.push(names("container", &root_containers));
     }
-    if !root.is_empty() {
-        push(
-            "runAsUser=0",
-            format!("{} must not set runAsUser=0", root.join(" and ")),
-        );
+    if root.is_empty() {
+        return None;
     }
+    found(
+        "runAsUser=0",
+        format!("{} must not set runAsUser=0", root.join(" and ")),
+    )
+}
+
+fn restricted_seccomp(pod: &Pod) -> Option<String> {
     let allowed = |v: &Value| matches!(v["type"].as_str(), Some("RuntimeDefault" | "Localhost"));
-    let pod_seccomp = &pod_sc["seccompProfile"];
+    let pod_seccomp = &pod.sc["seccompProfile"];
     let mut seccomp = Vec::new();
     if !pod_seccomp.is_null() && !allowed(pod_seccomp) {
         seccomp.push(format!(
@@ -434,24 +549,25 @@ pub fn violations(spec: &Value, level: Level) -> Vec<String> {
             pod_seccomp["type"].as_str().unwrap_or_default()
         ));
     }
-    let bad = failing(&|c| !c.sc["seccompProfile"].is_null() && !allowed(&c.sc["seccompProfile"]));
+    let bad =
+        pod.failing(|c| !c.sc["seccompProfile"].is_null() && !allowed(&c.sc["seccompProfile"]));
     if !bad.is_empty() {
         seccomp.push(format!(
             "{} must not set securityContext.seccompProfile.type to \"Unconfined\"",
             names("container", &bad)
         ));
     }
-    let unset = failing(&|c| c.sc["seccompProfile"].is_null());
+    let unset = pod.failing(|c| c.sc["seccompProfile"].is_null());
     if pod_seccomp.is_null() && !unset.is_empty() {
         seccomp.push(format!(
             "pod or {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
             names("container", &unset)
         ));
     }
-    if !seccomp.is_empty() {
-        push("seccompProfile", seccomp.join("; "));
+    if seccomp.is_empty() {
+        return None;
     }
-    out
+    found("seccompProfile", seccomp.join("; "))
 }
 
 /// The pod spec inside an object admission sees: a pod's own, or a workload's template
