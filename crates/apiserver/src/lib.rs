@@ -39,6 +39,7 @@ pub mod rest;
 mod schema;
 mod server;
 pub mod table;
+pub mod token_file;
 pub mod tokens;
 pub mod validation;
 pub mod watch_cache;
@@ -94,6 +95,11 @@ pub struct Config {
     /// The secret of the server's join token (`server:<secret>` authenticates a
     /// bootstrapper); `None` accepts only bootstrap tokens.
     pub join_secret: Option<String>,
+    /// Static bearer tokens (upstream's `--token-auth-file`).
+    pub token_auth_file: Option<PathBuf>,
+    /// More CAs whose client certificates authenticate, beside the cluster CA (upstream's
+    /// `--client-ca-file`), as PEM.
+    pub client_ca_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -115,6 +121,8 @@ impl Config {
             audit: None,
             metric_resolution: std::time::Duration::ZERO,
             join_secret: None,
+            token_auth_file: None,
+            client_ca_file: None,
         }
     }
 }
@@ -239,6 +247,9 @@ impl Api {
                 cache: cache.clone(),
             }),
         ];
+        if let Some(path) = &config.token_auth_file {
+            authenticators.push(Box::new(token_file::TokenFile::load(path)?));
+        }
         if let Some(secret) = &config.join_secret {
             authenticators.push(Box::new(join::ServerToken {
                 secret: secret.clone(),
@@ -292,7 +303,14 @@ pub async fn start(
         .with_context(|| format!("binding {}:{}", config.bind_address, config.port))?;
     let addr = listener.local_addr()?;
     let (api, pki) = Api::new(&config, store, addr.port()).await?;
-    let acceptor = server::tls_acceptor(&pki)?;
+    let client_cas = match &config.client_ca_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the client CA file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let acceptor = server::tls_acceptor(&pki, client_cas.as_deref())?;
     let reconciler = kubernetes_service::EndpointReconciler::new(
         api.clone(),
         config.advertise_address,

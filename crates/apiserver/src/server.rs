@@ -27,10 +27,14 @@ use crate::{Api, audit, discovery, rest};
 
 /// Builds the TLS acceptor: our serving certificate, client certificates optional but
 /// verified against the cluster CA when present.
-pub fn tls_acceptor(pki: &crate::pki::Pki) -> Result<TlsAcceptor> {
+/// The TLS side of the listener: the serving certificate, and client certificates
+/// verified against the cluster CA and the `client_cas` (PEM) given besides it.
+pub fn tls_acceptor(pki: &crate::pki::Pki, client_cas: Option<&str>) -> Result<TlsAcceptor> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pki.ca_cert.as_bytes()) {
-        roots.add(cert?)?;
+    for pem in std::iter::once(pki.ca_cert.as_str()).chain(client_cas) {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots.add(cert?)?;
+        }
     }
     let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
         .allow_unauthenticated()

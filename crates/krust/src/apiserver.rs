@@ -99,6 +99,14 @@ pub struct ApiserverArgs {
     /// Remove rotated audit logs older than this many days (0: never).
     #[arg(long, default_value_t = 0)]
     pub audit_log_maxage: u64,
+    /// Static bearer tokens (upstream's flag): a CSV file of `token,user,uid` lines, with
+    /// an optional fourth column of groups (`"group1,group2"`), read at start.
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+    /// A CA bundle (PEM) whose client certificates authenticate too, beside the
+    /// cluster CA (upstream's flag): the common name is the user, organisations groups.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
     /// The secret agents join with (k3s's flag): a whole `K10...` token or a bare
     /// secret. Default: the one kept in `<data-dir>/server/token`, else a new one.
     #[arg(long, env = "KRUST_TOKEN")]
@@ -215,6 +223,8 @@ impl ApiserverArgs {
                 }),
             endpoint_reconcile_interval: self.endpoint_reconcile_interval,
             join_secret: None,
+            token_auth_file: self.token_auth_file.clone(),
+            client_ca_file: self.client_ca_file.clone(),
         }
     }
 }

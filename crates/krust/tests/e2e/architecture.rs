@@ -153,6 +153,7 @@ const APISERVER_LAYERS: &[(&str, &[&str])] = &[
             "rest",
             "schema",
             "table",
+            "token_file",
             "tokens",
             "validation",
             "watch_cache",

@@ -2,6 +2,8 @@
 //! the apiserver accepts as the service account while the account (and a bound pod)
 //! exists; a pod's projected serviceAccountToken volume holds one the kubelet fetched,
 //! and pods get that volume (`kube-api-access-*`) by themselves unless they opt out.
+//! Static tokens (`--token-auth-file`) and client certificates of another CA
+//! (`--client-ca-file`) authenticate as upstream's flags make them.
 
 use std::time::Duration;
 
@@ -22,6 +24,15 @@ fn with_token(s: &Server, token: &str, path: &str) -> (u16, Value) {
 /// Whom the apiserver takes a token for (a SelfSubjectReview, `kubectl auth whoami`):
 /// the status code and user name.
 fn whoami(s: &Server, token: &str) -> (u16, String) {
+    let (code, user) = user_info(s, token);
+    (
+        code,
+        user["username"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// The status code and the `userInfo` a SelfSubjectReview answers for a bearer token.
+fn user_info(s: &Server, token: &str) -> (u16, Value) {
     let (code, review) = s.curl_as(
         false,
         "POST",
@@ -30,13 +41,13 @@ fn whoami(s: &Server, token: &str) -> (u16, String) {
             format!("Authorization: Bearer {}", token.trim()),
             "Content-Type: application/json".into(),
         ],
-        Some(br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#),
+        Some(SELF_SUBJECT_REVIEW),
     );
-    let name = review["status"]["userInfo"]["username"]
-        .as_str()
-        .unwrap_or_default();
-    (code, name.to_string())
+    (code, review["status"]["userInfo"].clone())
 }
+
+const SELF_SUBJECT_REVIEW: &[u8] =
+    br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
 
 #[test]
 fn token_requests_issue_tokens_the_apiserver_accepts_while_their_account_exists() {
@@ -212,4 +223,92 @@ fn projected_service_account_tokens_reach_containers() {
         spec["containers"][0].get("volumeMounts").is_none(),
         "{spec}"
     );
+}
+
+/// Runs openssl with these (space-separated) arguments; panics with its output if it
+/// fails.
+fn openssl(dir: &std::path::Path, args: &str) {
+    let out = std::process::Command::new("openssl")
+        .args(args.split_whitespace())
+        .current_dir(dir)
+        .output()
+        .expect("running openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_token_file_and_a_second_client_ca_authenticate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "static-secret,alice,1001,\"team-a,team-b\"\nplain-secret,bob,1002\n",
+    )
+    .expect("writing the token file");
+    // A CA of the user's own and a client certificate it signed for carol in team-c.
+    let p = dir.path();
+    openssl(
+        p,
+        "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt -subj /CN=other-ca -days 1",
+    );
+    openssl(
+        p,
+        "req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout carol.key -out carol.csr -subj /CN=carol/O=team-c",
+    );
+    std::fs::write(
+        p.join("client.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .expect("writing the extensions");
+    openssl(
+        p,
+        "x509 -req -in carol.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out carol.crt -days 1 -extfile client.ext",
+    );
+
+    let s = Server::apiserver(&[
+        "--token-auth-file",
+        tokens.to_str().unwrap(),
+        "--client-ca-file",
+        p.join("ca.crt").to_str().unwrap(),
+    ]);
+    let (code, alice) = user_info(&s, "static-secret");
+    assert_eq!(code, 201, "{alice}");
+    assert_eq!(alice["username"], "alice");
+    assert_eq!(
+        alice["groups"],
+        json!(["team-a", "team-b", "system:authenticated"])
+    );
+    assert_eq!(whoami(&s, "plain-secret"), (201, "bob".to_string()));
+    assert_eq!(whoami(&s, "no-such-secret").0, 401);
+
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-X", "POST", "-H", "Content-Type: application/json"])
+        .arg("--cacert")
+        .arg(s.tls().join("ca.crt"))
+        .arg("--cert")
+        .arg(p.join("carol.crt"))
+        .arg("--key")
+        .arg(p.join("carol.key"))
+        .arg("--data-binary")
+        .arg(std::str::from_utf8(SELF_SUBJECT_REVIEW).unwrap())
+        .arg(format!(
+            "https://127.0.0.1:{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            s.port
+        ))
+        .output()
+        .expect("running curl");
+    let review: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let carol = &review["status"]["userInfo"];
+    assert_eq!(carol["username"], "carol", "{review}");
+    assert_eq!(carol["groups"], json!(["team-c", "system:authenticated"]));
 }
