@@ -7,10 +7,8 @@
 //! Without a webhook (strategy `None`) a version's objects differ only in `apiVersion`,
 //! which the kind's strategy rewrites (see `kind.rs`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
@@ -18,11 +16,9 @@ use krust_api::status::{ApiError, Cause};
 use serde_json::{Value, json};
 
 use super::kind::storage_version;
-use crate::Api;
 use crate::outbound;
-use crate::rest::Kind;
+use crate::rest::strategy::{Caller, Converter};
 use crate::validation::{check_annotations, check_labels};
-use crate::watch_cache::WatchCache;
 
 /// Upstream's timeout for a conversion call.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -36,26 +32,50 @@ pub struct Webhook {
     /// The definition's kind, for errors (`example.com/v2, Kind=Widget`).
     kind: String,
     /// `group/version` of the version objects are stored in.
-    pub storage: String,
+    storage: String,
     /// Each version's schema (`group/version`, schema): what converted objects are
     /// pruned by, as upstream's converter prunes them.
     schemas: Vec<(String, JSONSchemaProps)>,
 }
 
-/// What a conversion call needs of the apiserver: its HTTPS client and the cache that
-/// resolves a Service to an endpoint. Cheap to clone into a watch.
-#[derive(Clone)]
-pub struct Caller {
-    pub client: Arc<outbound::Client>,
-    pub cache: Arc<WatchCache>,
-}
+#[async_trait::async_trait]
+impl Converter for Webhook {
+    fn storage_version(&self) -> &str {
+        &self.storage
+    }
 
-impl Caller {
-    pub fn of(api: &Api) -> Caller {
-        Caller {
-            client: api.webhooks.clone(),
-            cache: api.cache.clone(),
+    /// `objects` in `desired` (`group/version`), in their order: those already in it as
+    /// they are, the others converted by the webhook in one review. A failure is
+    /// upstream's: a 500 whose message names the webhook's fault.
+    async fn convert(
+        &self,
+        caller: &Caller,
+        mut objects: Vec<Value>,
+        desired: &str,
+    ) -> Result<Vec<Value>, ApiError> {
+        let pending: Vec<usize> = (0..objects.len())
+            .filter(|&i| objects[i]["apiVersion"].as_str() != Some(desired))
+            .collect();
+        let Some(&first) = pending.first() else {
+            return Ok(objects);
+        };
+        // Upstream names the version converted from, as `group/version, Kind=Kind`.
+        let from = format!(
+            "{}, Kind={}",
+            objects[first]["apiVersion"].as_str().unwrap_or_default(),
+            self.kind
+        );
+        let sent: Vec<&Value> = pending.iter().map(|&i| &objects[i]).collect();
+        let converted = self
+            .review(caller, &sent, desired)
+            .await
+            .map_err(|why| format!("conversion webhook for {from} failed: {why}"))
+            .and_then(|converted| self.check(&sent, converted, desired, &from))
+            .map_err(|message| ApiError::new(500, "", message))?;
+        for (i, converted) in pending.into_iter().zip(converted) {
+            objects[i] = converted;
         }
+        Ok(objects)
     }
 }
 
@@ -85,40 +105,6 @@ impl Webhook {
                 })
                 .collect(),
         })
-    }
-
-    /// `objects` in `desired` (`group/version`), in their order: those already in it as
-    /// they are, the others converted by the webhook in one review. A failure is
-    /// upstream's: a 500 whose message names the webhook's fault.
-    pub async fn convert(
-        &self,
-        caller: &Caller,
-        mut objects: Vec<Value>,
-        desired: &str,
-    ) -> Result<Vec<Value>, ApiError> {
-        let pending: Vec<usize> = (0..objects.len())
-            .filter(|&i| objects[i]["apiVersion"].as_str() != Some(desired))
-            .collect();
-        let Some(&first) = pending.first() else {
-            return Ok(objects);
-        };
-        // Upstream names the version converted from, as `group/version, Kind=Kind`.
-        let from = format!(
-            "{}, Kind={}",
-            objects[first]["apiVersion"].as_str().unwrap_or_default(),
-            self.kind
-        );
-        let sent: Vec<&Value> = pending.iter().map(|&i| &objects[i]).collect();
-        let converted = self
-            .review(caller, &sent, desired)
-            .await
-            .map_err(|why| format!("conversion webhook for {from} failed: {why}"))
-            .and_then(|converted| self.check(&sent, converted, desired, &from))
-            .map_err(|message| ApiError::new(500, "", message))?;
-        for (i, converted) in pending.into_iter().zip(converted) {
-            objects[i] = converted;
-        }
-        Ok(objects)
     }
 
     /// One ConversionReview; the objects of its answer.
@@ -325,35 +311,6 @@ fn go_type(v: &Value) -> &'static str {
         Value::Array(_) => "[]interface {}",
         Value::Object(_) => "map[string]interface {}",
     }
-}
-
-/// Stored objects in the version `kind` serves: unchanged when its definition converts
-/// without a webhook (the strategy rewrites `apiVersion` as it encodes), else those in
-/// another version converted in one review.
-pub async fn served_bytes(
-    caller: &Caller,
-    kind: &Kind,
-    items: Vec<Bytes>,
-) -> Result<Vec<Bytes>, ApiError> {
-    let Some(webhook) = kind.strategy.conversion_webhook() else {
-        return Ok(items);
-    };
-    let objects: Vec<Value> = items
-        .iter()
-        .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
-        .collect();
-    let desired = kind.info.api_version();
-    if objects
-        .iter()
-        .all(|o| o["apiVersion"].as_str() == Some(desired.as_str()))
-    {
-        return Ok(items);
-    }
-    let converted = webhook.convert(caller, objects, &desired).await?;
-    Ok(converted
-        .iter()
-        .map(|o| Bytes::from(serde_json::to_vec(o).unwrap_or_default()))
-        .collect())
 }
 
 #[cfg(test)]

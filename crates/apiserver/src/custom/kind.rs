@@ -16,6 +16,7 @@ use super::columns::JsonPath;
 use super::conversion::Webhook;
 use super::rules::Rules;
 use super::schema;
+use crate::rest::strategy::Converter;
 use crate::rest::strategy::{Decoder, Kind, Schema, Strategy};
 use crate::table::{self, Column};
 
@@ -422,8 +423,8 @@ impl Strategy for CustomStrategy {
         obj
     }
 
-    fn conversion_webhook(&self) -> Option<&Webhook> {
-        self.conversion.as_ref()
+    fn converter(&self) -> Option<&dyn Converter> {
+        self.conversion.as_ref().map(|w| w as &dyn Converter)
     }
 
     fn apply_schema(&self) -> Option<&'static CustomSchema> {

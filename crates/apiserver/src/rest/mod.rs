@@ -26,10 +26,9 @@ use serde_json::{Value, json};
 
 use crate::Api;
 use crate::auth::User;
-use crate::custom::conversion::Caller;
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::{self, Output, Response};
-pub use strategy::{FieldValidation, Kind, Storage};
+pub use strategy::{Caller, FieldValidation, Kind, Storage};
 
 /// Largest request body accepted, as upstream (3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -78,10 +77,10 @@ pub struct Call<'a> {
 /// An object `kind` serves in storage form: by the kind's strategy, after the
 /// definition's conversion webhook where a custom resource has one.
 pub async fn stored_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
-    let obj = match kind.strategy.conversion_webhook() {
-        Some(webhook) => {
-            let storage = webhook.storage.as_str();
-            one(webhook
+    let obj = match kind.strategy.converter() {
+        Some(converter) => {
+            let storage = converter.storage_version();
+            one(converter
                 .convert(&Caller::of(api), vec![obj], storage)
                 .await?)
         }
@@ -92,16 +91,45 @@ pub async fn stored_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiE
 
 /// A stored object as `kind` serves it (the reverse of [`stored_as`]).
 pub async fn served_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
-    let obj = match kind.strategy.conversion_webhook() {
-        Some(webhook) => {
+    let obj = match kind.strategy.converter() {
+        Some(converter) => {
             let served = kind.info.api_version();
-            one(webhook
+            one(converter
                 .convert(&Caller::of(api), vec![obj], &served)
                 .await?)
         }
         None => obj,
     };
     Ok(kind.strategy.to_served(obj))
+}
+
+/// Stored objects in the version `kind` serves: unchanged without a converter (the
+/// strategy rewrites `apiVersion` as it encodes), else those in another version
+/// converted in one call.
+pub async fn served_bytes(
+    caller: &Caller,
+    kind: &Kind,
+    items: Vec<Bytes>,
+) -> Result<Vec<Bytes>, ApiError> {
+    let Some(converter) = kind.strategy.converter() else {
+        return Ok(items);
+    };
+    let objects: Vec<Value> = items
+        .iter()
+        .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
+        .collect();
+    let desired = kind.info.api_version();
+    if objects
+        .iter()
+        .all(|o| o["apiVersion"].as_str() == Some(desired.as_str()))
+    {
+        return Ok(items);
+    }
+    let converted = converter.convert(caller, objects, &desired).await?;
+    Ok(converted
+        .iter()
+        .map(|o| Bytes::from(serde_json::to_vec(o).unwrap_or_default()))
+        .collect())
 }
 
 /// The one object a conversion of one object gives back.
@@ -300,11 +328,11 @@ impl Call<'_> {
     /// conversion webhook must make it so (it was stored before the definition's storage
     /// version changed): a write then merges objects of one shape.
     async fn upgraded(&self, obj: Value) -> Result<Value, ApiError> {
-        match self.kind.strategy.conversion_webhook() {
-            Some(webhook) if obj["apiVersion"].as_str() != Some(webhook.storage.as_str()) => {
+        match self.kind.strategy.converter() {
+            Some(converter) if obj["apiVersion"].as_str() != Some(converter.storage_version()) => {
                 let caller = Caller::of(self.api);
-                Ok(one(webhook
-                    .convert(&caller, vec![obj], &webhook.storage)
+                Ok(one(converter
+                    .convert(&caller, vec![obj], converter.storage_version())
                     .await?))
             }
             _ => Ok(obj),
@@ -545,7 +573,7 @@ impl Call<'_> {
         if self.output == Output::Metadata {
             return Ok(items);
         }
-        crate::custom::conversion::served_bytes(&Caller::of(self.api), self.kind, items).await
+        served_bytes(&Caller::of(self.api), self.kind, items).await
     }
 
     /// Responds with one object, adding any warnings.

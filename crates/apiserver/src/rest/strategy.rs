@@ -4,6 +4,8 @@
 //! built-in kinds' implementations are in `crate::kinds`, custom resources' in
 //! `crate::custom`.
 
+use std::sync::Arc;
+
 use krust_api::registry::ResourceInfo;
 use krust_api::status::{ApiError, Cause};
 use serde::Serialize;
@@ -132,19 +134,20 @@ pub trait Strategy: Sync {
         obj
     }
 
-    /// The webhook that converts this resource's objects between versions, for custom
-    /// resources whose definition converts by one; the conversions above then only
-    /// rewrite `apiVersion`.
-    fn conversion_webhook(&self) -> Option<&crate::custom::conversion::Webhook> {
+    /// What converts this resource's objects between versions out of process: custom
+    /// resources whose definition converts by a webhook; the conversions above then
+    /// only rewrite `apiVersion`.
+    fn converter(&self) -> Option<&dyn Converter> {
+        None
+    }
+
+    /// The kind's REST storage steps around the store, if it has any.
+    fn storage(&self) -> Option<&'static dyn crate::rest::Storage> {
         None
     }
 
     /// The schema server-side apply merges custom resources by (built-in kinds have
     /// theirs in `krust_apimachinery`).
-    /// The kind's REST storage steps around the store, if it has any.
-    fn storage(&self) -> Option<&'static dyn crate::rest::Storage> {
-        None
-    }
     fn apply_schema(&self) -> Option<&'static krust_apimachinery::apply::CustomSchema> {
         None
     }
@@ -258,4 +261,37 @@ pub fn decode_token_request(v: Value) -> Result<(Value, Vec<String>), String> {
 
 pub fn decode_delete_options(v: Value) -> Result<(Value, Vec<String>), String> {
     decode::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>(v)
+}
+
+/// What a conversion out of process needs of the apiserver: its HTTPS client and the
+/// cache that resolves a Service to an endpoint. Cheap to clone into a watch.
+#[derive(Clone)]
+pub struct Caller {
+    pub client: Arc<crate::outbound::Client>,
+    pub cache: Arc<crate::watch_cache::WatchCache>,
+}
+
+impl Caller {
+    pub fn of(api: &crate::Api) -> Caller {
+        Caller {
+            client: api.webhooks.clone(),
+            cache: api.cache.clone(),
+        }
+    }
+}
+
+/// Converts a kind's objects between its versions out of process (upstream's webhook
+/// converter, which a custom resource's definition may name).
+#[async_trait::async_trait]
+pub trait Converter: Send + Sync {
+    /// `group/version` of the version objects are stored in.
+    fn storage_version(&self) -> &str;
+
+    /// `objects` in `desired` (`group/version`), in their order.
+    async fn convert(
+        &self,
+        caller: &Caller,
+        objects: Vec<Value>,
+        desired: &str,
+    ) -> Result<Vec<Value>, ApiError>;
 }

@@ -18,9 +18,9 @@ use krust_store::{Revision, Store};
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use super::Caller;
 use super::read::{Filter, list_prefix};
 use super::{Call, parse_rv};
-use crate::custom::conversion::Caller;
 use crate::response::{self, Output, Response};
 use crate::rest::Kind;
 use crate::watch_cache::{CacheEvent, CachedObject, EventType, ResourceCache};
@@ -66,8 +66,7 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
         cache,
         bookmarks,
         first_table: std::sync::atomic::AtomicBool::new(true),
-        converter: (call.kind.strategy.conversion_webhook().is_some()
-            && call.output != Output::Metadata)
+        converter: (call.kind.strategy.converter().is_some() && call.output != Output::Metadata)
             .then(|| Caller::of(call.api)),
     };
     let global = call.api.cache.clone();
@@ -298,8 +297,7 @@ impl Watcher {
         match &self.converter {
             Some(caller) => {
                 let items = vec![o.json.clone()];
-                let mut converted =
-                    crate::custom::conversion::served_bytes(caller, self.kind, items).await?;
+                let mut converted = super::served_bytes(caller, self.kind, items).await?;
                 Ok(converted.pop().unwrap_or_default())
             }
             None => Ok(o.json.clone()),

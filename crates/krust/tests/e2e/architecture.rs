@@ -195,8 +195,6 @@ const UPWARD_STILL: &[(&str, &str)] = &[
     ("kinds", "custom"),
     ("loopback", "lib"),
     ("resource_metrics", "lib"),
-    // Conversion webhooks are called from the generic read and write paths.
-    ("rest", "custom"),
     ("rest", "lib"),
     // The watch cache owns the custom kinds' state.
     ("watch_cache", "custom"),
