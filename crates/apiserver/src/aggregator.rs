@@ -205,7 +205,7 @@ pub async fn run(api: Arc<Api>) {
 /// custom resources come and go with their definitions).
 async fn register_local(api: &Api) -> Result<(), ApiError> {
     let internal = Loopback { api };
-    let custom = api.cache.custom.all();
+    let custom = api.custom.all();
     let catalog = discovery::Catalog::new(custom.iter().map(|k| k.info));
     let mut wanted = BTreeMap::new();
     for (group, versions) in catalog.group_versions() {

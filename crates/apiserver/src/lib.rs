@@ -131,6 +131,8 @@ impl Config {
 pub struct Api {
     pub store: Arc<dyn Store>,
     pub cache: Arc<WatchCache>,
+    /// The kinds CustomResourceDefinitions add, kept in step with the watch cache.
+    pub custom: Arc<custom::CustomKinds>,
     pub admission: Admission,
     /// The Service registry's ClusterIPs and NodePorts.
     pub services: Arc<allocator::ServiceAllocator>,
@@ -178,12 +180,12 @@ impl Api {
         plural: &str,
     ) -> Option<&'static crate::rest::Kind> {
         kinds::find(group, version, plural)
-            .or_else(|| self.cache.custom.find(group, version, plural))
+            .or_else(|| self.custom.find(group, version, plural))
     }
 
     /// Every kind served now: the built-in ones, then those of the custom resources.
     pub fn kinds(&self) -> impl Iterator<Item = &'static crate::rest::Kind> {
-        kinds::all().iter().chain(self.cache.custom.all())
+        kinds::all().iter().chain(self.custom.all())
     }
 
     /// Everything a request handler needs, on `store`: the PKI in `config.tls_dir`
@@ -222,7 +224,8 @@ impl Api {
             .filter(|k| kinds::for_storage(k.info.storage).is_some_and(|s| std::ptr::eq(s, *k)))
             .map(|k| (k.info.storage_prefix(), k.strategy))
             .collect();
-        let cache = WatchCache::start(store.clone(), prefixes)
+        let custom = Arc::new(custom::CustomKinds::default());
+        let cache = WatchCache::start(store.clone(), prefixes, custom.clone())
             .await
             .context("loading the watch cache")?;
         if let Some(svc_cache) = cache.cache("/registry/services/specs/") {
@@ -258,6 +261,7 @@ impl Api {
         let api = Arc::new(Api {
             store,
             cache: cache.clone(),
+            custom,
             admission: Admission::new(admission::plugins::enabled()),
             services: services.clone(),
             authenticators: Authenticators(authenticators),

@@ -493,7 +493,7 @@ async fn serve_resource(
         .ok_or_else(ApiError::path_not_found)?;
     if info.verb == request::Verb::Create
         && info.subresource.is_none()
-        && api.cache.custom.terminating(kind)
+        && api.custom.terminating(kind)
     {
         return Err(ApiError::new(
             405,
@@ -570,7 +570,7 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
     }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let catalog = || {
-        discovery::Catalog::new(api.cache.custom.all().into_iter().map(|k| k.info))
+        discovery::Catalog::new(api.custom.all().into_iter().map(|k| k.info))
             .with_remote(api.aggregator.all())
     };
     match parts.as_slice() {
@@ -607,10 +607,10 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
         }
         ["openapi", "v3"] => response::json(
             StatusCode::OK,
-            &crate::openapi::root(&api.cache.custom.all()),
+            &crate::openapi::root(&api.custom.all()),
         ),
         ["openapi", "v3", rest @ ..] => {
-            match crate::openapi::document(&rest.join("/"), &api.cache.custom.all()) {
+            match crate::openapi::document(&rest.join("/"), &api.custom.all()) {
                 Some(doc) => response::full(StatusCode::OK, doc, "application/json"),
                 None => response::error(&ApiError::path_not_found()),
             }

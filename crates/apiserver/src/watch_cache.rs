@@ -17,7 +17,6 @@ use krust_store::{Event, KeyValue, RangeRequest, Revision, Store, StoreError};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::custom::{CustomKinds, DEFINITIONS};
 
 /// The most events each resource keeps for watch resume.
 const HISTORY_CAPACITY: usize = 20_000;
@@ -351,24 +350,41 @@ impl ResourceCache {
     }
 }
 
+/// Kinds that stored objects add while the apiserver runs (CustomResourceDefinitions
+/// add custom resources): the watch cache shows it each such definition as it is
+/// stored, before the definition's own event reaches watchers, and keeps a cache for
+/// every storage prefix it names — so a new kind's first object always finds its cache.
+pub trait DynamicKinds: Send + Sync {
+    /// Where the definitions are stored (a prefix ending in `/`).
+    fn definitions(&self) -> &'static str;
+
+    /// A definition was stored: the storage prefix and field indexer of the objects
+    /// of the kinds it serves now, if it serves any.
+    fn observe(&self, definition: &Value) -> Option<(String, Indexer)>;
+
+    /// The definition `name` was deleted.
+    fn forget(&self, name: &str);
+}
+
 /// All resource caches plus the store watch that feeds them.
 pub struct WatchCache {
     /// One cache per storage prefix: the built-in kinds' from the start, a custom
     /// resource's from the event that establishes its definition (so its first object
     /// always finds its cache).
     caches: RwLock<Vec<Arc<ResourceCache>>>,
-    /// The kinds CustomResourceDefinitions add, kept in step with the definitions' events.
-    pub custom: CustomKinds,
+    /// What adds kinds, kept in step with its definitions' events.
+    dynamic: Arc<dyn DynamicKinds>,
     /// The store revision the caches have caught up with.
     revision: watch::Sender<Revision>,
 }
 
 impl WatchCache {
     /// Loads every prefix from the store and starts following it. `prefixes` pairs each
-    /// storage prefix (ending in `/`) with its field indexer.
+    /// storage prefix (ending in `/`) with its field indexer; `dynamic` adds more.
     pub async fn start(
         store: Arc<dyn Store>,
         prefixes: Vec<(String, Indexer)>,
+        dynamic: Arc<dyn DynamicKinds>,
     ) -> Result<Arc<Self>, StoreError> {
         let mut revision = 0;
         let mut kvs = Vec::new();
@@ -396,11 +412,12 @@ impl WatchCache {
             .collect();
         let this = Arc::new(WatchCache {
             caches: RwLock::new(caches),
-            custom: CustomKinds::default(),
+            dynamic,
             revision: global,
         });
         // Definitions first, so that their objects have caches to load into.
-        for kv in kvs.iter().filter(|kv| kv.key.starts_with(DEFINITIONS)) {
+        let definitions = this.dynamic.definitions();
+        for kv in kvs.iter().filter(|kv| kv.key.starts_with(definitions)) {
             this.observe_definition(kv);
         }
         for kv in &kvs {
@@ -458,10 +475,11 @@ impl WatchCache {
         let rev = event.revision();
         // A definition's kinds are served before watchers of definitions hear of it, so
         // whoever waits for Established finds the kind served.
-        if event.key().starts_with(DEFINITIONS) {
+        let definitions = self.dynamic.definitions();
+        if event.key().starts_with(definitions) {
             match event {
                 Event::Put { kv, .. } => self.observe_definition(kv),
-                Event::Delete { prev, .. } => self.custom.forget(&prev.key[DEFINITIONS.len()..]),
+                Event::Delete { prev, .. } => self.dynamic.forget(&prev.key[definitions.len()..]),
             }
         }
         if let Some(c) = self.cache_for_key(event.key()) {
@@ -470,13 +488,12 @@ impl WatchCache {
         self.revision.send_replace(rev);
     }
 
-    /// Serves the kinds of a stored CustomResourceDefinition, with a cache for their
-    /// objects.
+    /// Serves the kinds of a stored definition, with a cache for their objects.
     fn observe_definition(&self, kv: &KeyValue) {
-        let Ok(crd) = serde_json::from_slice::<Value>(&kv.value) else {
+        let Ok(definition) = serde_json::from_slice::<Value>(&kv.value) else {
             return;
         };
-        let Some((prefix, indexer)) = self.custom.observe(&crd) else {
+        let Some((prefix, indexer)) = self.dynamic.observe(&definition) else {
             return;
         };
         let mut caches = self.caches.write_locked();

@@ -192,7 +192,7 @@ async fn clean_up(api: &Api, crd: &Value) -> Result<bool, ApiError> {
     // Only a custom kind: never a built-in one of the same name.
     let kind = served
         .as_deref()
-        .and_then(|version| api.cache.custom.find(group, version, plural));
+        .and_then(|version| api.custom.find(group, version, plural));
     let outcome = match kind {
         None => condition(
             "Terminating",

@@ -22,7 +22,7 @@ use krust_api::sync::UnpoisonedRw;
 use serde_json::Value;
 
 use crate::rest::Kind;
-use crate::watch_cache::Indexer;
+use crate::watch_cache::{DynamicKinds, Indexer};
 
 /// Where definitions are stored.
 pub const DEFINITIONS: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
@@ -96,10 +96,17 @@ impl CustomKinds {
             .collect()
     }
 
+}
+
+impl DynamicKinds for CustomKinds {
+    fn definitions(&self) -> &'static str {
+        DEFINITIONS
+    }
+
     /// Takes note of a stored definition: serves its versions once it is Established,
     /// stops serving versions it no longer serves. Returns the storage prefix of its
     /// objects and their field indexer while any version is served.
-    pub fn observe(&self, crd: &Value) -> Option<(String, Indexer)> {
+    fn observe(&self, crd: &Value) -> Option<(String, Indexer)> {
         let name = crd["metadata"]["name"].as_str()?.to_string();
         let parsed: CustomResourceDefinition = match serde_json::from_value(crd.clone()) {
             Ok(c) => c,
@@ -133,7 +140,7 @@ impl CustomKinds {
     }
 
     /// Stops serving a deleted definition's kinds.
-    pub fn forget(&self, name: &str) {
+    fn forget(&self, name: &str) {
         let mut served = self.0.write_locked();
         served.by_definition.remove(name);
         served.terminating.remove(name);

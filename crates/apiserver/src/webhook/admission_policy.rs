@@ -122,7 +122,7 @@ fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Result<Option<Vec
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     // A built-in kind, or (as usually) a custom one made for the policy's parameters.
     let info = krust_api::registry::find_kind(group, version, kind)
-        .or_else(|| Some(call.api.cache.custom.find_kind(group, version, kind)?.info))
+        .or_else(|| Some(call.api.custom.find_kind(group, version, kind)?.info))
         .ok_or_else(|| {
             format!(
                 "failed to configure policy: failed to find resource referenced by paramKind: '{api_version}, Kind={kind}'"

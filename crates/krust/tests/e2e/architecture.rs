@@ -196,8 +196,6 @@ const UPWARD_STILL: &[(&str, &str)] = &[
     ("loopback", "lib"),
     ("resource_metrics", "lib"),
     ("rest", "lib"),
-    // The watch cache owns the custom kinds' state.
-    ("watch_cache", "custom"),
 ];
 
 /// The module of the apiserver a source file belongs to.
