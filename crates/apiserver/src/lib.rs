@@ -179,8 +179,7 @@ impl Api {
         version: &str,
         plural: &str,
     ) -> Option<&'static crate::rest::Kind> {
-        kinds::find(group, version, plural)
-            .or_else(|| self.custom.find(group, version, plural))
+        kinds::find(group, version, plural).or_else(|| self.custom.find(group, version, plural))
     }
 
     /// Every kind served now: the built-in ones, then those of the custom resources.

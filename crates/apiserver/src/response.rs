@@ -91,6 +91,54 @@ pub fn json(code: StatusCode, value: &Value) -> Response {
     full(code, body, "application/json")
 }
 
+/// Whether a request gets its JSON indented, as upstream decides: `?pretty=` says so
+/// (Go's boolean words), else command-line HTTP tools and browsers do.
+pub fn wants_pretty(query: Option<&str>, user_agent: Option<&str>) -> bool {
+    let asked = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| pair.strip_prefix("pretty="))
+        .find(|v| !v.is_empty());
+    if let Some(value) = asked {
+        return matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True");
+    }
+    let agent = user_agent.unwrap_or_default();
+    ["curl", "Wget", "Mozilla/5.0"]
+        .iter()
+        .any(|tool| agent.starts_with(tool))
+}
+
+/// A whole JSON answer indented as upstream's pretty encoder writes it (two spaces, a
+/// final newline); streamed answers (watches, logs) and other media types pass as they
+/// are.
+pub async fn indented(resp: Response) -> Response {
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    let whole = hyper::body::Body::size_hint(resp.body()).exact().is_some();
+    if !json || !whole {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let body = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(value) => {
+            let mut pretty = serde_json::to_vec_pretty(&value).unwrap_or_default();
+            pretty.push(b'\n');
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Bytes::from(pretty)
+        }
+        Err(_) => bytes,
+    };
+    http::Response::from_parts(parts, Full::new(body).boxed())
+}
+
 pub fn error(err: &ApiError) -> Response {
     let code = StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = json(code, &err.to_status());
@@ -218,6 +266,13 @@ mod tests {
             Output::Json
         );
         assert_eq!(Output::negotiate(None, None).unwrap(), Output::Json);
+        assert!(wants_pretty(None, Some("curl/7.88.1")));
+        assert!(!wants_pretty(Some("pretty=false"), Some("curl/7.88.1")));
+        assert!(wants_pretty(
+            Some("limit=1&pretty=1"),
+            Some("kubectl/v1.33.1")
+        ));
+        assert!(!wants_pretty(None, Some("kubectl/v1.33.1 (linux/amd64)")));
         assert_eq!(
             Output::negotiate(Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"), None).unwrap(),
             Output::Metadata

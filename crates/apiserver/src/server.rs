@@ -248,13 +248,20 @@ async fn respond(
     req: http::Request<RequestBody>,
 ) -> Response {
     let (method, uri) = (req.method().clone(), req.uri().clone());
-    crate::recover::catch(
+    let user_agent = req.headers().get(http::header::USER_AGENT);
+    let pretty = response::wants_pretty(uri.query(), user_agent.and_then(|v| v.to_str().ok()));
+    let resp = crate::recover::catch(
         &api.metrics,
         || format!("{method} {uri}"),
         handle(api, connection_user, peer, req),
     )
     .await
-    .unwrap_or_else(|| response::error(&crate::recover::error()))
+    .unwrap_or_else(|| response::error(&crate::recover::error()));
+    if pretty {
+        response::indented(resp).await
+    } else {
+        resp
+    }
 }
 
 async fn handle(
@@ -605,10 +612,9 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
             let (body, content_type) = crate::openapi_v2::negotiate(accept);
             response::full(StatusCode::OK, body, content_type)
         }
-        ["openapi", "v3"] => response::json(
-            StatusCode::OK,
-            &crate::openapi::root(&api.custom.all()),
-        ),
+        ["openapi", "v3"] => {
+            response::json(StatusCode::OK, &crate::openapi::root(&api.custom.all()))
+        }
         ["openapi", "v3", rest @ ..] => {
             match crate::openapi::document(&rest.join("/"), &api.custom.all()) {
                 Some(doc) => response::full(StatusCode::OK, doc, "application/json"),

@@ -17,7 +17,6 @@ use krust_store::{Event, KeyValue, RangeRequest, Revision, Store, StoreError};
 use serde_json::Value;
 use tokio::sync::watch;
 
-
 /// The most events each resource keeps for watch resume.
 const HISTORY_CAPACITY: usize = 20_000;
 /// Events younger than this stay in the ring; older ones leave once it holds more than

@@ -95,7 +95,6 @@ impl CustomKinds {
             .copied()
             .collect()
     }
-
 }
 
 impl DynamicKinds for CustomKinds {

@@ -77,3 +77,33 @@ async fn a_body_that_is_not_json_is_an_unrecognized_object() {
         "{message}"
     );
 }
+
+/// The raw body of a GET with these query and User-Agent.
+async fn raw_get(h: &Harness, path: &str, user_agent: &str) -> String {
+    use http_body_util::BodyExt;
+    let req = http::Request::get(path)
+        .header("user-agent", user_agent)
+        .body(bytes::Bytes::new())
+        .unwrap();
+    let resp = krust_apiserver::serve_in_process(&h.api, &h.admin, req).await;
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn curl_and_pretty_get_indented_json_as_upstream() {
+    let h = Harness::new().await;
+    let path = "/api/v1/namespaces/default";
+    let indented = "{\n  \"apiVersion\": \"v1\",\n";
+    assert!(raw_get(&h, path, "curl/7.88.1").await.starts_with(indented));
+    assert!(raw_get(&h, path, "Wget/1.21").await.starts_with(indented));
+    assert!(
+        raw_get(&h, &format!("{path}?pretty=true"), "kubectl/v1.33.1")
+            .await
+            .starts_with(indented)
+    );
+    let compact = raw_get(&h, path, "kubectl/v1.33.1").await;
+    assert!(compact.starts_with("{\"apiVersion\":\"v1\","), "{compact}");
+    let refused = raw_get(&h, &format!("{path}?pretty=false"), "curl/7.88.1").await;
+    assert!(refused.starts_with("{\"apiVersion\""), "{refused}");
+}
