@@ -81,16 +81,12 @@ impl Client {
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?;
         let builder = match &key {
-            Some(bundle) => {
-                let mut roots = rustls::RootCertStore::empty();
-                for cert in CertificateDer::pem_slice_iter(bundle) {
-                    let cert = cert.map_err(|e| format!("invalid caBundle: {e}"))?;
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("invalid caBundle: {e}"))?;
-                }
-                builder.with_root_certificates(roots)
-            }
+            Some(bundle) => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(GoVerifier::new(
+                    bundle,
+                    provider.clone(),
+                )?)),
             None => builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AnyServerCertificate(
@@ -162,7 +158,7 @@ impl Client {
             let tls = connector
                 .connect(name, tcp)
                 .await
-                .map_err(|e| format!("tls: {e}"))?;
+                .map_err(|e| go_tls_error(&e))?;
             let (mut sender, conn) =
                 hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
                     .await
@@ -382,9 +378,298 @@ impl ServerCertVerifier for AnyServerCertificate {
     }
 }
 
+/// Server certificates judged as Go's crypto/x509 judges them for upstream's webhook,
+/// conversion and aggregation clients: a chain to a certificate of the bundle (through
+/// the intermediates the server sends), the server name among the certificate's SANs,
+/// the time within its validity. Unlike WebPKI, a server certificate that is itself in
+/// the bundle is trusted as it is (Go takes it as a chain of one): a self-signed webhook
+/// certificate made with `openssl req -x509`, CA:TRUE by Debian's defaults, needs that.
+#[derive(Debug)]
+struct GoVerifier {
+    bundle: Vec<CertificateDer<'static>>,
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+}
+
+impl GoVerifier {
+    fn new(pem: &[u8], provider: Arc<rustls::crypto::CryptoProvider>) -> Result<Self, String> {
+        let bundle = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("invalid caBundle: {e}"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in &bundle {
+            roots
+                .add(cert.clone())
+                .map_err(|e| format!("invalid caBundle: {e}"))?;
+        }
+        let webpki =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("invalid caBundle: {e}"))?;
+        Ok(GoVerifier { bundle, webpki })
+    }
+}
+
+impl ServerCertVerifier for GoVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if !self
+            .bundle
+            .iter()
+            .any(|c| c.as_ref() == end_entity.as_ref())
+        {
+            return self.webpki.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp,
+                now,
+            );
+        }
+        let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_name(&parsed, server_name)?;
+        within_validity(end_entity, now)?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// A certificate trusted as it is must still be within its validity at `now`.
+fn within_validity(cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), rustls::Error> {
+    use rustls::CertificateError;
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref())
+        .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+    let validity = parsed.validity();
+    let at = |seconds: i64| UnixTime::since_unix_epoch(Duration::from_secs(seconds.max(0) as u64));
+    let (not_before, not_after) = (
+        validity.not_before.timestamp(),
+        validity.not_after.timestamp(),
+    );
+    let time = now.as_secs() as i64;
+    if time < not_before {
+        return Err(CertificateError::NotValidYetContext {
+            time: now,
+            not_before: at(not_before),
+        }
+        .into());
+    }
+    if time > not_after {
+        return Err(CertificateError::ExpiredContext {
+            time: now,
+            not_after: at(not_after),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// A failed TLS handshake in the words of Go's crypto/tls and crypto/x509, which
+/// upstream's webhook and aggregation errors quote.
+fn go_tls_error(e: &std::io::Error) -> String {
+    use rustls::CertificateError as E;
+    let rustls = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+    let Some(rustls::Error::InvalidCertificate(cert)) = rustls else {
+        return format!("tls: {e}");
+    };
+    let rfc3339 = |t: &UnixTime| {
+        jiff::Timestamp::from_second(t.as_secs() as i64)
+            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default()
+    };
+    let x509 = match cert {
+        // A bundle certificate with the issuer's name but not its key is no issuer to
+        // Go either (it adds a hint after these words).
+        E::UnknownIssuer | E::BadSignature => "certificate signed by unknown authority".to_string(),
+        E::NotValidForNameContext {
+            expected,
+            presented,
+        } => {
+            let host = expected.to_str();
+            // The certificate's names as WebPKI shows them: `DnsName("a.b")`, `IpAddress(1.2.3.4)`.
+            let of = |kind: &str| -> Vec<String> {
+                presented
+                    .iter()
+                    .filter_map(|p| p.strip_prefix(kind)?.strip_prefix('(')?.strip_suffix(')'))
+                    .map(|v| v.trim_matches('"').to_string())
+                    .collect()
+            };
+            let by_ip = host.parse::<std::net::IpAddr>().is_ok();
+            let valid = if by_ip {
+                of("IpAddress")
+            } else {
+                of("DnsName")
+            };
+            match (valid.is_empty(), by_ip) {
+                (true, true) => format!(
+                    "cannot validate certificate for {host} because it doesn't contain any IP SANs"
+                ),
+                (true, false) => {
+                    format!("certificate is not valid for any names, but wanted to match {host}")
+                }
+                (false, _) => format!("certificate is valid for {}, not {host}", valid.join(", ")),
+            }
+        }
+        E::ExpiredContext { time, not_after } => format!(
+            "certificate has expired or is not yet valid: current time {} is after {}",
+            rfc3339(time),
+            rfc3339(not_after)
+        ),
+        E::NotValidYetContext { time, not_before } => format!(
+            "certificate has expired or is not yet valid: current time {} is before {}",
+            rfc3339(time),
+            rfc3339(not_before)
+        ),
+        other => return format!("tls: failed to verify certificate: {other:?}"),
+    };
+    format!("tls: failed to verify certificate: x509: {x509}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+    /// A CA: its certificate and the issuer that signs with it.
+    fn ca(name: &str) -> (CertificateDer<'static>, Issuer<'static, KeyPair>) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        (cert.der().clone(), Issuer::new(params, key))
+    }
+
+    fn leaf(names: &[&str], issuer: &Issuer<'_, KeyPair>) -> CertificateDer<'static> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names).unwrap();
+        cert.signed_by(&key, issuer).unwrap().der().clone()
+    }
+
+    fn pem(certs: &[&CertificateDer<'_>]) -> Vec<u8> {
+        use base64::Engine;
+        certs
+            .iter()
+            .map(|c| {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(c.as_ref());
+                format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+            })
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    /// What a client trusting `bundle` says of a server presenting `chain` as `name`:
+    /// nothing when it trusts it, else Go's words.
+    fn judged(
+        bundle: &[&CertificateDer<'_>],
+        chain: &[CertificateDer<'_>],
+        name: &str,
+    ) -> Option<String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = GoVerifier::new(&pem(bundle), provider).unwrap();
+        let name = ServerName::try_from(name.to_string()).unwrap();
+        let outcome =
+            verifier.verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now());
+        outcome
+            .err()
+            .map(|e| go_tls_error(&std::io::Error::other(e)))
+    }
+
+    #[test]
+    fn a_self_signed_certificate_in_the_bundle_is_trusted_as_it_is() {
+        // What `openssl req -x509` makes: its own CA (CA:TRUE), serving as the leaf.
+        let mut params = CertificateParams::new(vec!["hook.ns.svc".to_string()]).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let own = params.self_signed(&key).unwrap().der().clone();
+        assert_eq!(
+            judged(&[&own], std::slice::from_ref(&own), "hook.ns.svc"),
+            None
+        );
+        // Still only for its own names...
+        assert_eq!(
+            judged(&[&own], std::slice::from_ref(&own), "other.ns.svc").as_deref(),
+            Some(
+                "tls: failed to verify certificate: x509: certificate is valid for hook.ns.svc, not other.ns.svc"
+            )
+        );
+        // ...and only while valid.
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let expired = params.self_signed(&key).unwrap().der().clone();
+        let said = judged(&[&expired], std::slice::from_ref(&expired), "hook.ns.svc").unwrap();
+        assert!(
+            said.starts_with("tls: failed to verify certificate: x509: certificate has expired or is not yet valid: current time ")
+                && said.ends_with(" is after 2021-01-01T00:00:00Z"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn leaves_are_trusted_through_a_chain_to_the_bundle_and_nothing_else() {
+        let (root, root_issuer) = ca("root");
+        let direct = leaf(&["hook.ns.svc"], &root_issuer);
+        assert_eq!(
+            judged(&[&root], std::slice::from_ref(&direct), "hook.ns.svc"),
+            None
+        );
+
+        // Through an intermediate the server sends along.
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let intermediate = params.signed_by(&key, &root_issuer).unwrap().der().clone();
+        let by_intermediate = leaf(&["hook.ns.svc"], &Issuer::new(params, key));
+        let chain = [by_intermediate.clone(), intermediate];
+        assert_eq!(judged(&[&root], &chain, "hook.ns.svc"), None);
+        let unknown =
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority";
+        assert_eq!(
+            judged(&[&root], &[by_intermediate], "hook.ns.svc").as_deref(),
+            Some(unknown)
+        );
+
+        // Another CA's leaf, and a name the certificate does not carry.
+        let (other, _) = ca("other");
+        assert_eq!(
+            judged(&[&other], std::slice::from_ref(&direct), "hook.ns.svc").as_deref(),
+            Some(unknown)
+        );
+        assert_eq!(
+            judged(&[&root], &[direct], "10.0.0.1").as_deref(),
+            Some(
+                "tls: failed to verify certificate: x509: cannot validate certificate for 10.0.0.1 because it doesn't contain any IP SANs"
+            )
+        );
+    }
 
     #[test]
     fn urls_become_targets_with_the_timeout_query() {

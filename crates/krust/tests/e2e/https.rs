@@ -38,6 +38,14 @@ pub struct HttpsServer {
     _runtime: tokio::runtime::Runtime,
 }
 
+/// The names a certificate is for: `127.0.0.1` and `names`.
+fn sans(names: &[&str]) -> Vec<String> {
+    std::iter::once("127.0.0.1")
+        .chain(names.iter().copied())
+        .map(str::to_string)
+        .collect()
+}
+
 /// The events of a watch, one JSON line each, then nothing until the client hangs up.
 fn watch_body(events: &Value) -> BoxBody<Bytes, hyper::Error> {
     let lines: Vec<Result<Frame<Bytes>, hyper::Error>> = events
@@ -60,13 +68,31 @@ impl HttpsServer {
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let issuer = Issuer::from_ca_cert_pem(&ca.pem(), &ca_key).unwrap();
         let key = KeyPair::generate().unwrap();
-        let mut sans = vec!["127.0.0.1".to_string()];
-        sans.extend(names.iter().map(|n| n.to_string()));
-        let cert = CertificateParams::new(sans)
+        let cert = CertificateParams::new(sans(names))
             .unwrap()
             .signed_by(&key, &issuer)
             .unwrap();
-        let certs = vec![CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap()];
+        Self::serve(&cert.pem(), &key, ca.pem(), client_ca, handler)
+    }
+
+    /// Serves `handler` with a certificate that is its own CA, as `openssl req -x509`
+    /// makes one (CA:TRUE): its `caBundle` is the certificate itself.
+    pub fn start_self_signed(names: &[&str], handler: Handler) -> HttpsServer {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(sans(names)).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        Self::serve(&cert.pem(), &key, cert.pem(), None, handler)
+    }
+
+    fn serve(
+        cert_pem: &str,
+        key: &KeyPair,
+        ca_pem: String,
+        client_ca: Option<&str>,
+        handler: Handler,
+    ) -> HttpsServer {
+        let certs = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
         let private = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
@@ -151,7 +177,7 @@ impl HttpsServer {
         });
         HttpsServer {
             port,
-            ca_pem: ca.pem(),
+            ca_pem,
             seen,
             _runtime: runtime,
         }

@@ -210,6 +210,50 @@ fn webhooks_mutate_and_validate_writes_as_upstream() {
 }
 
 #[test]
+fn webhook_certificates_are_trusted_as_go_trusts_them() {
+    let s = Server::start();
+    let own = hook_server::start_self_signed();
+    let other = hook_server::start();
+    // One validating webhook per namespace `tls=<case>`, called at `port` with `bundle`.
+    let install = |case: &str, port: u16, bundle: String| {
+        s.ok(&["create", "namespace", case]);
+        s.ok(&["label", "namespace", case, &format!("tls={case}")]);
+        let config = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": case},
+            "webhooks": [{
+                "name": "check.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": bundle},
+                "rules": rules(&["CREATE"]),
+                "namespaceSelector": {"matchLabels": {"tls": case}}
+            }]
+        });
+        s.ok_stdin(&["apply", "-f", "-"], &config.to_string());
+    };
+    // A certificate that is its own CA (CA:TRUE), named in its own caBundle: trusted.
+    install("self-signed", own.port, own.ca_bundle());
+    s.ok(&["create", "configmap", "fine", "-n", "self-signed"]);
+    let refused = s.fails(&[
+        "create",
+        "configmap",
+        "refused",
+        "-n",
+        "self-signed",
+        "--from-literal=forbidden=1",
+    ]);
+    assert!(refused.contains("forbidden key"), "{refused}");
+    // A certificate of another CA: refused, in Go's words.
+    install("wrong-ca", other.port, own.ca_bundle());
+    let err = s.fails(&["create", "configmap", "x", "-n", "wrong-ca"]);
+    assert!(
+        err.contains(
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_webhook_that_cannot_be_called_fails_closed_or_open_as_configured() {
     let s = Server::start();
     let hooks = hook_server::start();

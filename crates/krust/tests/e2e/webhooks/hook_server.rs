@@ -23,6 +23,11 @@ pub fn start() -> HttpsServer {
     HttpsServer::start(&["hook.hooks.svc"], None, answer)
 }
 
+/// The same server with a certificate that is its own CA (`openssl req -x509`'s kind).
+pub fn start_self_signed() -> HttpsServer {
+    HttpsServer::start_self_signed(&["hook.hooks.svc"], answer)
+}
+
 /// The AdmissionReview requests received on `path`.
 pub fn requests(server: &HttpsServer, path: &str) -> Vec<Value> {
     server
