@@ -15,12 +15,14 @@ use hyper::body::Incoming;
 use krust_api::status::ApiError;
 use krust_httpstream::params;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_rustls::TlsConnector;
 
 use crate::Api;
+use crate::admission::{Attributes, Operation};
 use crate::request::RequestInfo;
 use crate::response::{Response, full};
+use crate::rest::Call;
 
 /// Which connect subresource a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +102,7 @@ impl KubeletClient {
 pub async fn serve(
     api: &Api,
     connect: Connect,
-    info: &RequestInfo,
+    call: Call<'_>,
     req: Request<Incoming>,
 ) -> Result<Response, ApiError> {
     let allowed: &[Method] = match connect {
@@ -113,6 +115,13 @@ pub async fn serve(
             &format!("pods/{}", connect.name()),
         ));
     }
+    let params = params::pairs(req.uri().query());
+    // As upstream's connect handler: admission sees the options before anything else.
+    if let Some(mut options) = options(connect, &params) {
+        let attrs = Attributes::new(&call, Operation::Connect, None);
+        api.admission.admit(&attrs, Some(&mut options)).await?;
+    }
+    let info = &call.info;
     let ns = info.namespace.as_deref().unwrap_or_default();
     let name = info.name.as_deref().unwrap_or_default();
     let pod = api
@@ -125,7 +134,6 @@ pub async fn serve(
                 name,
             })
         })?;
-    let params = params::pairs(req.uri().query());
     let param = |key: &str| {
         params
             .iter()
@@ -223,6 +231,43 @@ pub async fn serve(
         .await
         .map_err(|e| fail(&e))?;
     Ok(resp.map(crate::response::streamed))
+}
+
+/// The options object of a connect request, as admission (and webhooks) see it:
+/// upstream's PodExecOptions, PodAttachOptions or PodPortForwardOptions, with Go's
+/// omission of false and empty fields. Logs are read, not connected: none.
+fn options(connect: Connect, params: &[(String, String)]) -> Option<Value> {
+    let kind = match connect {
+        Connect::Log => return None,
+        Connect::Exec => "PodExecOptions",
+        Connect::Attach => "PodAttachOptions",
+        Connect::PortForward => "PodPortForwardOptions",
+    };
+    let mut options = json!({"kind": kind, "apiVersion": "v1"});
+    let all = |key: &'static str| params.iter().filter(move |(k, _)| k == key).map(|(_, v)| v);
+    if connect == Connect::PortForward {
+        let ports: Vec<i64> = all("ports")
+            .flat_map(|v| v.split(','))
+            .filter_map(|p| p.trim().parse().ok())
+            .collect();
+        if !ports.is_empty() {
+            options["ports"] = json!(ports);
+        }
+        return Some(options);
+    }
+    for flag in ["stdin", "stdout", "stderr", "tty"] {
+        if all(flag).next().is_some_and(|v| params::flag(v)) {
+            options[flag] = json!(true);
+        }
+    }
+    if let Some(container) = all("container").find(|c| !c.is_empty()) {
+        options["container"] = json!(container);
+    }
+    let command: Vec<&String> = all("command").collect();
+    if connect == Connect::Exec && !command.is_empty() {
+        options["command"] = json!(command);
+    }
+    Some(options)
 }
 
 /// The container a request names, or the pod's only one; upstream's messages.

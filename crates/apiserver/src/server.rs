@@ -460,8 +460,24 @@ async fn serve_admitted(
         // Streams and upgrades go to the kubelet with their body unread.
         Some(connect) => match body {
             RequestBody::Streaming(body) => {
+                let kind = api
+                    .kind("", "v1", "pods")
+                    .ok_or_else(|| ApiError::internal("the pods kind is missing"))?;
+                let call = crate::rest::Call {
+                    api,
+                    kind,
+                    info,
+                    query,
+                    output: Output::Json,
+                    user,
+                    content_type: None,
+                    user_agent: None,
+                    body: Bytes::new(),
+                    warnings: Default::default(),
+                    audit: annotations,
+                };
                 let req = http::Request::from_parts(parts, body);
-                crate::connect::serve(api, connect, &info, req).await
+                crate::connect::serve(api, connect, call, req).await
             }
             RequestBody::Read(_) => Err(ApiError::bad_request(
                 "streaming subresources need a client connection",

@@ -21,6 +21,8 @@ pub enum Operation {
     Create,
     Update,
     Delete,
+    /// A connect subresource (exec, attach, port-forward): the object is its options.
+    Connect,
 }
 
 impl Operation {
@@ -30,15 +32,18 @@ impl Operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
             Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
         }
     }
 
-    /// The kind of the options a request of this operation carries.
-    pub fn options_kind(self) -> &'static str {
+    /// The kind of the options a request of this operation carries (a CONNECT's
+    /// options are its object).
+    pub fn options_kind(self) -> Option<&'static str> {
         match self {
-            Operation::Create => "CreateOptions",
-            Operation::Update => "UpdateOptions",
-            Operation::Delete => "DeleteOptions",
+            Operation::Create => Some("CreateOptions"),
+            Operation::Update => Some("UpdateOptions"),
+            Operation::Delete => Some("DeleteOptions"),
+            Operation::Connect => None,
         }
     }
 }
@@ -87,8 +92,9 @@ impl<'r> Attributes<'r> {
 }
 
 /// One admission plugin (upstream's `admission.Interface`, with its `MutationInterface`
-/// and `ValidationInterface` halves). `obj` is the new object on create and update and
-/// none on delete; a plugin without a half keeps the default, which admits.
+/// and `ValidationInterface` halves). `obj` is the new object on create and update, the
+/// options on connect and none on delete; a plugin without a half keeps the default,
+/// which admits.
 #[async_trait::async_trait]
 pub trait Plugin: Send + Sync {
     /// Upstream's name for the plugin.

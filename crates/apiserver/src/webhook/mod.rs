@@ -614,8 +614,10 @@ fn review_request(
         "object": obj,
         "oldObject": old,
         "dryRun": call.dry_run(),
-        "options": {"kind": operation.options_kind(), "apiVersion": "meta.k8s.io/v1"},
     });
+    if let Some(options) = operation.options_kind() {
+        request["options"] = json!({"kind": options, "apiVersion": "meta.k8s.io/v1"});
+    }
     if let Some(sub) = &call.info.subresource {
         request["subResource"] = json!(sub);
         request["requestSubResource"] = json!(sub);

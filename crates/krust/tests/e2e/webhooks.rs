@@ -254,6 +254,67 @@ fn webhook_certificates_are_trusted_as_go_trusts_them() {
 }
 
 #[test]
+fn connections_to_pods_are_admitted_with_their_options_as_upstream() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "exec"},
+        "webhooks": [{
+            "name": "exec.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/validate", hooks.port), "caBundle": hooks.ca_bundle()},
+            "rules": [{"operations": ["CONNECT"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/exec"]}]
+        }]
+    });
+    s.ok_stdin(&["apply", "-f", "-"], &config.to_string());
+    // Bound to a node that does not exist: admission comes before the kubelet.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": "ghost", "containers": [{"name": "c", "image": "busybox"}]}});
+    s.ok_stdin(&["apply", "-f", "-"], &pod.to_string());
+    let exec = "/api/v1/namespaces/default/pods/p/exec?command=ls&command=-l&stdout=true";
+    let (code, refused) = s.curl("POST", &format!("{exec}&tty=true"), None, None);
+    assert_eq!(code, 403, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no terminals here"),
+        "{refused}"
+    );
+    // Admitted, the request goes on to the pod's node, which is not there.
+    let (code, failed) = s.curl("POST", exec, None, None);
+    assert_eq!(code, 500, "{failed}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ghost"),
+        "{failed}"
+    );
+    let seen = hook_server::requests(&hooks, "/validate");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let request = &seen[1];
+    assert_eq!(request["operation"], "CONNECT");
+    assert_eq!(
+        request["kind"],
+        json!({"group": "", "version": "v1", "kind": "PodExecOptions"})
+    );
+    assert_eq!(request["subResource"], "exec");
+    assert_eq!(
+        (&request["name"], &request["namespace"]),
+        (&json!("p"), &json!("default"))
+    );
+    assert_eq!(
+        request["object"],
+        json!({"kind": "PodExecOptions", "apiVersion": "v1", "stdout": true, "command": ["ls", "-l"]})
+    );
+    assert!(
+        request.get("options").is_none_or(Value::is_null),
+        "{request}"
+    );
+}
+
+#[test]
 fn a_webhook_that_cannot_be_called_fails_closed_or_open_as_configured() {
     let s = Server::start();
     let hooks = hook_server::start();

@@ -23,7 +23,7 @@ impl Plugin for NamespaceLifecycle {
         match a.operation {
             Operation::Create => a.call.kind.info.namespaced,
             Operation::Delete => a.is("", "namespaces"),
-            Operation::Update => false,
+            Operation::Update | Operation::Connect => false,
         }
     }
 

@@ -5,7 +5,7 @@
 use krust_api::status::{ApiError, Target as ErrorTarget};
 use serde_json::Value;
 
-use crate::admission::{Attributes, Plugin};
+use crate::admission::{Attributes, Operation, Plugin};
 use crate::auth::User;
 use crate::authz::node::node_of;
 
@@ -18,7 +18,9 @@ impl Plugin for NodeRestriction {
     }
 
     fn handles(&self, a: &Attributes<'_>) -> bool {
-        node_of(&a.call.user).is_some() && a.call.kind.info.group.is_empty()
+        node_of(&a.call.user).is_some()
+            && a.call.kind.info.group.is_empty()
+            && a.operation != Operation::Connect
     }
 
     async fn admit(&self, a: &Attributes<'_>, obj: Option<&mut Value>) -> Result<(), ApiError> {

@@ -10,8 +10,9 @@
 //!   label `second`, else to `alone`;
 //! - `/second`: adds the label `second: yes`, and `skip-first: yes` to objects
 //!   labelled `ask-skip`;
-//! - `/validate`: refuses objects with a `forbidden` data key (403, "forbidden key")
-//!   and the deletion of objects named `keep`, and otherwise warns "checked by hook"
+//! - `/validate`: refuses objects with a `forbidden` data key (403, "forbidden key"),
+//!   the deletion of objects named `keep` and connections asking for a terminal
+//!   (`tty`, "no terminals here"), and otherwise warns "checked by hook"
 //!   and adds the audit annotation `verdict: allowed` (and one with an invalid key).
 
 use base64::Engine;
@@ -104,6 +105,10 @@ fn answer(seen: &Seen) -> (u16, Value) {
         _ if request["operation"] == "DELETE" && request["name"] == "keep" => json!({
             "uid": uid, "allowed": false,
             "status": {"code": 403, "reason": "Forbidden", "message": "keep stays"},
+        }),
+        _ if request["operation"] == "CONNECT" && request["object"]["tty"] == true => json!({
+            "uid": uid, "allowed": false,
+            "status": {"code": 403, "reason": "Forbidden", "message": "no terminals here"},
         }),
         _ if request["object"]["data"]["forbidden"].is_string() => json!({
             "uid": uid, "allowed": false,

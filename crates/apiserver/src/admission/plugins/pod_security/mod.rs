@@ -29,7 +29,7 @@ impl Plugin for PodSecurity {
                         && a.subresource().is_none()
                         && ["", "apps", "batch"].contains(&group))
             }
-            Operation::Delete => false,
+            Operation::Delete | Operation::Connect => false,
         }
     }
 
