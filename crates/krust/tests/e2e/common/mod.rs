@@ -592,7 +592,8 @@ impl Drop for Server {
                     .status();
             }
             // The pod bridge goes too: pods reaped above never ran their CNI teardown,
-            // and their addresses would collide with the next test on this range.
+            // and their addresses would collide with the next test on this range. So
+            // does the range's egress masquerade table, which the agent keeps on exit.
             if let Some(cidr) = self
                 .extra_args
                 .iter()
@@ -602,6 +603,15 @@ impl Drop for Server {
             {
                 let _ = Command::new("ip")
                     .args(["link", "del", &krust_net::bridge_name(cidr)])
+                    .stderr(Stdio::null())
+                    .status();
+                let _ = Command::new("nft")
+                    .args([
+                        "delete",
+                        "table",
+                        "ip",
+                        &krust_net::cluster::egress_table(cidr),
+                    ])
                     .stderr(Stdio::null())
                     .status();
             }
