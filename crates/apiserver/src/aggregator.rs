@@ -112,7 +112,7 @@ pub async fn proxy(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let target = outbound::service_target(&api.cache, &backend.service, &path)
+    let target = outbound::service_target(&api.scope.cache, &backend.service, &path)
         .map_err(|e| ApiError::new(503, "ServiceUnavailable", e))?;
     let mut req = http::Request::builder()
         .method(parts.method.clone())
@@ -170,8 +170,8 @@ pub async fn proxy(
 /// condition of remote ones (checked every few seconds and on every change).
 pub async fn run(api: Arc<Api>) {
     let (Some(services), Some(definitions)) = (
-        api.cache.cache(PREFIX),
-        api.cache.cache(crate::custom::DEFINITIONS),
+        api.scope.cache.cache(PREFIX),
+        api.scope.cache.cache(crate::custom::DEFINITIONS),
     ) else {
         return;
     };
@@ -204,7 +204,7 @@ pub async fn run(api: Arc<Api>) {
 /// Lists every group version krust serves itself as a Local APIService (those of
 /// custom resources come and go with their definitions).
 async fn register_local(api: &Api) -> Result<(), ApiError> {
-    let internal = Loopback { api };
+    let internal = Loopback { scope: &api.scope };
     let custom = api.custom.all();
     let catalog = discovery::Catalog::new(custom.iter().map(|k| k.info));
     let mut wanted = BTreeMap::new();
@@ -215,6 +215,7 @@ async fn register_local(api: &Api) -> Result<(), ApiError> {
         }
     }
     let existing: BTreeMap<String, Value> = api
+        .scope
         .cache
         .cache(PREFIX)
         .map(|c| c.list(PREFIX).0)
@@ -291,7 +292,7 @@ async fn check(api: &Api, obj: &Value) -> Option<((String, String), Backend)> {
         resources: Value::Null,
     };
     let path = format!("/apis/{group}/{version}");
-    let outcome = match outbound::service_target(&api.cache, &service, &path) {
+    let outcome = match outbound::service_target(&api.scope.cache, &service, &path) {
         Err(e) if e.contains("not found") => Err((
             "ServiceNotFound",
             format!("service/{name} in \"{ns}\" is not present"),
@@ -349,7 +350,9 @@ async fn check(api: &Api, obj: &Value) -> Option<((String, String), Backend)> {
     };
     set_condition(&mut new, cond);
     if new != *obj
-        && let Err(err) = (Loopback { api }).update_status(API_SERVICES, &new).await
+        && let Err(err) = (Loopback { scope: &api.scope })
+            .update_status(API_SERVICES, &new)
+            .await
     {
         tracing::warn!(%err, apiservice = %obj["metadata"]["name"], "recording availability");
     }

@@ -26,7 +26,7 @@ const RECREATE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Creates the system namespaces and the `kubernetes` Service where they are missing.
 async fn system_objects(api: &Api, service_ip: Ipv4Addr, port: u16) -> Result<()> {
-    let client = Loopback { api };
+    let client = Loopback { scope: &api.scope };
     for ns in SYSTEM_NAMESPACES {
         client
             .ensure(
@@ -63,7 +63,7 @@ pub async fn keep_system_objects(api: Arc<Api>, service_ip: Ipv4Addr, port: u16)
 
 pub async fn run(api: &Api, pki: &crate::pki::Pki, service_ip: Ipv4Addr, port: u16) -> Result<()> {
     system_objects(api, service_ip, port).await?;
-    let client = Loopback { api };
+    let client = Loopback { scope: &api.scope };
     for (name, value, description) in crate::admission::plugins::SYSTEM_PRIORITY_CLASSES {
         let class = json!({"metadata": {"name": name}, "value": value, "description": description});
         let resource = Resource {

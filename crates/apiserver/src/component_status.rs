@@ -65,7 +65,7 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
             call.kind,
             call.output,
             &encoded,
-            call.api.cache.revision(),
+            call.scope.cache.revision(),
             None,
         ),
     };
@@ -76,7 +76,7 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
 fn lease_health(call: &Call<'_>, lease: &str) -> Result<(), String> {
     let info = krust_api::registry::find("coordination.k8s.io", "v1", "leases")
         .expect("leases are served");
-    let Some(obj) = call.api.cache.object(info, Some("kube-system"), lease) else {
+    let Some(obj) = call.scope.cache.object(info, Some("kube-system"), lease) else {
         return Err(format!(
             "no Lease kube-system/{lease}: the component has not started"
         ));
@@ -96,7 +96,7 @@ fn lease_health(call: &Call<'_>, lease: &str) -> Result<(), String> {
 
 /// Whether the store answers within a second.
 async fn store_health(call: &Call<'_>) -> Result<(), String> {
-    match tokio::time::timeout(Duration::from_secs(1), call.api.store.current_revision()).await {
+    match tokio::time::timeout(Duration::from_secs(1), call.scope.store.current_revision()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("the store did not answer within 1s".into()),

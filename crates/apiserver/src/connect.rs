@@ -18,7 +18,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObjec
 use serde_json::{Value, json};
 use tokio_rustls::TlsConnector;
 
-use crate::Api;
 use crate::admission::{Attributes, Operation};
 use crate::request::RequestInfo;
 use crate::response::{Response, full};
@@ -58,6 +57,7 @@ impl Connect {
 }
 
 /// The apiserver's TLS client towards kubelets.
+#[derive(Clone)]
 pub struct KubeletClient {
     tls: TlsConnector,
 }
@@ -100,7 +100,7 @@ impl KubeletClient {
 
 /// Checks the pod and container, then forwards the request to the pod's kubelet.
 pub async fn serve(
-    api: &Api,
+    kubelet: &KubeletClient,
     connect: Connect,
     call: Call<'_>,
     req: Request<Incoming>,
@@ -119,12 +119,16 @@ pub async fn serve(
     // As upstream's connect handler: admission sees the options before anything else.
     if let Some(mut options) = options(connect, &params) {
         let attrs = Attributes::new(&call, Operation::Connect, None);
-        api.admission.admit(&attrs, Some(&mut options)).await?;
+        call.scope
+            .admission
+            .admit(&attrs, Some(&mut options))
+            .await?;
     }
     let info = &call.info;
     let ns = info.namespace.as_deref().unwrap_or_default();
     let name = info.name.as_deref().unwrap_or_default();
-    let pod = api
+    let pod = call
+        .scope
         .cache
         .core_object("pods", Some(ns), name)
         .ok_or_else(|| {
@@ -213,7 +217,8 @@ pub async fn serve(
             )
         }
     };
-    let node = api
+    let node = call
+        .scope
         .cache
         .core_object("nodes", None, node_name)
         .ok_or_else(|| ApiError::internal(format!("node {node_name} of pod {name} not found")))?;
@@ -226,7 +231,7 @@ pub async fn serve(
             "error dialing backend: {method} https://{authority}{path}: {e}"
         ))
     };
-    let tls = api.kubelet.dial(&host, port).await.map_err(|e| fail(&e))?;
+    let tls = kubelet.dial(&host, port).await.map_err(|e| fail(&e))?;
     let resp = krust_httpstream::proxy::forward(tls, &authority, &path, req)
         .await
         .map_err(|e| fail(&e))?;

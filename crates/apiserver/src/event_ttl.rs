@@ -27,7 +27,7 @@ pub async fn run(api: std::sync::Arc<Api>, ttl: Duration) {
 }
 
 async fn sweep(api: &Api, ttl: Duration) -> Result<usize, krust_api::status::ApiError> {
-    let internal = Loopback { api };
+    let internal = Loopback { scope: &api.scope };
     let events = internal.list(Resource::core("events", None), "").await?;
     let Some(cutoff) = SignedDuration::try_from(ttl)
         .ok()

@@ -100,7 +100,9 @@ impl EndpointReconciler {
     /// endpoints so clients stop being sent here.
     pub async fn leave(&self) {
         self.leaving.store(true, Ordering::Release);
-        let client = Loopback { api: &self.api };
+        let client = Loopback {
+            scope: &self.api.scope,
+        };
         if let Err(err) = client.delete(LEASES, &self.name).await
             && err.code != 404
         {
@@ -125,12 +127,18 @@ impl EndpointReconciler {
                 "renewTime": micro_time(jiff::Timestamp::now()),
             },
         });
-        Loopback { api: &self.api }.upsert(LEASES, &lease).await
+        Loopback {
+            scope: &self.api.scope,
+        }
+        .upsert(LEASES, &lease)
+        .await
     }
 
     /// Rewrites the endpoints from the fresh leases.
     async fn reconcile(&self) -> Result<(), ApiError> {
-        let client = Loopback { api: &self.api };
+        let client = Loopback {
+            scope: &self.api.scope,
+        };
         let leases = client
             .list(LEASES, &format!("{IDENTITY_LABEL}%3Dkube-apiserver"))
             .await?;

@@ -127,40 +127,60 @@ impl Config {
     }
 }
 
-/// Everything a request handler needs.
+/// The assembled apiserver: the scope every request handler gets, and what only the
+/// server itself uses (listeners' limits, aggregation, the kubelet client, the metrics
+/// API, the CustomResourceDefinition state).
 pub struct Api {
-    pub store: Arc<dyn Store>,
-    pub cache: Arc<WatchCache>,
+    pub scope: Arc<rest::Scope>,
     /// The kinds CustomResourceDefinitions add, kept in step with the watch cache.
     pub custom: Arc<custom::CustomKinds>,
-    pub admission: Admission,
     /// The Service registry's ClusterIPs and NodePorts.
     pub services: Arc<allocator::ServiceAllocator>,
-    pub authenticators: Authenticators,
-    /// The authorization chain: `system:masters`, then RBAC.
-    pub authorizers: Authorizers,
-    pub rbac: Arc<Rbac>,
-    pub metrics: Arc<metrics::Metrics>,
     /// `host:port` clients are told to use.
     pub advertise: String,
     /// Bounds on concurrent requests (upstream's max-in-flight filter).
     pub inflight: server::InflightLimits,
     /// Where pods' logs, exec, attach and port-forward go.
     pub kubelet: connect::KubeletClient,
-    /// Issues service-account tokens (and checks them, as an authenticator).
-    pub tokens: Arc<tokens::TokenIssuer>,
     /// The audit policy and log, when auditing.
     pub audit: Option<Arc<audit::Auditor>>,
     /// Nodes' and containers' CPU and memory, scraped from kubelets for the
     /// metrics.k8s.io API.
-    pub resource_metrics: resource_metrics::Samples,
-    /// The HTTPS client of admission webhooks.
-    pub webhooks: Arc<outbound::Client>,
+    pub resource_metrics: Arc<resource_metrics::MetricsServer>,
     /// The aggregated apiservers available now, and the client that reaches them.
     pub aggregator: aggregator::Aggregator,
     /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` for agents
     /// that pin it by the hash in their join token.
     pub ca_bundle: String,
+}
+
+/// The kinds compiled in: the registry's and apiextensions' own.
+fn built_in_kinds() -> impl Iterator<Item = &'static rest::Kind> {
+    kinds::all().iter().chain(custom::definition_kinds())
+}
+
+/// The kinds this apiserver serves: the built-in ones and the custom ones.
+struct ServedKinds(Arc<custom::CustomKinds>);
+
+impl rest::Kinds for ServedKinds {
+    fn find(&self, group: &str, version: &str, plural: &str) -> Option<&'static rest::Kind> {
+        built_in_kinds()
+            .find(|k| k.info.group == group && k.info.version == version && k.info.plural == plural)
+            .or_else(|| self.0.find(group, version, plural))
+    }
+
+    fn find_custom_kind(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+    ) -> Option<&'static rest::Kind> {
+        self.0.find_kind(group, version, kind)
+    }
+
+    fn all(&self) -> Vec<&'static rest::Kind> {
+        built_in_kinds().chain(self.0.all()).collect()
+    }
 }
 
 /// A started apiserver.
@@ -171,22 +191,6 @@ pub struct Running {
 }
 
 impl Api {
-    /// The kind serving `plural` in `group`/`version`: built in, or added by a
-    /// CustomResourceDefinition.
-    pub fn kind(
-        &self,
-        group: &str,
-        version: &str,
-        plural: &str,
-    ) -> Option<&'static crate::rest::Kind> {
-        kinds::find(group, version, plural).or_else(|| self.custom.find(group, version, plural))
-    }
-
-    /// Every kind served now: the built-in ones, then those of the custom resources.
-    pub fn kinds(&self) -> impl Iterator<Item = &'static crate::rest::Kind> {
-        kinds::all().iter().chain(self.custom.all())
-    }
-
     /// Everything a request handler needs, on `store`: the PKI in `config.tls_dir`
     /// (created on first use), the watch cache loaded, and the objects every cluster has
     /// (default namespaces, the `kubernetes` Service reachable on `port`). Serves
@@ -217,12 +221,15 @@ impl Api {
         }
         sans.dedup();
         let pki = pki::Pki::load_or_create(&config.tls_dir, &sans)?;
-        let prefixes = kinds::all()
-            .iter()
-            .filter(|k| !k.info.is_virtual())
-            .filter(|k| kinds::for_storage(k.info.storage).is_some_and(|s| std::ptr::eq(s, *k)))
-            .map(|k| (k.info.storage_prefix(), k.strategy))
-            .collect();
+        // One cache per storage prefix, by the kind of its storage version: the first of
+        // the kinds stored there (core events before events.k8s.io events).
+        let mut prefixes: Vec<(String, &'static dyn rest::strategy::Strategy)> = Vec::new();
+        for kind in built_in_kinds().filter(|k| !k.info.is_virtual()) {
+            let prefix = kind.info.storage_prefix();
+            if !prefixes.iter().any(|(p, _)| *p == prefix) {
+                prefixes.push((prefix, kind.strategy));
+            }
+        }
         let custom = Arc::new(custom::CustomKinds::default());
         let cache = WatchCache::start(store.clone(), prefixes, custom.clone())
             .await
@@ -257,12 +264,12 @@ impl Api {
                 secret: secret.clone(),
             }));
         }
-        let api = Arc::new(Api {
+        let scope = Arc::new(rest::Scope {
             store,
             cache: cache.clone(),
-            custom,
+            kinds: Arc::new(ServedKinds(custom.clone())),
+            storage: kinds::storage(services.clone()),
             admission: Admission::new(admission::plugins::enabled()),
-            services: services.clone(),
             authenticators: Authenticators(authenticators),
             authorizers: Authorizers(vec![
                 Box::new(PrivilegedGroups),
@@ -273,21 +280,31 @@ impl Api {
             ]),
             rbac,
             metrics: Arc::new(metrics::Metrics::new()),
+            tokens,
+            webhooks: Arc::new(outbound::Client::new(&pki.ca_cert, None)),
+        });
+        let kubelet = connect::KubeletClient::new(&pki).context("building the kubelet client")?;
+        let api = Arc::new(Api {
+            scope: scope.clone(),
+            custom,
+            services: services.clone(),
             advertise: format!("{}:{port}", config.advertise_address),
             inflight: server::InflightLimits::new(
                 config.max_requests_inflight,
                 config.max_mutating_requests_inflight,
             ),
-            kubelet: connect::KubeletClient::new(&pki).context("building the kubelet client")?,
-            tokens,
+            kubelet: kubelet.clone(),
             audit,
-            resource_metrics: resource_metrics::Samples::new(config.metric_resolution),
-            webhooks: Arc::new(outbound::Client::new(&pki.ca_cert, None)),
+            resource_metrics: Arc::new(resource_metrics::MetricsServer {
+                samples: resource_metrics::Samples::new(config.metric_resolution),
+                kubelet,
+                cache,
+            }),
             aggregator: aggregator::Aggregator::new(&pki),
             ca_bundle: pki.ca_cert.clone(),
         });
         bootstrap::run(&api, &pki, services.first_ip(), port).await?;
-        authz::bootstrap_policy::reconcile(&api)
+        authz::bootstrap_policy::reconcile(&scope)
             .await
             .context("reconciling the bootstrap RBAC policy")?;
         Ok((api, pki))
@@ -330,7 +347,10 @@ pub async fn start(
         api.services.first_ip(),
         addr.port(),
     ));
-    tokio::spawn(custom::controller::run(api.clone()));
+    tokio::spawn(custom::controller::run(
+        api.scope.clone(),
+        api.custom.clone(),
+    ));
     tokio::spawn(aggregator::run(api.clone()));
     let shutdown = async move {
         shutdown.await;
@@ -338,7 +358,7 @@ pub async fn start(
     };
     if !config.compaction_interval.is_zero() {
         tokio::spawn(compactor::run(
-            api.store.clone(),
+            api.scope.store.clone(),
             config.compaction_interval,
         ));
     }
@@ -347,7 +367,7 @@ pub async fn start(
     }
     if !config.metric_resolution.is_zero() {
         tokio::spawn(resource_metrics::scrape(
-            api.clone(),
+            api.resource_metrics.clone(),
             config.metric_resolution,
         ));
     }
@@ -369,4 +389,24 @@ pub fn version_info() -> Value {
         "compiler": "rustc",
         "platform": format!("linux/{}", match std::env::consts::ARCH { "x86_64" => "amd64", "aarch64" => "arm64", other => other }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registry_entry_has_a_served_kind() {
+        for r in krust_api::registry::RESOURCES {
+            assert!(
+                built_in_kinds().any(|k| k.info.group == r.group
+                    && k.info.version == r.version
+                    && k.info.plural == r.plural),
+                "{}/{} {}",
+                r.group,
+                r.version,
+                r.plural
+            );
+        }
+    }
 }

@@ -6,10 +6,10 @@ use bytes::Bytes;
 use krust_api::status::ApiError;
 use serde_json::Value;
 
-use crate::Api;
 use crate::auth::User;
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::Output;
+use crate::rest::Scope;
 use crate::rest::{self, Call};
 
 /// A resource addressed by group, version and plural name.
@@ -35,7 +35,7 @@ impl<'a> Resource<'a> {
 /// Calls the REST layer as the apiserver itself (`system:apiserver`, field manager
 /// `kube-apiserver`).
 pub struct Loopback<'a> {
-    pub api: &'a Api,
+    pub scope: &'a Scope,
 }
 
 impl<'a> Loopback<'a> {
@@ -47,11 +47,11 @@ impl<'a> Loopback<'a> {
         body: &Value,
     ) -> Result<Call<'a>, ApiError> {
         let kind = self
-            .api
+            .scope
             .kind(r.group, r.version, r.plural)
             .ok_or_else(|| ApiError::internal(format!("unknown resource {}", r.plural)))?;
         Ok(Call {
-            api: self.api,
+            scope: self.scope,
             kind,
             info: RequestInfo {
                 verb,

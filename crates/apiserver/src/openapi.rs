@@ -14,8 +14,6 @@ use krust_apimachinery::patch::TypeRef;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use crate::kinds;
-
 struct Documents {
     /// `api/v1` or `apis/<group>/<version>` → (document, content hash).
     by_path: BTreeMap<String, (Bytes, String)>,
@@ -36,8 +34,7 @@ fn documents() -> &'static Documents {
         let mut by_path = BTreeMap::new();
         for (group, versions) in registry::groups() {
             for version in versions {
-                let kinds: Vec<&'static crate::rest::Kind> = kinds::all()
-                    .iter()
+                let kinds: Vec<&'static crate::rest::Kind> = crate::built_in_kinds()
                     .filter(|k| k.info.group == group && k.info.version == version)
                     .collect();
                 let doc = group_version_document(&kinds);

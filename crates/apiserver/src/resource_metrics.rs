@@ -26,12 +26,12 @@ use krust_api::status::{ApiError, Target};
 use krust_api::sync::Unpoisoned;
 use serde_json::{Value, json};
 
-use crate::Api;
+use crate::connect::KubeletClient;
 use crate::kinds::metrics::{ContainerMetrics, NodeMetrics, PodMetrics};
 use crate::request::Verb;
 use crate::response::{self, Response};
 use crate::rest::Call;
-use crate::watch_cache::CachedObject;
+use crate::watch_cache::{CachedObject, WatchCache};
 
 pub const GROUP: &str = "metrics.k8s.io";
 pub const VERBS: &[&str] = &["get", "list"];
@@ -107,6 +107,14 @@ impl Series {
 
 /// A container: (namespace, pod, container name).
 type ContainerKey = (String, String, String);
+
+/// The metrics API as metrics-server serves it, in process: it scrapes kubelets for the
+/// nodes and pods in the watch cache and answers from what it learned.
+pub struct MetricsServer {
+    pub samples: Samples,
+    pub kubelet: KubeletClient,
+    pub cache: Arc<WatchCache>,
+}
 
 /// What the scraper learned, by node and by (namespace, pod, container).
 #[derive(Default)]
@@ -318,12 +326,12 @@ fn labels_of(text: &str) -> HashMap<String, String> {
 }
 
 /// Scrapes every Ready node's kubelet each `resolution`, forever.
-pub async fn scrape(api: Arc<Api>, resolution: Duration) {
+pub async fn scrape(server: Arc<MetricsServer>, resolution: Duration) {
     let mut tick = tokio::time::interval(resolution);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(nodes) = api.cache.cache("/registry/minions/") else {
+        let Some(nodes) = server.cache.cache("/registry/minions/") else {
             continue;
         };
         let nodes: Vec<Value> = nodes
@@ -336,7 +344,8 @@ pub async fn scrape(api: Arc<Api>, resolution: Duration) {
             .iter()
             .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
             .collect();
-        api.resource_metrics
+        server
+            .samples
             .keep_nodes(&names.iter().map(String::as_str).collect());
         let scrapes = nodes
             .iter()
@@ -344,26 +353,26 @@ pub async fn scrape(api: Arc<Api>, resolution: Duration) {
             .filter(|n| {
                 n["metadata"]["name"]
                     .as_str()
-                    .is_some_and(|name| api.resource_metrics.due(name))
+                    .is_some_and(|name| server.samples.due(name))
             })
-            .map(|node| scrape_node(&api, node));
+            .map(|node| scrape_node(&server, node));
         futures::future::join_all(scrapes).await;
     }
 }
 
 /// Scrapes one node's kubelet into the samples.
-async fn scrape_node(api: &Api, node: &Value) {
+async fn scrape_node(server: &MetricsServer, node: &Value) {
     let Some(name) = node["metadata"]["name"].as_str() else {
         return;
     };
     let Some((host, port)) = crate::connect::kubelet_address(node) else {
         return;
     };
-    match fetch(api, name, &host, port).await {
-        Ok(text) => api.resource_metrics.record(name, &text),
+    match fetch(server, name, &host, port).await {
+        Ok(text) => server.samples.record(name, &text),
         Err(err) => {
             tracing::debug!(node = %name, %err, "scraping the kubelet failed");
-            api.resource_metrics.failed(name);
+            server.samples.failed(name);
         }
     }
 }
@@ -371,8 +380,8 @@ async fn scrape_node(api: &Api, node: &Value) {
 /// Before a read answers: scrapes the Ready ones of `names` (the nodes of Running pods
 /// without usage) that may be scraped for a read now, waiting at most a second.
 /// Whether any node was scraped.
-async fn refresh(api: &Api, names: &std::collections::BTreeSet<&str>) -> bool {
-    let Some(nodes) = api.cache.cache("/registry/minions/") else {
+async fn refresh(server: &MetricsServer, names: &std::collections::BTreeSet<&str>) -> bool {
+    let Some(nodes) = server.cache.cache("/registry/minions/") else {
         return false;
     };
     let wanted: Vec<Value> = names
@@ -383,13 +392,13 @@ async fn refresh(api: &Api, names: &std::collections::BTreeSet<&str>) -> bool {
         .filter(|n| {
             n["metadata"]["name"]
                 .as_str()
-                .is_some_and(|name| api.resource_metrics.may_refresh(name))
+                .is_some_and(|name| server.samples.may_refresh(name))
         })
         .collect();
     if wanted.is_empty() {
         return false;
     }
-    let scrapes = wanted.iter().map(|node| scrape_node(api, node));
+    let scrapes = wanted.iter().map(|node| scrape_node(server, node));
     let _ = tokio::time::timeout(Duration::from_secs(1), futures::future::join_all(scrapes)).await;
     true
 }
@@ -397,27 +406,33 @@ async fn refresh(api: &Api, names: &std::collections::BTreeSet<&str>) -> bool {
 /// GET `https://host:port/metrics/resource` with the kubelet client certificate, over
 /// the node's kept connection when it has one (as metrics-server's HTTP client keeps
 /// them: a TLS handshake per node and round would cost more than the scrape).
-async fn fetch(api: &Api, node: &str, host: &str, port: u16) -> anyhow::Result<String> {
+async fn fetch(
+    server: &MetricsServer,
+    node: &str,
+    host: &str,
+    port: u16,
+) -> anyhow::Result<String> {
     const TIMEOUT: Duration = Duration::from_secs(5);
     let work = async {
-        let kept = api.resource_metrics.connections.locked().remove(node);
+        let kept = server.samples.connections.locked().remove(node);
         let reusable = kept.filter(|k| k.host == host && k.port == port && !k.sender.is_closed());
         let reused = reusable.is_some();
         let mut kept = match reusable {
             Some(kept) => kept,
-            None => dial(api, host, port).await?,
+            None => dial(server, host, port).await?,
         };
         let text = match get_metrics(&mut kept).await {
             Ok(text) => text,
             // The kubelet may close a kept connection at any moment: one more try on a
             // new one, as Go's HTTP client retries an idempotent request.
             Err(_) if reused => {
-                kept = dial(api, host, port).await?;
+                kept = dial(server, host, port).await?;
                 get_metrics(&mut kept).await?
             }
             Err(err) => return Err(err),
         };
-        api.resource_metrics
+        server
+            .samples
             .connections
             .locked()
             .insert(node.to_string(), kept);
@@ -433,8 +448,8 @@ struct Connection {
     sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
 }
 
-async fn dial(api: &Api, host: &str, port: u16) -> anyhow::Result<Connection> {
-    let tls = api.kubelet.dial(host, port).await?;
+async fn dial(server: &MetricsServer, host: &str, port: u16) -> anyhow::Result<Connection> {
+    let tls = server.kubelet.dial(host, port).await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
     tokio::spawn(conn);
     Ok(Connection {
@@ -491,10 +506,8 @@ fn meta(obj: &Value) -> ObjectMeta {
     }
 }
 
-fn node_metrics(api: &Api, node: &Value) -> Option<NodeMetrics> {
-    let u = api
-        .resource_metrics
-        .node(node["metadata"]["name"].as_str()?)?;
+fn node_metrics(server: &MetricsServer, node: &Value) -> Option<NodeMetrics> {
+    let u = server.samples.node(node["metadata"]["name"].as_str()?)?;
     Some(NodeMetrics {
         metadata: meta(node),
         timestamp: time(u.millis),
@@ -507,11 +520,11 @@ fn node_metrics(api: &Api, node: &Value) -> Option<NodeMetrics> {
     })
 }
 
-fn pod_metrics(api: &Api, pod: &Value) -> Option<PodMetrics> {
+fn pod_metrics(server: &MetricsServer, pod: &Value) -> Option<PodMetrics> {
     if pod["status"]["phase"] != "Running" {
         return None;
     }
-    let usage = api.resource_metrics.pod(
+    let usage = server.samples.pod(
         pod["spec"]["nodeName"].as_str()?,
         pod["metadata"]["namespace"].as_str()?,
         pod["metadata"]["name"].as_str()?,
@@ -537,7 +550,7 @@ fn pod_metrics(api: &Api, pod: &Value) -> Option<PodMetrics> {
 
 /// GET and LIST of NodeMetrics and PodMetrics (`labelSelector` honoured), from the
 /// nodes and pods in the watch cache and the scraped samples.
-pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
+pub async fn serve(server: &MetricsServer, call: &mut Call<'_>) -> Result<Response, ApiError> {
     let verb = call.read_only_verb()?;
     let selector = LabelSelector::parse(call.query.get("labelSelector").unwrap_or_default())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -545,7 +558,7 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
     let source = krust_api::registry::find("", "v1", if nodes { "nodes" } else { "pods" })
         .expect("nodes and pods are served");
     let cache = call
-        .api
+        .scope
         .cache
         .cache(&source.storage_prefix())
         .ok_or_else(|| ApiError::internal("no cache of nodes or pods"))?;
@@ -556,9 +569,9 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
     };
     let item = |obj: &Value| -> Option<Value> {
         if nodes {
-            serde_json::to_value(node_metrics(call.api, obj)?).ok()
+            serde_json::to_value(node_metrics(server, obj)?).ok()
         } else {
-            serde_json::to_value(pod_metrics(call.api, obj)?).ok()
+            serde_json::to_value(pod_metrics(server, obj)?).ok()
         }
     };
     let namespace = call.namespace();
@@ -587,7 +600,7 @@ pub async fn serve(call: &mut Call<'_>) -> Result<Response, ApiError> {
         items.push(found);
     }
     let waiting_nodes = waiting.iter().map(|(_, node)| node.as_str()).collect();
-    if !waiting.is_empty() && refresh(call.api, &waiting_nodes).await {
+    if !waiting.is_empty() && refresh(server, &waiting_nodes).await {
         for (i, _) in &waiting {
             items[*i] = item(&entries[*i].value());
         }

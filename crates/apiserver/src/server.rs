@@ -176,7 +176,8 @@ pub async fn serve(
                 .peer_certificates()
                 .and_then(|certs| certs.first());
             let connection_user = Arc::new(
-                api.authenticators
+                api.scope
+                    .authenticators
                     .authenticate(&Credentials {
                         client_cert,
                         bearer: None,
@@ -251,7 +252,7 @@ async fn respond(
     let user_agent = req.headers().get(http::header::USER_AGENT);
     let pretty = response::wants_pretty(uri.query(), user_agent.and_then(|v| v.to_str().ok()));
     let resp = crate::recover::catch(
-        &api.metrics,
+        &api.scope.metrics,
         || format!("{method} {uri}"),
         handle(api, connection_user, peer, req),
     )
@@ -336,7 +337,7 @@ async fn handle(
                 Some(Err(_)) => None,
             };
             let decision = match attrs {
-                Some(attrs) => authz::authorize(api, &attrs).await.map(Some),
+                Some(attrs) => authz::authorize(&api.scope, &attrs).await.map(Some),
                 None => Ok(None),
             };
             if let Some(trail) = &mut trail {
@@ -392,7 +393,7 @@ fn observed(
         Ok(resp) => resp,
         Err(e) => response::error(&e),
     };
-    api.metrics.observe(
+    api.scope.metrics.observe(
         verb,
         resource,
         resp.status().as_u16(),
@@ -415,7 +416,7 @@ async fn identify(
         .and_then(|h| h.strip_prefix("Bearer "));
     let user = match bearer {
         Some(token) if connection_user.is_anonymous() => {
-            api.authenticators.authenticate(&Credentials {
+            api.scope.authenticators.authenticate(&Credentials {
                 client_cert: None,
                 bearer: Some(token),
                 audiences: &[],
@@ -429,7 +430,7 @@ async fn identify(
     {
         return Ok((None, user));
     }
-    let acting = authz::impersonation::acting_user(api, user.clone(), headers).await?;
+    let acting = authz::impersonation::acting_user(&api.scope, user.clone(), headers).await?;
     Ok((Some(user), acting))
 }
 
@@ -461,10 +462,11 @@ async fn serve_admitted(
         Some(connect) => match body {
             RequestBody::Streaming(body) => {
                 let kind = api
+                    .scope
                     .kind("", "v1", "pods")
                     .ok_or_else(|| ApiError::internal("the pods kind is missing"))?;
                 let call = crate::rest::Call {
-                    api,
+                    scope: &api.scope,
                     kind,
                     info,
                     query,
@@ -477,7 +479,7 @@ async fn serve_admitted(
                     audit: annotations,
                 };
                 let req = http::Request::from_parts(parts, body);
-                crate::connect::serve(api, connect, call, req).await
+                crate::connect::serve(&api.kubelet, connect, call, req).await
             }
             RequestBody::Read(_) => Err(ApiError::bad_request(
                 "streaming subresources need a client connection",
@@ -512,6 +514,7 @@ async fn serve_resource(
     let accept = header(http::header::ACCEPT);
     let accept = accept.as_deref();
     let kind = api
+        .scope
         .kind(&info.group, &info.version, &info.resource)
         .ok_or_else(ApiError::path_not_found)?;
     if info.verb == request::Verb::Create
@@ -532,7 +535,7 @@ async fn serve_resource(
     }
     let output = Output::negotiate(accept, query.get("includeObject"))?;
     let mut call = rest::Call {
-        api,
+        scope: &api.scope,
         kind,
         info,
         query,
@@ -545,7 +548,7 @@ async fn serve_resource(
         audit,
     };
     if kind.info.group == crate::resource_metrics::GROUP {
-        return crate::resource_metrics::serve(&mut call).await;
+        return crate::resource_metrics::serve(&api.resource_metrics, &mut call).await;
     }
     if kind.info.group.is_empty() && kind.info.plural == "componentstatuses" {
         return crate::component_status::serve(&mut call).await;
@@ -603,7 +606,7 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
         ["version"] => response::json(StatusCode::OK, &crate::version_info()),
         ["metrics"] => response::full(
             StatusCode::OK,
-            api.metrics.render(api.inflight.in_use()),
+            api.scope.metrics.render(api.inflight.in_use()),
             "text/plain; version=0.0.4; charset=utf-8",
         ),
         ["api"] => match discovery::wants_aggregated(accept) {

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::rules::{Rule, uncovered};
-use crate::Api;
 use crate::loopback::{Loopback, Resource};
+use crate::rest::Scope;
 
 const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
 const GROUP: &str = "rbac.authorization.k8s.io";
@@ -155,8 +155,8 @@ fn resource<'a>(plural: &'a str, namespace: Option<&'a str>) -> Resource<'a> {
 
 /// Creates or completes every bootstrap object: roles first, then the bindings, each set
 /// at once (the writes share the store's group commits).
-pub async fn reconcile(api: &Api) -> anyhow::Result<()> {
-    let client = &Loopback { api };
+pub async fn reconcile(scope: &Scope) -> anyhow::Result<()> {
+    let client = &Loopback { scope };
     let policy = bootstrap();
     let stages: [&[(&str, &Vec<Value>)]; 2] = [
         &[

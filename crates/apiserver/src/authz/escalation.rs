@@ -7,14 +7,14 @@ use serde_json::Value;
 
 use super::rules::{Rule, uncovered};
 use super::{Attributes, MASTERS, ResourceAttributes, Target};
-use crate::Api;
 use crate::auth::User;
+use crate::rest::Scope;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Checks a Role, ClusterRole, RoleBinding or ClusterRoleBinding about to be written by
 /// `user`; other objects pass.
-pub fn check(api: &Api, user: &User, plural: &str, obj: &Value) -> Result<(), ApiError> {
+pub fn check(scope: &Scope, user: &User, plural: &str, obj: &Value) -> Result<(), ApiError> {
     if user.groups.iter().any(|g| g == MASTERS) {
         return Ok(());
     }
@@ -29,7 +29,7 @@ pub fn check(api: &Api, user: &User, plural: &str, obj: &Value) -> Result<(), Ap
     };
     match plural {
         "roles" | "clusterroles" => {
-            if may(api, user, "escalate", plural, namespace, name) {
+            if may(scope, user, "escalate", plural, namespace, name) {
                 return Ok(());
             }
             if obj.get("aggregationRule").is_some_and(|r| !r.is_null()) {
@@ -39,7 +39,7 @@ pub fn check(api: &Api, user: &User, plural: &str, obj: &Value) -> Result<(), Ap
                 ));
             }
             let rules: Vec<Rule> = serde_json::from_value(obj["rules"].clone()).unwrap_or_default();
-            confirm_no_escalation(api, user, namespace, &rules, target)
+            confirm_no_escalation(scope, user, namespace, &rules, target)
         }
         "rolebindings" | "clusterrolebindings" => {
             let role_kind = obj["roleRef"]["kind"].as_str().unwrap_or_default();
@@ -49,13 +49,13 @@ pub fn check(api: &Api, user: &User, plural: &str, obj: &Value) -> Result<(), Ap
             } else {
                 "clusterroles"
             };
-            if may(api, user, "bind", role_plural, namespace, role_name) {
+            if may(scope, user, "bind", role_plural, namespace, role_name) {
                 return Ok(());
             }
             let role_ns = if role_kind == "Role" { namespace } else { None };
             let info = krust_api::registry::find(GROUP, "v1", role_plural)
                 .ok_or_else(|| ApiError::internal("RBAC kinds missing from the registry"))?;
-            let role = api
+            let role = scope
                 .cache
                 .cache(&info.storage_prefix())
                 .and_then(|c| c.get(&info.storage_key(role_ns, role_name)))
@@ -68,7 +68,7 @@ pub fn check(api: &Api, user: &User, plural: &str, obj: &Value) -> Result<(), Ap
                 })?;
             let rules: Vec<Rule> =
                 serde_json::from_value(role.value()["rules"].clone()).unwrap_or_default();
-            confirm_no_escalation(api, user, namespace, &rules, target)
+            confirm_no_escalation(scope, user, namespace, &rules, target)
         }
         _ => Ok(()),
     }
@@ -76,14 +76,15 @@ pub fn check(api: &Api, user: &User, plural: &str, obj: &Value) -> Result<(), Ap
 
 /// Whether `user` holds `verb` on the named role resource.
 fn may(
-    api: &Api,
+    scope: &Scope,
     user: &User,
     verb: &str,
     plural: &str,
     namespace: Option<&str>,
     name: &str,
 ) -> bool {
-    api.authorizers
+    scope
+        .authorizers
         .decide(&Attributes {
             user,
             verb,
@@ -99,13 +100,13 @@ fn may(
 }
 
 fn confirm_no_escalation(
-    api: &Api,
+    scope: &Scope,
     user: &User,
     namespace: Option<&str>,
     wanted: &[Rule],
     target: ErrorTarget<'_>,
 ) -> Result<(), ApiError> {
-    let held = api.rbac.rules_for(user, namespace);
+    let held = scope.rbac.rules_for(user, namespace);
     let held: Vec<&Rule> = held.iter().collect();
     let missing = uncovered(&held, wanted);
     if missing.is_empty() {

@@ -7,8 +7,8 @@ use http::HeaderMap;
 use krust_api::status::ApiError;
 
 use super::{Attributes, ResourceAttributes, Target, authorize};
-use crate::Api;
 use crate::auth::User;
+use crate::rest::Scope;
 
 const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";
@@ -16,7 +16,7 @@ const UID: &str = "impersonate-uid";
 const EXTRA_PREFIX: &str = "impersonate-extra-";
 
 /// The user a request acts as: `user`, or whom its headers impersonate.
-pub async fn acting_user(api: &Api, user: User, headers: &HeaderMap) -> Result<User, ApiError> {
+pub async fn acting_user(scope: &Scope, user: User, headers: &HeaderMap) -> Result<User, ApiError> {
     let values = |name: &str| -> Vec<String> {
         headers
             .get_all(name)
@@ -82,7 +82,7 @@ pub async fn acting_user(api: &Api, user: User, headers: &HeaderMap) -> Result<U
             verb: "impersonate",
             target: Target::Resource(target),
         };
-        authorize(api, &attrs).await?;
+        authorize(scope, &attrs).await?;
     }
     Ok(impersonated(name, groups))
 }

@@ -185,16 +185,16 @@ pub fn forbidden(attrs: &Attributes<'_>, reason: &str) -> ApiError {
 /// when it is not an allow: the index follows the watch cache, which may be a moment
 /// behind a binding just created. Anonymous refusals are not re-checked, so
 /// unauthenticated clients cannot make the server read the store's revision at will.
-pub async fn decide_fresh(api: &crate::Api, attrs: &Attributes<'_>) -> Decision {
-    let decision = api.authorizers.decide(attrs);
+pub async fn decide_fresh(scope: &crate::rest::Scope, attrs: &Attributes<'_>) -> Decision {
+    let decision = scope.authorizers.decide(attrs);
     if decision.allowed() || attrs.user.is_anonymous() {
         return decision;
     }
-    match api.store.current_revision().await {
+    match scope.store.current_revision().await {
         Ok(rev) => {
-            api.cache.wait_for(rev).await;
-            if api.rbac.is_stale() {
-                api.authorizers.decide(attrs)
+            scope.cache.wait_for(rev).await;
+            if scope.rbac.is_stale() {
+                scope.authorizers.decide(attrs)
             } else {
                 decision
             }
@@ -205,8 +205,11 @@ pub async fn decide_fresh(api: &crate::Api, attrs: &Attributes<'_>) -> Decision 
 
 /// Whether `attrs.user` may do what `attrs` describe: `Ok` with the decision (its
 /// reason goes to the audit log), or upstream's 403.
-pub async fn authorize(api: &crate::Api, attrs: &Attributes<'_>) -> Result<Decision, ApiError> {
-    let decision = decide_fresh(api, attrs).await;
+pub async fn authorize(
+    scope: &crate::rest::Scope,
+    attrs: &Attributes<'_>,
+) -> Result<Decision, ApiError> {
+    let decision = decide_fresh(scope, attrs).await;
     if decision.allowed() {
         Ok(decision)
     } else {

@@ -128,7 +128,7 @@ async fn access(
         }
     };
     let verb = verb.unwrap_or_default();
-    let decision = decide_fresh(call.api, &Attributes { user, verb, target }).await;
+    let decision = decide_fresh(call.scope, &Attributes { user, verb, target }).await;
     let mut status = json!({"allowed": decision.allowed()});
     if matches!(decision, Decision::Deny(_)) {
         status["denied"] = json!(true);
@@ -144,7 +144,7 @@ fn rules(call: &Call<'_>, namespace: Option<&str>) -> Value {
     let namespace = namespace.filter(|ns| !ns.is_empty());
     let mut resource_rules = Vec::new();
     let mut non_resource_rules = Vec::new();
-    for rule in call.api.rbac.rules_for(&call.user, namespace) {
+    for rule in call.scope.rbac.rules_for(&call.user, namespace) {
         if rule.non_resource_urls.is_empty() {
             resource_rules.push(json!({
                 "verbs": rule.verbs, "apiGroups": rule.api_groups,
@@ -169,7 +169,7 @@ fn token(call: &Call<'_>, spec: &Value) -> Value {
         bearer: Some(token),
         audiences: &requested,
     };
-    match call.api.authenticators.authenticate(&creds) {
+    match call.scope.authenticators.authenticate(&creds) {
         Ok(user) if !user.is_anonymous() => {
             // The audiences both the review and the token name (upstream's intersection);
             // without any in the review, the apiserver's own.

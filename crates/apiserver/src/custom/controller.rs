@@ -10,10 +10,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use krust_api::status::ApiError;
 use serde_json::{Value, json};
 
+use super::CustomKinds;
+use super::DEFINITIONS;
+use super::definition::CLEANUP_FINALIZER;
 use super::definition::{condition, set_condition};
-use super::{CLEANUP_FINALIZER, DEFINITIONS};
-use crate::Api;
 use crate::loopback::{Loopback, Resource};
+use crate::rest::Scope;
 
 const DEFINITION: Resource<'static> = Resource {
     group: "apiextensions.k8s.io",
@@ -26,8 +28,8 @@ const DEFINITION: Resource<'static> = Resource {
 const CLEANUP_RETRY: Duration = Duration::from_secs(1);
 
 /// Reconciles every definition whenever one changes, until the cache goes away.
-pub async fn run(api: Arc<Api>) {
-    let Some(cache) = api.cache.cache(DEFINITIONS) else {
+pub async fn run(scope: Arc<Scope>, custom: Arc<CustomKinds>) {
+    let Some(cache) = scope.cache.cache(DEFINITIONS) else {
         return;
     };
     let mut changes = cache.subscribe();
@@ -38,9 +40,9 @@ pub async fn run(api: Arc<Api>) {
         for crd in &all {
             let name = crd["metadata"]["name"].as_str().unwrap_or_default();
             let outcome = if crd["metadata"]["deletionTimestamp"].is_string() {
-                clean_up(&api, crd).await
+                clean_up(&scope, &custom, crd).await
             } else {
-                accept(&api, crd, &all).await.map(|()| true)
+                accept(&scope, crd, &all).await.map(|()| true)
             };
             match outcome {
                 Ok(done) => again |= !done,
@@ -86,7 +88,7 @@ fn requested(names: &Value) -> Vec<(&'static str, String)> {
 
 /// Accepts a definition's names unless another definition of its group holds one of
 /// them, then establishes it; records the storage version among the stored ones.
-async fn accept(api: &Api, crd: &Value, all: &[Value]) -> Result<(), ApiError> {
+async fn accept(scope: &Scope, crd: &Value, all: &[Value]) -> Result<(), ApiError> {
     let name = crd["metadata"]["name"].as_str().unwrap_or_default();
     let group = &crd["spec"]["group"];
     let taken: Vec<String> = all
@@ -157,7 +159,7 @@ async fn accept(api: &Api, crd: &Value, all: &[Value]) -> Result<(), ApiError> {
         }
     }
     if new != *crd {
-        Loopback { api }.update_status(DEFINITION, &new).await?;
+        Loopback { scope }.update_status(DEFINITION, &new).await?;
     }
     Ok(())
 }
@@ -169,7 +171,7 @@ fn was_established(crd: &Value) -> bool {
 
 /// Deletes a deleted definition's objects, then lets the definition go. Returns whether
 /// it is done.
-async fn clean_up(api: &Api, crd: &Value) -> Result<bool, ApiError> {
+async fn clean_up(scope: &Scope, custom: &CustomKinds, crd: &Value) -> Result<bool, ApiError> {
     let finalizers = crd["metadata"]["finalizers"]
         .as_array()
         .cloned()
@@ -177,7 +179,7 @@ async fn clean_up(api: &Api, crd: &Value) -> Result<bool, ApiError> {
     if !finalizers.contains(&json!(CLEANUP_FINALIZER)) {
         return Ok(true);
     }
-    let internal = Loopback { api };
+    let internal = Loopback { scope };
     let mut new = crd.clone();
     let served = super::kind::served_versions(
         &serde_json::from_value::<CustomResourceDefinition>(crd.clone())
@@ -192,7 +194,7 @@ async fn clean_up(api: &Api, crd: &Value) -> Result<bool, ApiError> {
     // Only a custom kind: never a built-in one of the same name.
     let kind = served
         .as_deref()
-        .and_then(|version| api.custom.find(group, version, plural));
+        .and_then(|version| custom.find(group, version, plural));
     let outcome = match kind {
         None => condition(
             "Terminating",
@@ -231,7 +233,7 @@ async fn clean_up(api: &Api, crd: &Value) -> Result<bool, ApiError> {
                 return Ok(false);
             }
             let prefix = kind.info.storage_prefix();
-            let left = api
+            let left = scope
                 .cache
                 .cache(&prefix)
                 .map_or(0, |c| c.list(&prefix).0.len());

@@ -8,9 +8,11 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use krust_api::status::Cause;
 use serde_json::{Value, json};
 
-use super::CLEANUP_FINALIZER;
 use crate::rest::strategy::Strategy;
 use crate::validation::{NameRule, check_name, is_dns1123_label};
+
+/// The finalizer that deletes a definition's objects before the definition goes.
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 pub struct Definition;
 pub static DEFINITION: Definition = Definition;

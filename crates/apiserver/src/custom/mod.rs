@@ -15,7 +15,7 @@ mod rules;
 pub(crate) mod schema;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::RwLock;
+use std::sync::{OnceLock, RwLock};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use krust_api::sync::UnpoisonedRw;
@@ -27,8 +27,18 @@ use crate::watch_cache::{DynamicKinds, Indexer};
 /// Where definitions are stored.
 pub const DEFINITIONS: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
 
-/// The finalizer that deletes a definition's objects before the definition goes.
-pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+/// The kinds of the apiextensions.k8s.io group itself (upstream's apiextensions-apiserver
+/// serves them beside the custom resources it adds).
+pub fn definition_kinds() -> &'static [Kind] {
+    static KINDS: OnceLock<Vec<Kind>> = OnceLock::new();
+    KINDS.get_or_init(|| {
+        vec![crate::kinds::kind::<CustomResourceDefinition>(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            &definition::DEFINITION,
+        )]
+    })
+}
 
 /// The kinds served for CustomResourceDefinitions.
 ///

@@ -24,20 +24,22 @@ mod service_allocation;
 mod storage;
 mod volume;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api;
 use krust_api::registry;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::rest::strategy::{Kind, Schema, Strategy, decode};
+use crate::allocator::ServiceAllocator;
+use crate::rest::scope::StorageMap;
+use crate::rest::strategy::{Kind, Schema, Storage, Strategy, decode};
 
 /// The default strategy: no extra defaults or checks, NAME and CREATED AT columns.
 struct Plain;
 impl Strategy for Plain {}
 
-fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema + 'static>(
+pub(crate) fn kind<K: DeserializeOwned + Serialize + schemars::JsonSchema + 'static>(
     group: &str,
     plural: &str,
     strategy: &'static dyn Strategy,
@@ -67,7 +69,6 @@ pub fn all() -> &'static [Kind] {
             core_group(),
             apps_group(),
             admissionregistration_group(),
-            apiextensions_group(),
             apiregistration_group(),
             authentication_group(),
             authorization_group(),
@@ -85,7 +86,7 @@ pub fn all() -> &'static [Kind] {
             storage_group(),
         ];
         let mut kinds: Vec<Kind> = groups.into_iter().flatten().collect();
-        // The first kind of a storage prefix is its storage version ([`for_storage`]).
+        // The first kind of a storage prefix is its storage version.
         for i in 0..kinds.len() {
             let storage = kinds[i].info.storage;
             kinds[i].converts =
@@ -164,17 +165,6 @@ fn admissionregistration_group() -> Vec<Kind> {
             "admissionregistration.k8s.io",
             "validatingadmissionpolicybindings",
             &admissionregistration::VALIDATING_ADMISSION_POLICY_BINDING,
-        ),
-    ]
-}
-
-/// The kinds of the apiextensions.k8s.io group.
-fn apiextensions_group() -> Vec<Kind> {
-    vec![
-        kind::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>(
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            &crate::custom::definition::DEFINITION,
         ),
     ]
 }
@@ -395,15 +385,45 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Kind> {
         .find(|k| k.info.group == group && k.info.version == version && k.info.plural == plural)
 }
 
-/// The kind whose objects live under a storage prefix, preferring the storage version
-/// (core events over events.k8s.io events).
-pub fn for_storage(storage: &str) -> Option<&'static Kind> {
-    all().iter().find(|k| k.info.storage == storage)
+/// The REST storage steps of the resources that have any, for an apiserver whose
+/// Services allocate from `services` (upstream's storage providers, built per server).
+pub fn storage(services: Arc<ServiceAllocator>) -> StorageMap {
+    let rbac: Arc<dyn Storage> = Arc::new(rbac::EscalationCheck);
+    let mut map = StorageMap::new();
+    map.insert(
+        ("", "services"),
+        Arc::new(service_allocation::ServiceStorage(services)),
+    );
+    for plural in [
+        "roles",
+        "rolebindings",
+        "clusterroles",
+        "clusterrolebindings",
+    ] {
+        map.insert(("rbac.authorization.k8s.io", plural), rbac.clone());
+    }
+    map
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_storage_entry_names_a_served_kind() {
+        let storage = storage(Arc::new(ServiceAllocator::new(
+            "10.43.0.0/16".parse().unwrap(),
+        )));
+        assert_eq!(storage.len(), 5);
+        for (group, plural) in storage.keys() {
+            assert!(
+                all()
+                    .iter()
+                    .any(|k| k.info.group == *group && k.info.plural == *plural),
+                "{group}/{plural} has storage steps but no kind"
+            );
+        }
+    }
 
     #[test]
     fn only_versions_stored_as_another_convert() {
@@ -419,13 +439,6 @@ mod tests {
                 "events.k8s.io/v1 events"
             ]
         );
-    }
-
-    #[test]
-    fn every_registry_entry_has_a_kind() {
-        for r in registry::RESOURCES {
-            assert!(find(r.group, r.version, r.plural).is_some(), "{}", r.plural);
-        }
     }
 
     #[test]

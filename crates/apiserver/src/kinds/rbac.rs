@@ -12,12 +12,12 @@ use crate::validation::NameRule;
 
 /// RBAC's storage checks every write of a role or binding, on the object admission
 /// made, against what the writer holds (`crate::authz::escalation`).
-struct EscalationCheck;
+pub struct EscalationCheck;
 
 #[async_trait::async_trait]
 impl Storage for EscalationCheck {
     async fn begin_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError> {
-        crate::authz::escalation::check(call.api, &call.user, call.kind.info.plural, obj)
+        crate::authz::escalation::check(call.scope, &call.user, call.kind.info.plural, obj)
     }
 
     async fn begin_update(
@@ -26,7 +26,7 @@ impl Storage for EscalationCheck {
         new: &mut Value,
         _old: &Value,
     ) -> Result<(), ApiError> {
-        crate::authz::escalation::check(call.api, &call.user, call.kind.info.plural, new)
+        crate::authz::escalation::check(call.scope, &call.user, call.kind.info.plural, new)
     }
 }
 
@@ -36,9 +36,6 @@ impl Strategy for Role {
     fn name_rule(&self) -> NameRule {
         NameRule::PathSegment
     }
-    fn storage(&self) -> Option<&'static dyn Storage> {
-        Some(&EscalationCheck)
-    }
 }
 
 pub struct RoleBinding;
@@ -46,9 +43,6 @@ pub static ROLE_BINDING: RoleBinding = RoleBinding;
 impl Strategy for RoleBinding {
     fn name_rule(&self) -> NameRule {
         NameRule::PathSegment
-    }
-    fn storage(&self) -> Option<&'static dyn Storage> {
-        Some(&EscalationCheck)
     }
     fn validate(&self, obj: &Value, errs: &mut Vec<Cause>) {
         let kind = &obj["roleRef"]["kind"];

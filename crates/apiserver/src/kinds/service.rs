@@ -20,9 +20,6 @@ impl Strategy for Service {
     fn name_rule(&self) -> NameRule {
         NameRule::Label
     }
-    fn storage(&self) -> Option<&'static dyn crate::rest::Storage> {
-        Some(&super::service_allocation::ServiceStorage)
-    }
     /// Upstream's service storage answers a DELETE with the Service (the official
     /// clients decode the answer of `delete_namespaced_service` as one).
     fn returns_deleted_object(&self) -> bool {

@@ -3,18 +3,21 @@
 //! type needs, an update keeps what was allocated and allocates what a type change now
 //! needs, a deleted Service gives its IP and ports back.
 
+use std::sync::Arc;
+
 use krust_api::status::{ApiError, Cause};
 use serde_json::Value;
 
-use crate::allocator::{ClaimError, claim, claim_keys, unclaim};
+use crate::allocator::{ClaimError, ServiceAllocator, claim, claim_keys, unclaim};
 use crate::rest::{Call, Storage};
 
-pub struct ServiceStorage;
+/// The Service registry's REST storage, allocating from this apiserver's ranges.
+pub struct ServiceStorage(pub Arc<ServiceAllocator>);
 
 #[async_trait::async_trait]
 impl Storage for ServiceStorage {
     async fn begin_create(&self, call: &Call<'_>, svc: &mut Value) -> Result<(), ApiError> {
-        allocate(call, svc, None).await
+        allocate(&self.0, call, svc, None).await
     }
 
     async fn begin_update(
@@ -43,20 +46,20 @@ impl Storage for ServiceStorage {
         {
             new["spec"]["healthCheckNodePort"] = old["spec"]["healthCheckNodePort"].clone();
         }
-        allocate(call, new, Some(old)).await
+        allocate(&self.0, call, new, Some(old)).await
     }
 
     async fn release(&self, call: &Call<'_>, svc: &Value) {
         if call.dry_run() {
             return;
         }
-        call.api.services.release(svc);
+        self.0.release(svc);
         let owner = format!(
             "{}/{}",
             svc["metadata"]["namespace"].as_str().unwrap_or_default(),
             svc["metadata"]["name"].as_str().unwrap_or_default()
         );
-        if let Err(err) = unclaim(call.api.store.as_ref(), &owner, &claim_keys(svc)).await {
+        if let Err(err) = unclaim(call.scope.store.as_ref(), &owner, &claim_keys(svc)).await {
             tracing::warn!(%err, %owner, "releasing a Service's IP and ports");
         }
     }
@@ -65,7 +68,12 @@ impl Storage for ServiceStorage {
 /// Gives a Service (new, or `old` updated) its ClusterIP and NodePorts, claimed in
 /// the store. An auto-assigned IP or port another apiserver took meanwhile is skipped
 /// and another picked; a requested one is refused.
-async fn allocate(call: &Call<'_>, svc: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+async fn allocate(
+    services: &ServiceAllocator,
+    call: &Call<'_>,
+    svc: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let name = svc["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -78,31 +86,31 @@ async fn allocate(call: &Call<'_>, svc: &mut Value, old: Option<&Value>) -> Resu
     for _ in 0..16 {
         let mut probe = svc.clone();
         if let Some(old) = old {
-            call.api.services.release(old);
+            services.release(old);
         }
-        let allocated = call.api.services.allocate(&mut probe);
+        let allocated = services.allocate(&mut probe);
         if let Some(old) = old {
-            call.api.services.observe(old);
+            services.observe(old);
         }
         allocated.map_err(|causes| ApiError::invalid("Service", "", &name, causes))?;
         if call.dry_run() {
             if old.is_none() {
-                call.api.services.release(&probe);
+                services.release(&probe);
             }
             *svc = probe;
             return Ok(());
         }
         let keys = claim_keys(&probe);
-        match claim(call.api.store.as_ref(), &owner, &keys).await {
+        match claim(call.scope.store.as_ref(), &owner, &keys).await {
             Ok(()) => {
                 if let Some(old) = old {
                     let dropped: Vec<String> = claim_keys(old)
                         .into_iter()
                         .filter(|k| !keys.contains(k))
                         .collect();
-                    call.api.services.release(old);
-                    call.api.services.observe(&probe);
-                    unclaim(call.api.store.as_ref(), &owner, &dropped)
+                    services.release(old);
+                    services.observe(&probe);
+                    unclaim(call.scope.store.as_ref(), &owner, &dropped)
                         .await
                         .map_err(|e| ApiError::internal(e.to_string()))?;
                 }
@@ -110,11 +118,11 @@ async fn allocate(call: &Call<'_>, svc: &mut Value, old: Option<&Value>) -> Resu
                 return Ok(());
             }
             Err(ClaimError::Taken(key)) => {
-                call.api.services.release(&probe);
+                services.release(&probe);
                 if let Some(old) = old {
-                    call.api.services.observe(old);
+                    services.observe(old);
                 }
-                call.api.services.observe_key(&key);
+                services.observe_key(&key);
                 if requested.contains(&key) {
                     let what = key.rsplit('/').next().unwrap_or_default().to_string();
                     let field = if key.contains("serviceips") {
@@ -137,7 +145,7 @@ async fn allocate(call: &Call<'_>, svc: &mut Value, old: Option<&Value>) -> Resu
                 }
             }
             Err(ClaimError::Store(e)) => {
-                call.api.services.release(&probe);
+                services.release(&probe);
                 return Err(ApiError::internal(e.to_string()));
             }
         }

@@ -99,7 +99,7 @@ pub async fn delete(call: &Call<'_>) -> Result<Response, ApiError> {
         let (old, rev) = call.current_for_write(&name, attempts > 0).await?;
         check_preconditions(&call, &name, &opts, &old, rev)?;
         let attrs = Attributes::new(&call, Operation::Delete, Some(&old));
-        call.api.admission.admit(&attrs, None).await?;
+        call.scope.admission.admit(&attrs, None).await?;
         match delete_object(&call, &name, old, rev, &opts).await {
             Err(e) if e.code == 409 && attempts < DELETE_ATTEMPTS => attempts += 1,
             result => break result?,
@@ -242,7 +242,7 @@ pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value,
         return call.current(name).await.map(|(v, _)| v);
     }
     let result = call
-        .api
+        .scope
         .store
         .txn(Txn {
             key: call.key(name),
@@ -256,7 +256,7 @@ pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value,
             let mut v: Value =
                 serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             v["metadata"]["resourceVersion"] = json!(revision.to_string());
-            if let Some(storage) = call.kind.strategy.storage() {
+            if let Some(storage) = call.scope.storage_of(call.kind) {
                 storage.release(call, &v).await;
             }
             // In storage form: converted where it is answered, so that no conversion
@@ -283,7 +283,7 @@ pub async fn delete_collection(call: &Call<'_>) -> Result<Response, ApiError> {
         // Each item is admitted as a delete of its own, as upstream's store does: a
         // refusal ends the collection's delete with that error.
         let attrs = Attributes::new(&item_call, Operation::Delete, Some(&value));
-        item_call.api.admission.admit(&attrs, None).await?;
+        item_call.scope.admission.admit(&attrs, None).await?;
         match delete_object(&item_call, &o.name, value, o.revision, &opts).await {
             Ok(Deleted::Gone(v) | Deleted::Pending(v)) => deleted.push(v),
             // Deleted or changed concurrently: upstream skips it too.
@@ -300,7 +300,7 @@ pub async fn delete_collection(call: &Call<'_>) -> Result<Response, ApiError> {
         call.kind,
         call.output,
         &items,
-        call.api.cache.revision(),
+        call.scope.cache.revision(),
         None,
     ))
 }

@@ -198,7 +198,7 @@ async fn take_disruption(call: &Call<'_>, pod: &Value) -> Result<(), ApiError> {
             compare: Compare::ModRevision(revision),
             op: Op::Put(bytes.into()),
         };
-        match call.api.store.txn(txn).await.map_err(store_error)? {
+        match call.scope.store.txn(txn).await.map_err(store_error)? {
             TxnResult::Succeeded { .. } => return Ok(()),
             TxnResult::Failed { .. } => continue,
         }

@@ -9,6 +9,7 @@ mod delete;
 mod duplicates;
 mod eviction;
 mod read;
+pub mod scope;
 pub mod strategy;
 mod subresource;
 mod watch;
@@ -24,10 +25,10 @@ use krust_api::sync::Unpoisoned;
 use krust_store::{Compare, Op, Revision, StoreError, Txn, TxnResult};
 use serde_json::{Value, json};
 
-use crate::Api;
 use crate::auth::User;
 use crate::request::{Query, RequestInfo, Verb};
 use crate::response::{self, Output, Response};
+pub use scope::{Kinds, Scope};
 pub use strategy::{Caller, FieldValidation, Kind, Storage};
 
 /// Largest request body accepted, as upstream (3 MiB).
@@ -58,7 +59,7 @@ pub fn body_too_large() -> ApiError {
 /// One resource request, parsed and authenticated.
 #[derive(Clone)]
 pub struct Call<'a> {
-    pub api: &'a Api,
+    pub scope: &'a Scope,
     pub kind: &'static Kind,
     pub info: RequestInfo,
     pub query: Query,
@@ -76,12 +77,12 @@ pub struct Call<'a> {
 
 /// An object `kind` serves in storage form: by the kind's strategy, after the
 /// definition's conversion webhook where a custom resource has one.
-pub async fn stored_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
+pub async fn stored_as(scope: &Scope, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
     let obj = match kind.strategy.converter() {
         Some(converter) => {
             let storage = converter.storage_version();
             one(converter
-                .convert(&Caller::of(api), vec![obj], storage)
+                .convert(&scope.caller(), vec![obj], storage)
                 .await?)
         }
         None => obj,
@@ -90,12 +91,12 @@ pub async fn stored_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiE
 }
 
 /// A stored object as `kind` serves it (the reverse of [`stored_as`]).
-pub async fn served_as(api: &Api, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
+pub async fn served_as(scope: &Scope, kind: &Kind, obj: Value) -> Result<Value, ApiError> {
     let obj = match kind.strategy.converter() {
         Some(converter) => {
             let served = kind.info.api_version();
             one(converter
-                .convert(&Caller::of(api), vec![obj], &served)
+                .convert(&scope.caller(), vec![obj], &served)
                 .await?)
         }
         None => obj,
@@ -286,12 +287,12 @@ impl Call<'_> {
     /// Waits until the watch cache has every write the store has acknowledged.
     pub async fn consistent(&self) -> Result<Revision, ApiError> {
         let rev = self
-            .api
+            .scope
             .store
             .current_revision()
             .await
             .map_err(store_error)?;
-        self.api.cache.wait_for(rev).await;
+        self.scope.cache.wait_for(rev).await;
         Ok(rev)
     }
 
@@ -299,7 +300,7 @@ impl Call<'_> {
     /// compare-and-swap writes of objects other than the request's own.
     pub async fn stored(&self, prefix: &str) -> Result<Vec<(Value, Revision)>, ApiError> {
         let listed = self
-            .api
+            .scope
             .store
             .range(krust_store::RangeRequest {
                 prefix: prefix.to_string(),
@@ -330,7 +331,7 @@ impl Call<'_> {
     async fn upgraded(&self, obj: Value) -> Result<Value, ApiError> {
         match self.kind.strategy.converter() {
             Some(converter) if obj["apiVersion"].as_str() != Some(converter.storage_version()) => {
-                let caller = Caller::of(self.api);
+                let caller = self.scope.caller();
                 Ok(one(converter
                     .convert(&caller, vec![obj], converter.storage_version())
                     .await?))
@@ -352,7 +353,7 @@ impl Call<'_> {
             return self.current(name).await;
         }
         let (kv, _) = self
-            .api
+            .scope
             .store
             .get(&self.key(name), 0)
             .await
@@ -366,7 +367,7 @@ impl Call<'_> {
     pub fn resource_cache(
         &self,
     ) -> Result<std::sync::Arc<crate::watch_cache::ResourceCache>, ApiError> {
-        self.api
+        self.scope
             .cache
             .cache(&self.kind.info.storage_prefix())
             .ok_or_else(|| ApiError::internal(format!("no cache for {}", self.kind.info.plural)))
@@ -504,7 +505,7 @@ impl Call<'_> {
         match kind {
             "Scale" => &strategy::decode_scale,
             "Binding" => self
-                .api
+                .scope
                 .kind("", "v1", "bindings")
                 .map_or(self.kind.decode, |k| k.decode),
             "Eviction" => &strategy::decode_eviction,
@@ -532,7 +533,7 @@ impl Call<'_> {
             return Ok((obj, 0));
         }
         let result = self
-            .api
+            .scope
             .store
             .txn(Txn {
                 key: self.key(name),
@@ -559,12 +560,12 @@ impl Call<'_> {
     /// An object of the served version in storage form: by the kind's strategy, after
     /// the definition's conversion webhook where a custom resource has one.
     pub async fn to_storage(&self, obj: Value) -> Result<Value, ApiError> {
-        stored_as(self.api, self.kind, obj).await
+        stored_as(self.scope, self.kind, obj).await
     }
 
     /// A stored object in the served version (the reverse of [`Call::to_storage`]).
     pub async fn to_served(&self, obj: Value) -> Result<Value, ApiError> {
-        served_as(self.api, self.kind, obj).await
+        served_as(self.scope, self.kind, obj).await
     }
 
     /// Stored objects as this call returns them: in the served version where the
@@ -573,7 +574,7 @@ impl Call<'_> {
         if self.output == Output::Metadata {
             return Ok(items);
         }
-        served_bytes(&Caller::of(self.api), self.kind, items).await
+        served_bytes(&self.scope.caller(), self.kind, items).await
     }
 
     /// Responds with one object, adding any warnings.

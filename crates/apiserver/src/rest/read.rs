@@ -97,7 +97,7 @@ pub async fn list(call: &Call<'_>) -> Result<Response, ApiError> {
             // NotOlderThan: wait for the cache to reach it.
             let rv = parse_rv(rv)?;
             let current = call
-                .api
+                .scope
                 .store
                 .current_revision()
                 .await
@@ -107,7 +107,7 @@ pub async fn list(call: &Call<'_>) -> Result<Response, ApiError> {
                     "Too large resource version: {rv}, current: {current}"
                 )));
             }
-            call.api.cache.wait_for(rv).await;
+            call.scope.cache.wait_for(rv).await;
         }
     }
     let (objs, revision) = call.resource_cache()?.list(&list_prefix(call));
@@ -141,7 +141,7 @@ async fn list_paged(
         None => (0, None),
     };
     let compacted = call
-        .api
+        .scope
         .store
         .compacted_revision()
         .await
@@ -155,7 +155,7 @@ async fn list_paged(
     let more = loop {
         let want = if limit == 0 { 0 } else { limit - items.len() };
         let page = call
-            .api
+            .scope
             .store
             .range(RangeRequest {
                 prefix: prefix.clone(),

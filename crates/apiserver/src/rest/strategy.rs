@@ -141,11 +141,6 @@ pub trait Strategy: Sync {
         None
     }
 
-    /// The kind's REST storage steps around the store, if it has any.
-    fn storage(&self) -> Option<&'static dyn crate::rest::Storage> {
-        None
-    }
-
     /// The schema server-side apply merges custom resources by (built-in kinds have
     /// theirs in `krust_apimachinery`).
     fn apply_schema(&self) -> Option<&'static krust_apimachinery::apply::CustomSchema> {
@@ -231,7 +226,7 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
 /// registry allocates IPs and ports, RBAC's refuses escalation. The `begin_` steps run
 /// between mutating and validating admission, where upstream's store runs them.
 #[async_trait::async_trait]
-pub trait Storage: Sync {
+pub trait Storage: Send + Sync {
     async fn begin_create(&self, call: &Call<'_>, obj: &mut Value) -> Result<(), ApiError>;
 
     async fn begin_update(
@@ -269,15 +264,6 @@ pub fn decode_delete_options(v: Value) -> Result<(Value, Vec<String>), String> {
 pub struct Caller {
     pub client: Arc<crate::outbound::Client>,
     pub cache: Arc<crate::watch_cache::WatchCache>,
-}
-
-impl Caller {
-    pub fn of(api: &crate::Api) -> Caller {
-        Caller {
-            client: api.webhooks.clone(),
-            cache: api.cache.clone(),
-        }
-    }
 }
 
 /// Converts a kind's objects between its versions out of process (upstream's webhook

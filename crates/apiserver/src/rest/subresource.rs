@@ -218,7 +218,7 @@ async fn token(call: &mut Call<'_>) -> Result<Response, ApiError> {
         Some("Pod") => {
             let pod_name = bound["name"].as_str().unwrap_or_default();
             let pod = call
-                .api
+                .scope
                 .cache
                 .core_object("pods", call.namespace(), pod_name)
                 .ok_or_else(|| {
@@ -246,6 +246,9 @@ async fn token(call: &mut Call<'_>) -> Result<Response, ApiError> {
             )));
         }
     };
-    let answer = call.api.tokens.token_request(&sa, &request, pod.as_ref())?;
+    let answer = call
+        .scope
+        .tokens
+        .token_request(&sa, &request, pod.as_ref())?;
     Ok(response::json(StatusCode::CREATED, &answer))
 }

@@ -67,11 +67,11 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
         bookmarks,
         first_table: std::sync::atomic::AtomicBool::new(true),
         converter: (call.kind.strategy.converter().is_some() && call.output != Output::Metadata)
-            .then(|| Caller::of(call.api)),
+            .then(|| call.scope.caller()),
     };
-    let global = call.api.cache.clone();
-    let store = call.api.store.clone();
-    let metrics = call.api.metrics.clone();
+    let global = call.scope.cache.clone();
+    let store = call.scope.store.clone();
+    let metrics = call.scope.metrics.clone();
     let request = (call.kind.info.plural, call.namespace().map(str::to_string));
     tokio::spawn(async move {
         let errors = tx.clone();

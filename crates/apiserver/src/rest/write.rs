@@ -107,14 +107,14 @@ pub async fn create_object(
     }
     validate(call, &obj, None)?;
     let attrs = Attributes::new(call, Operation::Create, None);
-    call.api.admission.mutate(&attrs, Some(&mut obj)).await?;
-    let Some(storage) = call.kind.strategy.storage() else {
-        call.api.admission.validate(&attrs, Some(&obj)).await?;
+    call.scope.admission.mutate(&attrs, Some(&mut obj)).await?;
+    let Some(storage) = call.scope.storage_of(call.kind) else {
+        call.scope.admission.validate(&attrs, Some(&obj)).await?;
         return call.put(&name, obj, Compare::Absent).await.map(|(v, _)| v);
     };
     storage.begin_create(call, &mut obj).await?;
     let began = obj.clone();
-    let stored = match call.api.admission.validate(&attrs, Some(&obj)).await {
+    let stored = match call.scope.admission.validate(&attrs, Some(&obj)).await {
         Ok(()) => call.put(&name, obj, Compare::Absent).await.map(|(v, _)| v),
         Err(e) => Err(e),
     };
@@ -285,17 +285,17 @@ pub async fn update_object(
         // Nothing changed: no write, same resourceVersion, as upstream — unless the
         // stored value is sealed with an older encryption key, which this write renews.
         let key = call.key(call.name());
-        if !call.api.store.stale(&key).await.map_err(store_error)? {
+        if !call.scope.store.stale(&key).await.map_err(store_error)? {
             return Ok(old_cmp);
         }
     }
     validate(call, &new, Some(&old))?;
     let attrs = Attributes::new(call, Operation::Update, Some(&old));
-    call.api.admission.mutate(&attrs, Some(&mut new)).await?;
-    if let Some(storage) = call.kind.strategy.storage() {
+    call.scope.admission.mutate(&attrs, Some(&mut new)).await?;
+    if let Some(storage) = call.scope.storage_of(call.kind) {
         storage.begin_update(call, &mut new, &old).await?;
     }
-    call.api.admission.validate(&attrs, Some(&new)).await?;
+    call.scope.admission.validate(&attrs, Some(&new)).await?;
     let name = call.name().to_string();
     let deleting = new["metadata"]["deletionTimestamp"].is_string();
     let no_finalizers = new["metadata"]["finalizers"]

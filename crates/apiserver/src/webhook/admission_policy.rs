@@ -81,8 +81,8 @@ struct Applicable {
 
 fn applicable(call: &Call<'_>, kinds: &[&'static Kind], a: &mut Attributes<'_>) -> Vec<Applicable> {
     let (Some(policies), Some(bindings)) = (
-        call.api.cache.cache(POLICIES),
-        call.api.cache.cache(BINDINGS),
+        call.scope.cache.cache(POLICIES),
+        call.scope.cache.cache(BINDINGS),
     ) else {
         return Vec::new();
     };
@@ -122,7 +122,7 @@ fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Result<Option<Vec
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     // A built-in kind, or (as usually) a custom one made for the policy's parameters.
     let info = krust_api::registry::find_kind(group, version, kind)
-        .or_else(|| Some(call.api.custom.find_kind(group, version, kind)?.info))
+        .or_else(|| Some(call.scope.kinds.find_custom_kind(group, version, kind)?.info))
         .ok_or_else(|| {
             format!(
                 "failed to configure policy: failed to find resource referenced by paramKind: '{api_version}, Kind={kind}'"
@@ -134,7 +134,7 @@ fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Result<Option<Vec
         .or_else(|| call.namespace().filter(|_| info.namespaced));
     if let Some(name) = reference["name"].as_str() {
         return Ok(Some(
-            call.api
+            call.scope
                 .cache
                 .object(info, namespace, name)
                 .into_iter()
@@ -144,7 +144,7 @@ fn params(call: &Call<'_>, policy: &Value, binding: &Value) -> Result<Option<Vec
     let Ok(selector) = LabelSelector::from_label_selector_json(&reference["selector"]) else {
         return Ok(Some(Vec::new()));
     };
-    let Some(cache) = call.api.cache.cache(&info.storage_prefix()) else {
+    let Some(cache) = call.scope.cache.cache(&info.storage_prefix()) else {
         return Ok(Some(Vec::new()));
     };
     let prefix = match namespace {
@@ -252,7 +252,7 @@ fn refusal(reason: &str, message: String) -> ApiError {
 
 /// Whether any policy is bound (else nothing here needs the request's objects).
 pub fn bound(call: &Call<'_>) -> bool {
-    call.api
+    call.scope
         .cache
         .cache(BINDINGS)
         .is_some_and(|c| !c.list(BINDINGS).0.is_empty())

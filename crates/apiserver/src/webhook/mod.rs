@@ -59,7 +59,7 @@ impl Hook {
 /// The webhooks of every configuration under `prefix`, ordered by configuration name
 /// and then as listed, as upstream calls them.
 fn hooks(call: &Call<'_>, prefix: &str) -> Vec<Hook> {
-    let Some(cache) = call.api.cache.cache(prefix) else {
+    let Some(cache) = call.scope.cache.cache(prefix) else {
         return Vec::new();
     };
     let (configs, _) = cache.list(prefix);
@@ -91,7 +91,7 @@ fn attributes<'a>(
     let info = call.kind.info;
     let namespace_labels = if info.namespaced {
         call.namespace().map(|ns| {
-            call.api
+            call.scope
                 .cache
                 .core_object("namespaces", None, ns)
                 .map(|n| object_labels(&n))
@@ -161,7 +161,7 @@ pub async fn mutate(
     }
     let Mutated { kind, served, .. } = mutated;
     if changes > 0 {
-        let mutated = crate::rest::stored_as(call.api, kind, served).await?;
+        let mutated = crate::rest::stored_as(call.scope, kind, served).await?;
         let before = std::mem::replace(obj, mutated);
         crate::rest::keep_system_metadata(call, obj, &before["metadata"], old);
     }
@@ -221,8 +221,10 @@ fn equivalents(call: &Call<'_>) -> Vec<&'static Kind> {
         .as_deref()
         .map(krust_api::registry::Subresource::parse);
     kinds.extend(
-        call.api
-            .kinds()
+        call.scope
+            .kinds
+            .all()
+            .into_iter()
             .filter(|k| k.info.storage == storage && !std::ptr::eq(*k, own))
             .filter(|k| match subresource {
                 None => true,
@@ -272,8 +274,8 @@ async fn convert(
     if std::ptr::eq(from, to) {
         return Ok(obj);
     }
-    let stored = crate::rest::stored_as(call.api, from, obj).await?;
-    crate::rest::served_as(call.api, to, stored).await
+    let stored = crate::rest::stored_as(call.scope, from, obj).await?;
+    crate::rest::served_as(call.scope, to, stored).await
 }
 
 /// A stored object (if any) in each version webhooks are called in, converted once.
@@ -296,7 +298,7 @@ impl<'o> Versions<'o> {
             return Ok(());
         };
         if !self.converted.iter().any(|(k, _)| std::ptr::eq(*k, kind)) {
-            let served = crate::rest::served_as(call.api, kind, stored.clone()).await?;
+            let served = crate::rest::served_as(call.scope, kind, stored.clone()).await?;
             self.converted.push((kind, served));
         }
         Ok(())
@@ -520,12 +522,12 @@ async fn review(
         "request": request,
     });
     let timeout = hook.timeout();
-    let target = match outbound::target(&hook.webhook["clientConfig"], timeout, &call.api.cache) {
+    let target = match outbound::target(&hook.webhook["clientConfig"], timeout, &call.scope.cache) {
         Ok(t) => t,
         Err(e) => return failed(format!("failed to call webhook: {e}")),
     };
     let answer = call
-        .api
+        .scope
         .webhooks
         .post_review(&hook.webhook["clientConfig"], &target, &body, timeout)
         .await;

@@ -124,7 +124,7 @@ async fn may(call: &Call<'_>, verb: &str, name: &str) -> bool {
                 name: Some(name),
             }),
         };
-        if authz::authorize(call.api, &attrs).await.is_ok() {
+        if authz::authorize(call.scope, &attrs).await.is_ok() {
             return true;
         }
     }

@@ -37,7 +37,7 @@ fn default_storage_class(call: &Call<'_>, claim: &mut Value) {
     {
         return;
     }
-    let Some(cache) = call.api.cache.cache("/registry/storageclasses/") else {
+    let Some(cache) = call.scope.cache.cache("/registry/storageclasses/") else {
         return;
     };
     let classes: Vec<Value> = cache

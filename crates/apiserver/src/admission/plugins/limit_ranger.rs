@@ -50,7 +50,7 @@ impl Plugin for LimitRanger {
 fn limit_ranges(call: &Call<'_>) -> Vec<Value> {
     let (Some(namespace), Some(cache)) = (
         call.namespace(),
-        call.api.cache.cache("/registry/limitranges/"),
+        call.scope.cache.cache("/registry/limitranges/"),
     ) else {
         return Vec::new();
     };

@@ -50,7 +50,7 @@ async fn not_terminating(a: &Attributes<'_>, obj: &Value) -> Result<(), ApiError
     let call = a.call;
     let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
     let cache = call
-        .api
+        .scope
         .cache
         .cache("/registry/namespaces/")
         .ok_or_else(|| ApiError::internal("namespace cache missing"))?;

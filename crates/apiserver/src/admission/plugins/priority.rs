@@ -59,7 +59,7 @@ fn priority(call: &Call<'_>, pod: &mut Value) -> Result<(), ApiError> {
         err
     };
     let classes = call
-        .api
+        .scope
         .cache
         .cache("/registry/priorityclasses/")
         .ok_or_else(|| ApiError::internal("priority class cache missing"))?;

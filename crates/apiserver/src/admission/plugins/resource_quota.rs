@@ -52,7 +52,7 @@ async fn charge(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(),
     let Some(namespace) = call.namespace() else {
         return Ok(());
     };
-    let Some(cache) = call.api.cache.cache("/registry/resourcequotas/") else {
+    let Some(cache) = call.scope.cache.cache("/registry/resourcequotas/") else {
         return Ok(());
     };
     let prefix = format!("/registry/resourcequotas/{namespace}/");
@@ -94,7 +94,7 @@ async fn charge(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(),
                 compare: Compare::ModRevision(revision),
                 op: Op::Put(bytes.into()),
             };
-            match call.api.store.txn(txn).await.map_err(store_error)? {
+            match call.scope.store.txn(txn).await.map_err(store_error)? {
                 TxnResult::Succeeded { .. } => {}
                 TxnResult::Failed { .. } => conflicted.push(name.to_string()),
             }

@@ -56,7 +56,7 @@ fn service_account(call: &Call<'_>, pod: &mut Value) {
     };
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let Some(account) = call
-        .api
+        .scope
         .cache
         .core_object("serviceaccounts", Some(ns), &name)
     else {

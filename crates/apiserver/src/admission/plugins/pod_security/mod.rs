@@ -54,7 +54,7 @@ fn pod_security(call: &Call<'_>, obj: &Value) -> Result<(), ApiError> {
     };
     let Some(namespace) = call
         .namespace()
-        .and_then(|ns| call.api.cache.core_object("namespaces", None, ns))
+        .and_then(|ns| call.scope.cache.core_object("namespaces", None, ns))
     else {
         return Ok(());
     };
@@ -144,7 +144,7 @@ fn namespace_pod_security(
     if old.and_then(|old| Policy::of(old, "enforce")).as_ref() == Some(&policy) {
         return Ok(());
     }
-    let Some(pods) = call.api.cache.cache("/registry/pods/") else {
+    let Some(pods) = call.scope.cache.cache("/registry/pods/") else {
         return Ok(());
     };
     let mut offenders = Vec::new();
