@@ -1,49 +1,37 @@
-//! The krust apiserver: Kubernetes REST over krust's MVCC store.
+//! The krust apiserver: Kubernetes REST over krust's MVCC store, assembled.
 //!
 //! A request goes through TLS (client certificates authenticate), authorization, the
-//! generic REST handlers ([`rest`]) with per-kind strategies ([`kinds`]), admission
-//! ([`admission`]) and finally one store transaction. Reads and watches are served from
+//! generic REST handlers ([`rest`], from krust-generic-apiserver) with per-kind
+//! strategies ([`kinds`]), admission ([`admission`]) and finally one store transaction. Reads and watches are served from
 //! the [`watch_cache`], which one store watch keeps current.
 
-pub mod admission;
+/// The admission interface (generic) and the plugins krust enables.
+pub mod admission {
+    pub use krust_generic_apiserver::admission::*;
+    pub mod plugins;
+}
 pub mod aggregator;
 pub mod allocator;
-pub mod audit;
-pub mod auth;
-pub mod authz;
 mod bootstrap;
-mod cel;
-mod compactor;
 mod component_status;
 pub mod connect;
 pub mod custom;
 pub mod discovery;
-pub mod encryption;
 mod event_ttl;
-mod first_byte;
 pub mod join;
-mod json;
 pub mod kinds;
 pub mod kubernetes_service;
-pub mod loopback;
-pub mod metrics;
 pub mod openapi;
 pub mod openapi_v2;
-pub mod outbound;
-pub mod pki;
-mod recover;
-pub mod request;
 pub mod resource_metrics;
-pub mod response;
-pub mod rest;
-mod schema;
 mod server;
-pub mod table;
-pub mod token_file;
-pub mod tokens;
-pub mod validation;
-pub mod watch_cache;
-pub mod webhook;
+
+// The generic layer, under the paths the rest of the crate and its users name.
+pub use krust_generic_apiserver::{
+    audit, auth, authz, encryption, loopback, metrics, outbound, pki, request, response, rest,
+    table, token_file, tokens, validation, watch_cache, webhook,
+};
+use krust_generic_apiserver::{cel, compactor, first_byte, json, recover, schema};
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! The interfaces through which the generic REST handlers meet a kind (upstream's
 //! `registry/rest` strategies): its codec, its strategy (defaulting, validation, status
 //! split, table columns, ...) and the steps its REST storage adds around the store. The
-//! built-in kinds' implementations are in `crate::kinds`, custom resources' in
-//! `crate::custom`.
+//! built-in kinds' implementations are in krust-apiserver's `kinds`, custom resources' in
+//! its `custom`.
 
 use std::sync::Arc;
 

@@ -3,12 +3,10 @@
 //! chain runs the mutating half of every plugin that handles the request, in order, then
 //! the validating half of each on the object as mutated (upstream's two phases). The
 //! plugins krust enables, with upstream's names and in upstream's order, are listed once,
-//! in `plugins::enabled`.
+//! by the assembled server (krust-apiserver's `admission::plugins::enabled`).
 //!
 //! What a kind's REST storage does around the store (Service IP allocation, RBAC's
 //! escalation check) is not admission: see `rest::Storage`.
-
-pub mod plugins;
 
 use krust_api::status::{ApiError, Target};
 use serde_json::Value;

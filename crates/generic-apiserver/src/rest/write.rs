@@ -146,7 +146,7 @@ fn drop_empty_metadata(obj: &mut Value) {
 }
 
 /// Metadata checks plus the kind's validation; `old` for updates.
-pub(crate) fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+pub fn validate(call: &Call<'_>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let info = call.kind.info;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let mut errs = Vec::new();

@@ -16,7 +16,8 @@ mod watch;
 
 pub use watch::frame_bytes;
 mod write;
-pub(crate) use write::{keep_system_metadata, validate};
+pub(crate) use write::keep_system_metadata;
+pub use write::validate;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -645,6 +646,6 @@ pub fn now() -> String {
 }
 
 /// Bytes as lowercase hex, as Go's `hex.EncodeToString`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
