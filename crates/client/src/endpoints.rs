@@ -8,6 +8,11 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
+/// When the latest change behind a slice (a pod's or its Service's) happened, set by
+/// the EndpointSlice controller on the slices it writes: the start of the network
+/// programming latency the proxies measure.
+pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
 /// The IPv4 slices of each Service, by (namespace, Service name). Slices without the
 /// label belong to no Service.
 pub fn ipv4_slices_by_service<'a>(

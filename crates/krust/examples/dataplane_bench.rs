@@ -3,13 +3,17 @@
 //!
 //! ```text
 //! cargo build --release -p krust --bins --examples
-//! ./target/release/examples/dataplane_bench [services=1000] [seconds=5]
+//! ./target/release/examples/dataplane_bench [services=1000] [seconds=5] [proxy-services=10000]
 //! ```
 //!
 //! Prints:
-//! - rules: time to render and to load (`nft -f`, one transaction) the table for 100,
-//!   1,000 and 10,000 Service ports with two endpoints each (a table of its own, deleted
-//!   after);
+//! - rules: time to render and to load (`nft -f`, one transaction) the whole table for
+//!   1,000 and 10,000 Service ports with 2 and 10 endpoints each (a table of its own,
+//!   deleted after), then the partial transactions for one changed endpoint and one new
+//!   Service;
+//! - proxy: a `krust proxy` against a release `krust server` (no node) with
+//!   `proxy-services` Services of 10 endpoints: its first full sync, then the network
+//!   programming latency of single EndpointSlice changes, from its own metric;
 //! - DNS: a release `krust server` (no node) with its cluster DNS, `services` Services;
 //!   A queries for random ones from 64 UDP clients for `seconds`: answers/s, latency
 //!   p50/p99, the server's CPU;
@@ -28,6 +32,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::Ingress;
 use krust_proxy::model::{Protocol, ServicePort, TrafficPolicy};
+use krust_proxy::nft::{Loaded, Ruleset};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use tokio::net::UdpSocket;
@@ -45,6 +50,7 @@ async fn main() -> Result {
     let mut args = std::env::args().skip(1);
     let services: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
     let seconds: u64 = args.next().map_or(Ok(5), |a| a.parse())?;
+    let proxy_services: usize = args.next().map_or(Ok(10_000), |a| a.parse())?;
     let window = Duration::from_secs(seconds);
     rules()?;
     let node_ip = krust_kubelet::machine::node_ip();
@@ -56,6 +62,7 @@ async fn main() -> Result {
     ])
     .await?;
     let client = cluster.client().await?;
+    programming(&client, &cluster, proxy_services).await?;
     dns(
         &client,
         &cluster,
@@ -69,43 +76,226 @@ async fn main() -> Result {
     Ok(())
 }
 
+/// `n` synthetic Service ports with `endpoints` endpoints each.
+fn synthetic_ports(n: usize, endpoints: usize) -> Vec<ServicePort> {
+    (0..n)
+        .map(|i| ServicePort {
+            namespace: "bench".into(),
+            service: format!("svc-{i}"),
+            port_name: "http".into(),
+            protocol: Protocol::Tcp,
+            cluster_ip: Ipv4Addr::from(0x0a2b_0000 + i as u32),
+            external_ips: Vec::new(),
+            port: 80,
+            node_port: None,
+            endpoints: (0..endpoints)
+                .map(|e| {
+                    let ip = Ipv4Addr::from(0x0a2a_0000 + (endpoints * i + e) as u32);
+                    SocketAddrV4::new(ip, 8080)
+                })
+                .collect(),
+            local_endpoints: Vec::new(),
+            local_ready: false,
+            internal_policy: TrafficPolicy::Cluster,
+            external_policy: TrafficPolicy::Cluster,
+        })
+        .collect()
+}
+
+/// Loads the whole table for each size, then times the partial transactions the
+/// proxy writes for one endpoint change and for one new Service.
 fn rules() -> Result {
     let cidr = "10.42.0.0/16".parse()?;
-    for n in [100usize, 1_000, 10_000] {
-        let ports: Vec<ServicePort> = (0..n)
-            .map(|i| ServicePort {
-                namespace: "bench".into(),
-                service: format!("svc-{i}"),
-                port_name: "http".into(),
-                protocol: Protocol::Tcp,
-                cluster_ip: Ipv4Addr::from(0x0a2b_0000 + i as u32),
-                external_ips: Vec::new(),
-                port: 80,
-                node_port: None,
-                endpoints: (0..2)
-                    .map(|e| {
-                        SocketAddrV4::new(Ipv4Addr::from(0x0a2a_0000 + (2 * i + e) as u32), 8080)
-                    })
-                    .collect(),
-                local_endpoints: Vec::new(),
-                local_ready: false,
-                internal_policy: TrafficPolicy::Cluster,
-                external_policy: TrafficPolicy::Cluster,
-            })
-            .collect();
+    let table = "krust-bench";
+    for (n, endpoints) in [(1_000usize, 2usize), (10_000, 2), (1_000, 10), (10_000, 10)] {
+        let mut ports = synthetic_ports(n, endpoints);
         let started = Instant::now();
-        let text = krust_proxy::nft::render("krust-bench", cidr, &ports);
+        let ruleset = Ruleset::new(cidr, &ports);
+        let text = ruleset.full(table);
         let rendered = started.elapsed();
         let started = Instant::now();
         krust_net::nft::apply(&text)?;
         let loaded = started.elapsed();
         println!(
-            "rules for {n} Service ports: rendered in {rendered:.2?} ({} KB), loaded in {loaded:.2?}",
+            "rules for {n} Service ports x {endpoints} endpoints ({} chains): full sync rendered in {rendered:.2?} ({} KB), loaded in {loaded:.2?}",
+            ruleset.chains(),
             text.len() / 1024
         );
+        let mut state = Loaded::full(&ruleset);
+        ports[n / 2].endpoints[0].set_ip(Ipv4Addr::new(10, 42, 255, 1));
+        let mut extra = synthetic_ports(n + 1, endpoints).pop().expect("one more");
+        extra.service = "svc-new".into();
+        for (what, ports) in [
+            ("one endpoint changed", ports.clone()),
+            ("one Service added", [ports, vec![extra]].concat()),
+        ] {
+            let started = Instant::now();
+            let update = state.update(table, &Ruleset::new(cidr, &ports));
+            let rendered = started.elapsed();
+            let started = Instant::now();
+            krust_net::nft::apply(&update.text)?;
+            let loaded = started.elapsed();
+            println!(
+                "  {what}: partial sync rendered and compared in {rendered:.2?} ({} chains written), loaded in {loaded:.2?}",
+                update.chains_written
+            );
+            state = update.committed();
+        }
     }
-    krust_net::nft::delete_table("krust-bench")?;
+    krust_net::nft::delete_table(table)?;
     Ok(())
+}
+
+/// Network programming latency through a real `krust proxy`: `services` selector-less
+/// Services with `ENDPOINTS` endpoints each (EndpointSlices written by the bench, which
+/// plays the EndpointSlice controller and stamps each slice's trigger time); then one
+/// slice at a time gets a new endpoint, and the proxy's own
+/// `kubeproxy_network_programming_duration_seconds` says how long after the write its
+/// rules carried it.
+async fn programming(client: &kube::Client, cluster: &Cluster, services: usize) -> Result {
+    const ENDPOINTS: usize = 10;
+    const CHANGES: usize = 20;
+    let table = "krust-bench-proxy";
+    let metrics_port = free_port();
+    let ns = "proxy-bench";
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await?;
+    let svc_api = Api::<Service>::namespaced(client.clone(), ns);
+    let slice_api = Api::<EndpointSlice>::namespaced(client.clone(), ns);
+    let slice = |i: usize, first: u32| -> Result<EndpointSlice> {
+        let addresses: Vec<_> = (0..ENDPOINTS as u32)
+            .map(|e| json!({"addresses": [Ipv4Addr::from(first + e).to_string()]}))
+            .collect();
+        Ok(serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("svc-{i}-1"),
+                "labels": {"kubernetes.io/service-name": format!("svc-{i}")},
+                "annotations": {
+                    "endpoints.kubernetes.io/last-change-trigger-time":
+                        jiff::Timestamp::now().to_string(),
+                },
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": addresses,
+        }))?)
+    };
+    let started = Instant::now();
+    let mut writes = JoinSet::new();
+    for i in 0..services {
+        let (svc_api, slice_api) = (svc_api.clone(), slice_api.clone());
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": format!("svc-{i}")},
+            "spec": {"ports": [{"name": "http", "port": 80}]},
+        }))?;
+        let slice = slice(i, 0x0a2a_0000 + (ENDPOINTS * i) as u32)?;
+        writes.spawn(async move {
+            svc_api.create(&PostParams::default(), &svc).await?;
+            slice_api.create(&PostParams::default(), &slice).await?;
+            Ok::<_, kube::Error>(())
+        });
+        if writes.len() >= CLIENTS {
+            writes.join_next().await.expect("a write")??;
+        }
+    }
+    while let Some(done) = writes.join_next().await {
+        done??;
+    }
+    println!(
+        "proxy: {services} Services x {ENDPOINTS} endpoints written in {:.2?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let _proxy = cluster.component(
+        "proxy",
+        &[
+            "--nftables-table",
+            table,
+            "--hostname-override",
+            "bench-node",
+            "--proxy-metrics-address",
+            &format!("127.0.0.1:{metrics_port}"),
+        ],
+    )?;
+    let metric = |name: &'static str| async move {
+        let body = scrape(metrics_port).await.unwrap_or_default();
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+    };
+    loop {
+        if metric("krust_proxy_service_ports ").await >= Some(services as f64 + 1.0) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err("the proxy did not load the Services' rules in 10 minutes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let full = metric("kubeproxy_sync_full_proxy_rules_duration_seconds_sum ").await;
+    println!(
+        "proxy: first rules for {services} Service ports in {:.2?} after start (the full sync itself: {:.2} s)",
+        started.elapsed(),
+        full.unwrap_or_default()
+    );
+    let mut latencies = Vec::new();
+    for change in 0..CHANGES {
+        let count = "kubeproxy_network_programming_duration_seconds_count ";
+        let sum = "kubeproxy_network_programming_duration_seconds_sum ";
+        let (before, before_sum) = (metric(count).await, metric(sum).await);
+        let i = (change * 7919) % services;
+        let mut updated = slice(i, 0x0a2b_0000 + (ENDPOINTS * change) as u32)?;
+        updated.metadata.resource_version = slice_api
+            .get(&format!("svc-{i}-1"))
+            .await?
+            .metadata
+            .resource_version;
+        slice_api
+            .replace(&format!("svc-{i}-1"), &PostParams::default(), &updated)
+            .await?;
+        let waited = Instant::now();
+        while metric(count).await <= before {
+            if waited.elapsed() > Duration::from_secs(30) {
+                return Err("a changed slice was not programmed in 30 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let took = metric(sum).await.unwrap_or_default() - before_sum.unwrap_or_default();
+        latencies.push(Duration::from_secs_f64(took.max(0.0)));
+        // Past the proxy's minimum sync period, so each change is synced on its own.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    latencies.sort();
+    println!(
+        "proxy: one endpoint change, EndpointSlice write to rules in the kernel ({CHANGES} changes): p50 {:.1?}, max {:.1?}",
+        percentile(&latencies, 0.5),
+        latencies.last().copied().unwrap_or_default()
+    );
+    drop(_proxy);
+    krust_net::nft::delete_table(table)?;
+    Ok(())
+}
+
+/// The text of `http://127.0.0.1:<port>/metrics`, if it answers.
+async fn scrape(port: u16) -> Option<String> {
+    use http_body_util::BodyExt;
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let request = hyper::Request::get(format!("http://127.0.0.1:{port}/metrics"))
+        .body(Empty::new())
+        .ok()?;
+    let body = http
+        .request(request)
+        .await
+        .ok()?
+        .into_body()
+        .collect()
+        .await
+        .ok()?;
+    String::from_utf8(body.to_bytes().to_vec()).ok()
 }
 
 /// An A question for `name` (recursion desired), as a resolver sends it.

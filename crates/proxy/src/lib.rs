@@ -4,13 +4,15 @@
 //!
 //! It talks only to the apiserver: two watches (Services, EndpointSlices) feed caches;
 //! any change schedules a sync, at most one per `min_sync_period` (upstream's default
-//! is 1 s). A sync computes the [`model`] from the caches and loads the whole [`nft`]
-//! table in one transaction when it differs from what was loaded last; every
-//! `sync_period` the proxy also checks that its table is still there and loads it again
-//! if it was deleted behind its back. Services whose external traffic stays on nodes
-//! with endpoints get their [`health`] check ports answered.
+//! is 1 s). A sync computes the [`model`] from the caches and the [`nft`] rules from
+//! the model, and writes in one transaction only what differs from what the kernel
+//! holds (upstream's partial sync); the first sync, one after any failed transaction,
+//! one every hour and one when the table went missing (checked every `sync_period`)
+//! load the whole table instead. Services whose external traffic stays on nodes with
+//! endpoints get their [`health`] check ports answered.
 
 pub mod health;
+mod latency;
 pub mod metrics;
 pub mod model;
 pub mod nft;
@@ -67,6 +69,10 @@ pub async fn run(client: Client, config: Config) {
     }
 }
 
+/// How often a full sync replaces the whole table even when updates went well
+/// (upstream's nftables proxier: one hour).
+const FULL_SYNC_PERIOD: Duration = Duration::from_secs(3600);
+
 async fn sync(
     config: &Config,
     services: &Cache<Service>,
@@ -77,50 +83,72 @@ async fn sync(
     // Rules from half a picture would drop traffic that works now.
     futures::join!(services.wait_until_ready(), slices.wait_until_ready());
     tracing::info!(table = %config.table, "service proxy synced its caches");
-    let mut loaded: Option<String> = None;
-    let mut last_sync = Instant::now();
+    // What the kernel holds; `None` until a full sync has loaded the table, and again
+    // after a failed transaction, when the table went missing or a full sync is due.
+    let mut loaded: Option<nft::Loaded> = None;
     let mut health = health::HealthServer::default();
+    let mut last_full = Instant::now();
+    let mut last_check = Instant::now();
+    let mut triggers = latency::Triggers::default();
     loop {
         // The sync's time, as kube-proxy measures it: the model, the rules and loading.
         let started = std::time::Instant::now();
         let services = services.state();
+        let slices = slices.state();
         let ports = model::service_ports(
             services.iter().map(|s| &**s),
-            slices.state().iter().map(|s| &**s),
+            slices.iter().map(|s| &**s),
             &config.node_name,
         );
+        triggers.observe(slices.iter().map(|s| &**s));
         health
             .sync(&health::wanted(services.iter().map(|s| &**s), &ports))
             .await;
-        let ruleset = nft::render(&config.table, config.cluster_cidr, &ports);
-        // Unchanged rules are loaded again only if the table went missing (deleted
-        // behind our back): reloading a large table costs seconds of CPU.
-        let unchanged = loaded.as_deref() == Some(ruleset.as_str());
-        let repair = unchanged
-            && last_sync.elapsed() >= config.sync_period
-            && !table_exists(&config.table).await;
-        if !unchanged || repair {
-            let text = ruleset.clone();
-            let result = tokio::task::spawn_blocking(move || krust_net::nft::apply(&text))
+        let rules = nft::Ruleset::new(config.cluster_cidr, &ports);
+        if loaded.is_some() && last_check.elapsed() >= config.sync_period {
+            // Deleted behind our back: load it whole again.
+            last_check = Instant::now();
+            if !table_exists(&config.table).await {
+                tracing::warn!(table = %config.table, "service rules table went missing");
+                loaded = None;
+            }
+        }
+        if last_full.elapsed() >= FULL_SYNC_PERIOD {
+            loaded = None;
+        }
+        let (text, after) = match &loaded {
+            Some(current) => {
+                let update = current.update(&config.table, &rules);
+                (update.text.clone(), update.committed())
+            }
+            None => (rules.full(&config.table), nft::Loaded::full(&rules)),
+        };
+        let full = loaded.is_none();
+        let result = if text.is_empty() {
+            Ok(())
+        } else {
+            tokio::task::spawn_blocking(move || krust_net::nft::apply(&text))
                 .await
-                .unwrap_or_else(|e| Err(krust_net::nft::NftError::Rejected(e.to_string())));
-            let took = started.elapsed().as_secs_f64();
-            match result {
-                Ok(()) => {
-                    tracing::debug!(service_ports = ports.len(), "service rules loaded");
-                    metrics.synced(took, ports.len());
-                    loaded = Some(ruleset);
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "loading service rules failed; retrying");
-                    metrics.failed(took);
-                    loaded = None;
+                .unwrap_or_else(|e| Err(krust_net::nft::NftError::Rejected(e.to_string())))
+        };
+        let took = started.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => {
+                tracing::debug!(service_ports = ports.len(), full, "service rules loaded");
+                metrics.synced(took, ports.len(), full);
+                metrics.programmed(&triggers.programmed());
+                loaded = Some(after);
+                if full {
+                    last_full = Instant::now();
                 }
             }
-            last_sync = Instant::now();
-        } else if last_sync.elapsed() >= config.sync_period {
-            last_sync = Instant::now();
+            Err(err) => {
+                tracing::error!(error = %err, full, "loading service rules failed; a full sync follows");
+                metrics.failed(took);
+                loaded = None;
+            }
         }
+        let last_sync = Instant::now();
         let wait = if loaded.is_some() {
             config.sync_period
         } else {

@@ -37,6 +37,7 @@ use krust_client::informer::{EventHandler, SharedInformers};
 use krust_client::is_status;
 use krust_client::queue::{Reconciler, WorkQueue};
 
+use krust_client::endpoints::LAST_CHANGE_TRIGGER_TIME;
 pub use krust_client::endpoints::SERVICE_NAME_LABEL;
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
@@ -339,9 +340,31 @@ impl Reconciler for EndpointSliceController {
                 .filter(|s| !families.contains(&s.address_type))
                 .cloned(),
         );
+        if let Some(at) = trigger_time(&svc, &pods) {
+            let at = at.to_string();
+            for slice in writes.create.iter_mut().chain(writes.update.iter_mut()) {
+                slice
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(LAST_CHANGE_TRIGGER_TIME.into(), at.clone());
+            }
+        }
         self.write(key, ns, writes).await?;
         Ok(None)
     }
+}
+
+/// The latest change behind a Service's endpoints that this controller can date: the
+/// Service's creation, a selected pod's creation or its becoming ready. (Upstream's
+/// tracker also dates a pod's becoming unready; the pod cache keeps no time for that.)
+fn trigger_time(svc: &Service, pods: &[Arc<CachedPod>]) -> Option<jiff::Timestamp> {
+    let service = svc.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let pods = pods.iter().filter_map(|p| {
+        let ready = crate::pods::ready_since(p).flatten();
+        ready.max(p.metadata.creation_timestamp)
+    });
+    service.into_iter().chain(pods).max()
 }
 
 impl EndpointSliceController {

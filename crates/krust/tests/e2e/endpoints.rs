@@ -130,6 +130,19 @@ fn endpointslices_and_endpoints_follow_pod_readiness() {
         let owner = &slice["metadata"]["ownerReferences"][0];
         assert_eq!(owner["kind"], "Service");
         assert_eq!(owner["uid"], svc["metadata"]["uid"]);
+        // The latest change behind the slice, where the proxies' network programming
+        // latency starts: the Service's creation or a pod's, whichever came last.
+        let time = |v: &serde_json::Value| {
+            v.as_str()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .unwrap_or_else(|| panic!("a timestamp: {v}"))
+        };
+        assert!(
+            time(
+                &slice["metadata"]["annotations"]["endpoints.kubernetes.io/last-change-trigger-time"]
+            ) >= time(&svc["metadata"]["creationTimestamp"]),
+            "{slice}"
+        );
         assert!(
             slice["metadata"]["name"]
                 .as_str()

@@ -169,6 +169,15 @@ fn every_component_serves_its_metrics_and_health() {
         ),
         Some(0.0)
     );
+    // The first sync loads the whole table; web's pods, ready later, come in partial
+    // syncs, each change timed from its EndpointSlice's trigger time.
+    for name in [
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count",
+        "kubeproxy_network_programming_duration_seconds_count",
+    ] {
+        assert_positive(&text, name);
+    }
     // kubernetes, kube-dns (udp, tcp, metrics) and web.
     assert!(
         sample(&text, "krust_proxy_service_ports").is_some_and(|n| n >= 3.0),
