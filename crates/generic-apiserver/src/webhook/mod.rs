@@ -401,10 +401,34 @@ pub async fn validate(
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
+    judge(call, VALIDATING, operation, obj, old).await
+}
+
+/// Runs the mutating webhooks for a request that has no object for them to change (a
+/// delete; a connect, whose options they see): upstream calls them all the same, so
+/// that one may refuse. What they would patch is not applied.
+pub async fn consult(
+    call: &Call<'_>,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    judge(call, MUTATING, operation, obj, old).await
+}
+
+/// Calls the webhooks configured under `prefix` that match, all at once, for their
+/// verdicts only.
+async fn judge(
+    call: &Call<'_>,
+    prefix: &str,
+    operation: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     if exempt(call) {
         return Ok(());
     }
-    let hooks = hooks(call, VALIDATING);
+    let hooks = hooks(call, prefix);
     if hooks.is_empty() {
         return Ok(());
     }

@@ -254,6 +254,49 @@ fn webhook_certificates_are_trusted_as_go_trusts_them() {
 }
 
 #[test]
+fn mutating_webhooks_are_consulted_on_deletes_and_connects_as_upstream() {
+    let s = Server::start();
+    let hooks = hook_server::start();
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "consulted"},
+        "webhooks": [{
+            "name": "consulted.hooks.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/consult", hooks.port), "caBundle": hooks.ca_bundle()},
+            "rules": [{"operations": ["DELETE", "CONNECT"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["configmaps", "pods/exec"]}]
+        }]
+    });
+    s.ok_stdin(&["apply", "-f", "-"], &config.to_string());
+    for name in ["keep", "gone"] {
+        s.ok_stdin(
+            &["create", "-f", "-"],
+            &configmap("default", name, json!({})),
+        );
+    }
+    let err = s.fails(&["delete", "configmap", "keep"]);
+    assert!(
+        err.contains(
+            r#"admission webhook "consulted.hooks.example.com" denied the request: keep stays"#
+        ),
+        "{err}"
+    );
+    s.ok(&["delete", "configmap", "gone"]);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"nodeName": "ghost", "containers": [{"name": "c", "image": "busybox"}]}});
+    s.ok_stdin(&["apply", "-f", "-"], &pod.to_string());
+    let exec = "/api/v1/namespaces/default/pods/p/exec?command=ls&stdout=true&tty=true";
+    let (code, refused) = s.curl("POST", exec, None, None);
+    assert_eq!(code, 403, "{refused}");
+    let seen = hook_server::requests(&hooks, "/consult");
+    let operations: Vec<&Value> = seen.iter().map(|r| &r["operation"]).collect();
+    assert_eq!(operations, ["DELETE", "DELETE", "CONNECT"], "{seen:?}");
+    assert!(seen[0]["object"].is_null());
+    assert_eq!(seen[0]["oldObject"]["metadata"]["name"], "keep");
+    assert_eq!(seen[2]["kind"]["kind"], "PodExecOptions");
+}
+
+#[test]
 fn connections_to_pods_are_admitted_with_their_options_as_upstream() {
     let s = Server::start();
     let hooks = hook_server::start();

@@ -18,17 +18,21 @@ impl Plugin for MutatingAdmissionWebhook {
         "MutatingAdmissionWebhook"
     }
 
-    fn handles(&self, a: &Attributes<'_>) -> bool {
-        matches!(a.operation, Operation::Create | Operation::Update)
+    fn handles(&self, _a: &Attributes<'_>) -> bool {
+        true
     }
 
     async fn admit(&self, a: &Attributes<'_>, obj: Option<&mut Value>) -> Result<(), ApiError> {
-        let Some(obj) = obj else { return Ok(()) };
-        if webhook::mutate(a.call, a.operation, obj, a.old).await? {
-            a.call.kind.strategy.default(obj);
-            crate::rest::validate(a.call, obj, a.old)?;
+        match (a.operation, obj) {
+            (Operation::Create | Operation::Update, Some(obj)) => {
+                if webhook::mutate(a.call, a.operation, obj, a.old).await? {
+                    a.call.kind.strategy.default(obj);
+                    crate::rest::validate(a.call, obj, a.old)?;
+                }
+                Ok(())
+            }
+            (operation, obj) => webhook::consult(a.call, operation, obj.as_deref(), a.old).await,
         }
-        Ok(())
     }
 }
 
