@@ -98,6 +98,8 @@ fn synthetic_ports(n: usize, endpoints: usize) -> Vec<ServicePort> {
             local_ready: false,
             internal_policy: TrafficPolicy::Cluster,
             external_policy: TrafficPolicy::Cluster,
+            affinity_seconds: None,
+            firewall: None,
         })
         .collect()
 }

@@ -183,6 +183,8 @@ mod tests {
             local_ready: true,
             internal_policy: TrafficPolicy::Cluster,
             external_policy: TrafficPolicy::Local,
+            affinity_seconds: None,
+            firewall: None,
         };
         // Port 0 in the Service is no port; a free one stands in for the allocated one.
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

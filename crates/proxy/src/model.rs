@@ -81,6 +81,70 @@ pub struct ServicePort {
     pub local_ready: bool,
     pub internal_policy: TrafficPolicy,
     pub external_policy: TrafficPolicy,
+    /// `sessionAffinity: ClientIP`: for how many seconds a client keeps its endpoint.
+    pub affinity_seconds: Option<u32>,
+    /// Who may reach the load balancer addresses, when the Service limits it.
+    pub firewall: Option<Firewall>,
+}
+
+/// `loadBalancerSourceRanges`: the only clients a Service's load balancer addresses
+/// accept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Firewall {
+    /// The load balancer addresses (also among the port's `external_ips`).
+    pub addresses: Vec<Ipv4Addr>,
+    /// The ranges allowed; never empty.
+    pub allowed: Vec<SourceRange>,
+}
+
+impl Firewall {
+    /// The Service's firewall: its `loadBalancerSourceRanges`, else the older
+    /// `service.beta.kubernetes.io/load-balancer-source-ranges` annotation (a comma
+    /// separated list), as upstream reads them; none without ranges or addresses.
+    fn of(svc: &Service, spec: &ServiceSpec, addresses: Vec<Ipv4Addr>) -> Option<Firewall> {
+        let annotation = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("service.beta.kubernetes.io/load-balancer-source-ranges"));
+        let ranges: Vec<&str> = match &spec.load_balancer_source_ranges {
+            Some(ranges) if !ranges.is_empty() => ranges.iter().map(String::as_str).collect(),
+            _ => annotation.map_or(Vec::new(), |a| a.split(',').collect()),
+        };
+        let allowed: Vec<SourceRange> = ranges.iter().filter_map(|r| r.parse().ok()).collect();
+        (!allowed.is_empty() && !addresses.is_empty()).then_some(Firewall { addresses, allowed })
+    }
+}
+
+/// An IPv4 range, `address/prefix` (any prefix up to /32), its host bits cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceRange {
+    network: Ipv4Addr,
+    prefix: u8,
+}
+
+impl std::str::FromStr for SourceRange {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<SourceRange, ()> {
+        let (ip, prefix) = s.trim().split_once('/').ok_or(())?;
+        let ip: Ipv4Addr = ip.parse().map_err(|_| ())?;
+        let prefix: u8 = prefix.parse().map_err(|_| ())?;
+        if prefix > 32 {
+            return Err(());
+        }
+        let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+        Ok(SourceRange {
+            network: Ipv4Addr::from(u32::from(ip) & mask),
+            prefix,
+        })
+    }
+}
+
+impl fmt::Display for SourceRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
 }
 
 /// Every Service port with a cluster IP (headless and ExternalName Services have none),
@@ -115,16 +179,18 @@ pub fn service_ports<'a>(
         );
         // Load balancer addresses, as kube-proxy programs them (not those whose
         // balancer proxies the traffic itself: ipMode Proxy).
-        external_ips.extend(
-            svc.status
-                .as_ref()
-                .and_then(|s| s.load_balancer.as_ref())
-                .and_then(|lb| lb.ingress.as_ref())
-                .into_iter()
-                .flatten()
-                .filter(|i| i.ip_mode.as_deref() != Some("Proxy"))
-                .filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()),
-        );
+        let balancer_ips: Vec<Ipv4Addr> = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|i| i.ip_mode.as_deref() != Some("Proxy"))
+            .filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok())
+            .collect();
+        external_ips.extend(&balancer_ips);
+        let firewall = Firewall::of(svc, spec, balancer_ips);
         let slices = by_service
             .get(&(namespace, name))
             .map(Vec::as_slice)
@@ -159,6 +225,8 @@ pub fn service_ports<'a>(
                 node_port: p.node_port.and_then(|n| u16::try_from(n).ok()),
                 internal_policy: TrafficPolicy::parse(spec.internal_traffic_policy.as_deref()),
                 external_policy: TrafficPolicy::parse(spec.external_traffic_policy.as_deref()),
+                affinity_seconds: affinity_seconds(spec),
+                firewall: firewall.clone(),
             });
         }
     }
@@ -171,6 +239,22 @@ pub fn service_ports<'a>(
         ))
     });
     ports
+}
+
+/// How long a client sticks to its endpoint under `sessionAffinity: ClientIP` (upstream's
+/// default: 10,800 s, three hours).
+fn affinity_seconds(spec: &ServiceSpec) -> Option<u32> {
+    if spec.session_affinity.as_deref() != Some("ClientIP") {
+        return None;
+    }
+    let timeout = spec
+        .session_affinity_config
+        .as_ref()
+        .and_then(|c| c.client_ip.as_ref())
+        .and_then(|c| c.timeout_seconds)
+        .and_then(|t| u32::try_from(t).ok())
+        .filter(|t| *t > 0);
+    Some(timeout.unwrap_or(10_800))
 }
 
 /// A Service's namespace, name and spec, if it has all three.
@@ -366,6 +450,66 @@ mod tests {
         );
         let ports = service_ports([&web], [&both], "n1");
         assert_eq!(ports[0].endpoints, ["10.42.0.7:8080".parse().unwrap()]);
+    }
+
+    #[test]
+    fn source_ranges_guard_only_load_balancer_addresses() {
+        let lb = |extra: serde_json::Value, annotations: serde_json::Value| {
+            let mut spec = json!({"type": "LoadBalancer", "clusterIP": "10.43.0.20",
+                "externalIPs": ["192.0.2.9"], "ports": [{"port": 80}]});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            service(json!({
+                "metadata": {"namespace": "default", "name": "web", "annotations": annotations},
+                "spec": spec,
+                "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}},
+            }))
+        };
+        let firewall = |svc: &Service| service_ports([svc], [], "n1")[0].firewall.clone();
+        assert_eq!(firewall(&lb(json!({}), json!({}))), None);
+        let ranges =
+            json!({"loadBalancerSourceRanges": ["10.1.2.3/8", "198.51.100.7/32", "bogus"]});
+        let guarded = firewall(&lb(ranges, json!({}))).unwrap();
+        assert_eq!(
+            guarded.addresses,
+            ["192.0.2.10".parse::<Ipv4Addr>().unwrap()]
+        );
+        let allowed: Vec<String> = guarded.allowed.iter().map(ToString::to_string).collect();
+        assert_eq!(allowed, ["10.0.0.0/8", "198.51.100.7/32"]);
+        // The older annotation, when the field is empty.
+        let annotated = json!({"service.beta.kubernetes.io/load-balancer-source-ranges":
+            "203.0.113.0/24, 10.0.0.0/16"});
+        let allowed: Vec<String> = firewall(&lb(json!({}), annotated))
+            .unwrap()
+            .allowed
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(allowed, ["203.0.113.0/24", "10.0.0.0/16"]);
+    }
+
+    #[test]
+    fn client_ip_affinity_keeps_its_timeout_or_upstreams_three_hours() {
+        let spec = |extra: serde_json::Value| {
+            let mut spec = json!({"clusterIP": "10.43.0.20", "ports": [{"port": 80}]});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            service(json!({"metadata": {"namespace": "default", "name": "web"}, "spec": spec}))
+        };
+        let affinity = |svc: &Service| service_ports([svc], [], "n1")[0].affinity_seconds;
+        assert_eq!(affinity(&spec(json!({}))), None);
+        assert_eq!(affinity(&spec(json!({"sessionAffinity": "None"}))), None);
+        assert_eq!(
+            affinity(&spec(json!({"sessionAffinity": "ClientIP"}))),
+            Some(10_800)
+        );
+        assert_eq!(
+            affinity(&spec(json!({"sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}}}))),
+            Some(60)
+        );
     }
 
     #[test]

@@ -49,14 +49,17 @@ pub enum Map {
     NoEndpointServices,
     /// NodePorts without endpoints: rejected.
     NoEndpointNodePorts,
+    /// Load balancer addresses that only some sources may reach.
+    Firewall,
 }
 
 impl Map {
-    const ALL: [Map; 4] = [
+    const ALL: [Map; 5] = [
         Map::ServiceIps,
         Map::NodePorts,
         Map::NoEndpointServices,
         Map::NoEndpointNodePorts,
+        Map::Firewall,
     ];
 
     fn name(self) -> &'static str {
@@ -65,23 +68,28 @@ impl Map {
             Map::NodePorts => "service-nodeports",
             Map::NoEndpointServices => "no-endpoint-services",
             Map::NoEndpointNodePorts => "no-endpoint-nodeports",
+            Map::Firewall => "firewall-ips",
         }
     }
 
     fn key_type(self) -> &'static str {
         match self {
-            Map::ServiceIps | Map::NoEndpointServices => "ipv4_addr . inet_proto . inet_service",
+            Map::ServiceIps | Map::NoEndpointServices | Map::Firewall => {
+                "ipv4_addr . inet_proto . inet_service"
+            }
             Map::NodePorts | Map::NoEndpointNodePorts => "inet_proto . inet_service",
         }
     }
 }
 
-/// The table's variable part: every Service port's chains (name → rules) and every
-/// map's elements (key → verdict).
+/// The table's variable part: every Service port's chains (name → rules), every map's
+/// elements (key → verdict) and the sets session affinity keeps.
 #[derive(Debug, Default)]
 pub struct Ruleset {
     chains: BTreeMap<String, Vec<String>>,
     elements: BTreeMap<(Map, String), String>,
+    /// Session affinity's sets of recent clients: name → definition.
+    sets: BTreeMap<String, String>,
 }
 
 impl Ruleset {
@@ -101,6 +109,25 @@ impl Ruleset {
 
     fn add_port(&mut self, cluster_cidr: Ipv4Cidr, sp: &ServicePort) {
         let proto = sp.protocol;
+        if let Some(firewall) = &sp.firewall {
+            // Checked before any DNAT, with or without endpoints. A rule per range (no
+            // set: ranges may overlap, which an interval set refuses); `return` ends
+            // the base chain, whose policy accepts. The node itself is a client like
+            // any other: allowed when a range holds its address.
+            let chain = format!("{}/firewall", chain_name(sp));
+            for ip in &firewall.addresses {
+                self.element(
+                    Map::Firewall,
+                    format!("{ip} . {proto} . {}", sp.port),
+                    format!("goto {chain}"),
+                );
+            }
+            let mut rules: Vec<String> = (firewall.allowed.iter())
+                .map(|r| format!("ip saddr {r} return"))
+                .collect();
+            rules.push("drop".into());
+            self.chains.insert(chain, rules);
+        }
         let addresses = std::iter::once(&sp.cluster_ip).chain(&sp.external_ips);
         if sp.endpoints.is_empty() {
             for ip in addresses {
@@ -147,17 +174,23 @@ impl Ruleset {
                 format!("goto {outside}"),
             );
         }
-        // One chain per endpoint, whether cluster-wide, local or both.
+        // One chain per endpoint, whether cluster-wide, local or both, named by its
+        // address so that it keeps its name (and its clients' affinity) while other
+        // endpoints come and go.
         let mut all = sp.endpoints.clone();
         all.extend(
             sp.local_endpoints
                 .iter()
                 .filter(|e| !sp.endpoints.contains(e)),
         );
+        let picker = Picker {
+            chain: &chain,
+            affinity: sp.affinity_seconds,
+        };
         let masquerade_outside =
             format!("ip saddr != {cluster_cidr} meta mark set meta mark | {MASQUERADE_MARK}");
         let mut rules = vec![masquerade_outside.clone()];
-        rules.extend(pick(&chain, &all, &sp.endpoints));
+        rules.extend(picker.pick(&sp.endpoints));
         self.chains.insert(chain.clone(), rules);
         if sp.internal_policy == TrafficPolicy::Local || sp.external_policy == TrafficPolicy::Local
         {
@@ -165,7 +198,7 @@ impl Ruleset {
             let local = if sp.local_endpoints.is_empty() {
                 vec!["drop".to_string()]
             } else {
-                pick(&chain, &all, &sp.local_endpoints)
+                picker.pick(&sp.local_endpoints)
             };
             self.chains.insert(format!("{chain}/local"), local);
         }
@@ -187,17 +220,21 @@ impl Ruleset {
                 ],
             );
         }
-        for (i, endpoint) in all.iter().enumerate() {
-            self.chains.insert(
-                format!("{chain}/{i}"),
-                vec![
-                    format!(
-                        "ip saddr {} meta mark set meta mark | {MASQUERADE_MARK}",
-                        endpoint.ip()
-                    ),
-                    format!("meta l4proto {proto} dnat to {endpoint}"),
-                ],
-            );
+        for endpoint in &all {
+            let mut rules = vec![format!(
+                "ip saddr {} meta mark set meta mark | {MASQUERADE_MARK}",
+                endpoint.ip()
+            )];
+            if let Some(set) = picker.affinity_set(endpoint) {
+                rules.push(format!("update @{set} {{ ip saddr }}"));
+                let timeout = sp.affinity_seconds.unwrap_or_default();
+                self.sets.insert(
+                    set,
+                    format!("type ipv4_addr; flags dynamic,timeout; timeout {timeout}s;"),
+                );
+            }
+            rules.push(format!("meta l4proto {proto} dnat to {endpoint}"));
+            self.chains.insert(picker.endpoint_chain(endpoint), rules);
         }
     }
 
@@ -232,6 +269,9 @@ impl Ruleset {
             }
             out.push_str("\t}\n");
         }
+        for (name, definition) in &self.sets {
+            let _ = writeln!(out, "\tset {name} {{ {definition} }}");
+        }
         out.push_str(BASE_CHAINS);
         for (name, rules) in &self.chains {
             let _ = writeln!(out, "\tchain {name} {{");
@@ -246,7 +286,11 @@ impl Ruleset {
 }
 
 /// The hooks and the chains every table has, whatever the Services.
-const BASE_CHAINS: &str = "\tchain nat-prerouting {
+const BASE_CHAINS: &str = "\tchain filter-prerouting {
+\t\ttype filter hook prerouting priority -110; policy accept;
+\t\tip daddr . meta l4proto . th dport vmap @firewall-ips
+\t}
+\tchain nat-prerouting {
 \t\ttype nat hook prerouting priority dstnat; policy accept;
 \t\tjump services
 \t}
@@ -272,6 +316,7 @@ const BASE_CHAINS: &str = "\tchain nat-prerouting {
 \t}
 \tchain filter-output {
 \t\ttype filter hook output priority -110; policy accept;
+\t\tip daddr . meta l4proto . th dport vmap @firewall-ips
 \t\tct state new ip daddr . meta l4proto . th dport vmap @no-endpoint-services
 \t\tct state new fib daddr type local meta l4proto . th dport vmap @no-endpoint-nodeports
 \t}
@@ -280,26 +325,48 @@ const BASE_CHAINS: &str = "\tchain nat-prerouting {
 \t}
 ";
 
-/// Rules that send a connection to one of `chosen` at random (each an index into `all`,
-/// whose chains are `<chain>/<index>`): rule `i` takes 1 / (n - i) of what reaches it,
-/// so each endpoint gets 1 / n.
-fn pick(chain: &str, all: &[SocketAddrV4], chosen: &[SocketAddrV4]) -> Vec<String> {
-    let targets: Vec<usize> = chosen
-        .iter()
-        .filter_map(|e| all.iter().position(|a| a == e))
-        .collect();
-    let n = targets.len();
-    targets
-        .iter()
-        .enumerate()
-        .map(|(i, at)| {
+/// How a Service port's chains reach its endpoints.
+struct Picker<'a> {
+    chain: &'a str,
+    /// `sessionAffinity: ClientIP`'s timeout.
+    affinity: Option<u32>,
+}
+
+impl Picker<'_> {
+    /// `<service chain>/<ip>/<port>`.
+    fn endpoint_chain(&self, endpoint: &SocketAddrV4) -> String {
+        format!("{}/{}/{}", self.chain, endpoint.ip(), endpoint.port())
+    }
+
+    /// The set of clients an endpoint has had, under session affinity: its timeout in
+    /// the name, so that a new timeout makes a new set (a set's timeout cannot change).
+    fn affinity_set(&self, endpoint: &SocketAddrV4) -> Option<String> {
+        let seconds = self.affinity?;
+        Some(format!(
+            "{}/affinity-{seconds}",
+            self.endpoint_chain(endpoint)
+        ))
+    }
+
+    /// Rules that send a connection to one of `chosen`: back to the endpoint a client
+    /// had, under session affinity; else at random, rule `i` taking 1 / (n - i) of what
+    /// reaches it, so that each endpoint gets 1 / n.
+    fn pick(&self, chosen: &[SocketAddrV4]) -> Vec<String> {
+        let n = chosen.len();
+        let sticky = chosen.iter().filter_map(|e| {
+            let set = self.affinity_set(e)?;
+            Some(format!("ip saddr @{set} goto {}", self.endpoint_chain(e)))
+        });
+        let random = chosen.iter().enumerate().map(|(i, e)| {
+            let target = self.endpoint_chain(e);
             if i + 1 == n {
-                format!("goto {chain}/{at}")
+                format!("goto {target}")
             } else {
-                format!("numgen random mod {} 0 goto {chain}/{at}", n - i)
+                format!("numgen random mod {} 0 goto {target}", n - i)
             }
-        })
-        .collect()
+        });
+        sticky.chain(random).collect()
+    }
 }
 
 /// `svc/<namespace>/<name>/<protocol>/<port>`: nft names may hold `/`, `.` and `-`, and
@@ -318,13 +385,16 @@ fn fingerprint(rules: &[String]) -> u64 {
 }
 
 /// What the kernel holds after the last successful load: each chain's rules (as a
-/// fingerprint, to keep memory small with 100,000 chains), each map element, and the
-/// chains flushed by the last sync that wait to be deleted.
+/// fingerprint, to keep memory small with 100,000 chains), each map element, the
+/// affinity sets (their definition is in their name), and the chains and sets that
+/// the last sync left unused, to be deleted by the next.
 #[derive(Debug, Default)]
 pub struct Loaded {
     chains: HashMap<String, u64>,
     elements: BTreeMap<(Map, String), String>,
-    stale: BTreeSet<String>,
+    sets: BTreeSet<String>,
+    stale_chains: BTreeSet<String>,
+    stale_sets: BTreeSet<String>,
 }
 
 /// The transaction that takes the kernel from a [`Loaded`] state to a [`Ruleset`], and
@@ -347,19 +417,26 @@ impl Loaded {
                 .map(|(name, r)| (name.clone(), fingerprint(r)))
                 .collect(),
             elements: rules.elements.clone(),
-            stale: BTreeSet::new(),
+            sets: rules.sets.keys().cloned().collect(),
+            stale_chains: BTreeSet::new(),
+            stale_sets: BTreeSet::new(),
         }
     }
 
     /// The partial transaction from this state to `rules` in `table`: map elements
-    /// that go or change are deleted first, changed and new chains flushed and
-    /// written, new elements added; chains no longer wanted are flushed now and
-    /// deleted by the next update.
+    /// that go or change are deleted first, new sets added, changed and new chains
+    /// flushed and written, new elements added; chains no longer wanted are flushed
+    /// now, and they and the sets no longer wanted deleted by the next update.
     pub fn update(&self, table: &str, rules: &Ruleset) -> Update {
         let mut text = String::new();
         for ((map, key), verdict) in &self.elements {
             if rules.elements.get(&(*map, key.clone())) != Some(verdict) {
                 let _ = writeln!(text, "delete element ip {table} {} {{ {key} }}", map.name());
+            }
+        }
+        for (name, definition) in &rules.sets {
+            if !self.sets.contains(name) {
+                let _ = writeln!(text, "add set ip {table} {name} {{ {definition} }}");
             }
         }
         let mut chains = HashMap::with_capacity(rules.chains.len());
@@ -390,16 +467,25 @@ impl Loaded {
                 );
             }
         }
-        let mut stale = BTreeSet::new();
+        let mut stale_chains = BTreeSet::new();
         for name in self.chains.keys() {
             if !rules.chains.contains_key(name) {
                 let _ = writeln!(text, "flush chain ip {table} {name}");
-                stale.insert(name.clone());
+                stale_chains.insert(name.clone());
             }
         }
-        for name in &self.stale {
+        for name in &self.stale_chains {
             if !rules.chains.contains_key(name) {
                 let _ = writeln!(text, "delete chain ip {table} {name}");
+            }
+        }
+        let stale_sets = (self.sets.iter())
+            .filter(|name| !rules.sets.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in &self.stale_sets {
+            if !rules.sets.contains_key(name) {
+                let _ = writeln!(text, "delete set ip {table} {name}");
             }
         }
         Update {
@@ -408,7 +494,9 @@ impl Loaded {
             after: Loaded {
                 chains,
                 elements: rules.elements.clone(),
-                stale,
+                sets: rules.sets.keys().cloned().collect(),
+                stale_chains,
+                stale_sets,
             },
         }
     }
@@ -446,6 +534,8 @@ mod tests {
             local_ready: false,
             internal_policy: TrafficPolicy::Cluster,
             external_policy: TrafficPolicy::Cluster,
+            affinity_seconds: None,
+            firewall: None,
         }
     }
 
@@ -463,7 +553,8 @@ mod tests {
         assert!(text.contains("10.43.0.20 . tcp . 80 : goto svc/default/web/tcp/http"));
         assert!(text.contains("tcp . 30080 : goto svc/default/web/tcp/http"));
         assert!(text.contains(
-            "numgen random mod 2 0 goto svc/default/web/tcp/http/0\n\t\tgoto svc/default/web/tcp/http/1\n"
+            "numgen random mod 2 0 goto svc/default/web/tcp/http/10.42.0.5/8080\n\t\t\
+             goto svc/default/web/tcp/http/10.42.1.7/8080\n"
         ));
         assert!(text.contains("ip saddr != 10.42.0.0/16 meta mark set meta mark | 0x4000"));
         assert!(text.contains("ip saddr 10.42.1.7 meta mark set meta mark | 0x4000\n\t\tmeta l4proto tcp dnat to 10.42.1.7:8080"));
@@ -500,14 +591,61 @@ mod tests {
             "chain {svc}/external {{\n\t\tip saddr 10.42.0.0/16 goto {svc}\n\t\t\
              fib saddr type local goto {svc}\n\t\tgoto {svc}/local\n\t}}"
         )));
-        // The local pick names the endpoint's own chain (index 1 of the service's).
-        assert!(text.contains(&format!("chain {svc}/local {{\n\t\tgoto {svc}/1\n\t}}")));
+        // The local pick names the endpoint's own chain.
+        assert!(text.contains(&format!(
+            "chain {svc}/local {{\n\t\tgoto {svc}/10.42.1.7/8080\n\t}}"
+        )));
 
         web.local_endpoints.clear();
         web.internal_policy = TrafficPolicy::Local;
         let text = render("krust", &[web]);
         assert!(text.contains(&format!("chain {svc}/local {{\n\t\tdrop\n")));
         assert!(text.contains(&format!("10.43.0.20 . tcp . 80 : goto {svc}/internal")));
+    }
+
+    #[test]
+    fn load_balancer_source_ranges_drop_other_clients_before_dnat() {
+        let mut web = port("web", &[], None);
+        web.external_ips = vec!["192.0.2.10".parse().unwrap()];
+        web.firewall = Some(crate::model::Firewall {
+            addresses: web.external_ips.clone(),
+            allowed: vec!["198.51.100.0/24".parse().unwrap()],
+        });
+        let text = render("krust", &[web]);
+        let chain = "svc/default/web/tcp/http/firewall";
+        assert!(text.contains(&format!("192.0.2.10 . tcp . 80 : goto {chain}")));
+        assert!(text.contains(&format!(
+            "chain {chain} {{\n\t\tip saddr 198.51.100.0/24 return\n\t\tdrop\n\t}}"
+        )));
+        // The check runs in the filter hooks, before the NAT hooks rewrite the address.
+        assert!(text.contains(
+            "type filter hook prerouting priority -110; policy accept;\n\t\t\
+             ip daddr . meta l4proto . th dport vmap @firewall-ips"
+        ));
+    }
+
+    #[test]
+    fn client_ip_affinity_sends_a_known_client_back_to_its_endpoint() {
+        let mut web = port("web", &["10.42.0.5:8080", "10.42.1.7:8080"], None);
+        web.affinity_seconds = Some(300);
+        let text = render("krust", &[web]);
+        let svc = "svc/default/web/tcp/http";
+        let (a, b) = (
+            format!("{svc}/10.42.0.5/8080"),
+            format!("{svc}/10.42.1.7/8080"),
+        );
+        assert!(text.contains(&format!(
+            "set {a}/affinity-300 {{ type ipv4_addr; flags dynamic,timeout; timeout 300s; }}"
+        )));
+        // Known clients first, then the random pick; each endpoint remembers its clients.
+        assert!(text.contains(&format!(
+            "\t\tip saddr @{a}/affinity-300 goto {a}\n\t\tip saddr @{b}/affinity-300 goto {b}\n\t\t\
+             numgen random mod 2 0 goto {a}\n"
+        )));
+        assert!(text.contains(&format!(
+            "chain {b} {{\n\t\tip saddr 10.42.1.7 meta mark set meta mark | 0x4000\n\t\t\
+             update @{b}/affinity-300 {{ ip saddr }}\n\t\tmeta l4proto tcp dnat to 10.42.1.7:8080"
+        )));
     }
 
     #[test]
@@ -520,11 +658,27 @@ mod tests {
         local.local_endpoints = vec!["10.42.0.6:8080".parse().unwrap()];
         local.internal_policy = TrafficPolicy::Local;
         local.external_policy = TrafficPolicy::Local;
+        local.affinity_seconds = Some(60);
+        let mut sticky = port("sticky", &["10.42.0.7:80", "10.42.0.8:80"], None);
+        sticky.cluster_ip = "10.43.0.22".parse().unwrap();
+        sticky.affinity_seconds = Some(10_800);
+        let mut guarded = port("guarded", &["10.42.0.5:8080"], Some(30083));
+        guarded.cluster_ip = "10.43.0.23".parse().unwrap();
+        guarded.external_ips = vec!["192.0.2.10".parse().unwrap()];
+        guarded.firewall = Some(crate::model::Firewall {
+            addresses: guarded.external_ips.clone(),
+            allowed: vec![
+                "10.0.0.0/8".parse().unwrap(),
+                "10.1.2.3/32".parse().unwrap(),
+            ],
+        });
         let ports = [
             port("web", &["10.42.0.5:8080", "10.42.1.7:8080"], Some(30080)),
             port("idle", &[], Some(30081)),
+            guarded,
             udp,
             local,
+            sticky,
         ];
         let text = render("krust-check", &ports);
         // Check mode: parsed and validated by the kernel, nothing committed.
@@ -596,7 +750,7 @@ mod tests {
         let listing = listed(table);
         assert!(!listing.contains("dnat to 10.42.1.7:8080"), "{listing}");
         assert!(
-            listing.contains("chain svc/default/web/tcp/http/1 {"),
+            listing.contains("chain svc/default/web/tcp/http/10.42.1.7/8080 {"),
             "{listing}"
         );
         assert!(listing.contains("dnat to 10.42.0.9:5432"), "{listing}");
@@ -605,12 +759,12 @@ mod tests {
         let third = Ruleset::new(cidr, &[web2.clone()]);
         let update = loaded.update(table, &third);
         assert!(update.text.contains(&format!(
-            "delete chain ip {table} svc/default/web/tcp/http/1\n"
+            "delete chain ip {table} svc/default/web/tcp/http/10.42.1.7/8080\n"
         )));
         apply(&update.text).unwrap_or_else(|e| panic!("{e}\n{}", update.text));
         let loaded = update.committed();
         let listing = listed(table);
-        assert!(!listing.contains("svc/default/web/tcp/http/1"), "{listing}");
+        assert!(!listing.contains("http/10.42.1.7/8080"), "{listing}");
         assert!(!listing.contains("10.43.0.30"), "{listing}");
         assert!(
             listing.contains("chain svc/default/db/tcp/http {"),
@@ -625,6 +779,21 @@ mod tests {
         let loaded = update.committed();
         assert_eq!(loaded.update(table, &third).text, "");
 
+        // Session affinity on: its sets come with the chains that use them; off again:
+        // the sets go a sync after the rules that named them.
+        let mut sticky = web2.clone();
+        sticky.affinity_seconds = Some(60);
+        let with_sets = Ruleset::new(cidr, &[sticky]);
+        let update = loaded.update(table, &with_sets);
+        apply(&update.text).unwrap_or_else(|e| panic!("{e}\n{}", update.text));
+        assert!(listed(table).contains("affinity-60"));
+        let mut loaded = update.committed();
+        for _ in 0..2 {
+            let update = loaded.update(table, &third);
+            apply(&update.text).unwrap_or_else(|e| panic!("{e}\n{}", update.text));
+            loaded = update.committed();
+        }
+        assert!(!listed(table).contains("affinity-60"));
         // A Service that comes back is written whole; the kernel agrees with a full load.
         let update = loaded.update(table, &second);
         apply(&update.text).unwrap_or_else(|e| panic!("{e}\n{}", update.text));

@@ -79,6 +79,26 @@ fn cluster_ips_and_node_ports_reach_ready_pods_and_services_without_endpoints_re
         pods.iter().map(|p| format!("hello-from-{p}")).collect();
     assert_eq!(seen, expected, "{}", s.diagnostics());
 
+    // Under ClientIP session affinity, this node (one client address) keeps reaching
+    // the pod it reached first (without it, ten tries reach one pod 1 time in 512).
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "sticky"},
+            "spec": {"selector": {"app": "web"}, "sessionAffinity": "ClientIP",
+                "ports": [{"port": 80, "targetPort": "http"}]}})
+        .to_string(),
+    );
+    let sticky = s.get_json(&["service", "sticky"])["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let first = wait_for("the sticky Service", DEADLINE, || {
+        curl(&format!("http://{sticky}/")).ok()
+    });
+    for _ in 0..10 {
+        assert_eq!(curl(&format!("http://{sticky}/")), Ok(first.clone()));
+    }
+
     // The NodePort answers on the node's address.
     let node_ip = s.get_json(&["pods", "-l", "app=web"])["items"][0]["status"]["hostIP"]
         .as_str()
@@ -86,6 +106,41 @@ fn cluster_ips_and_node_ports_reach_ready_pods_and_services_without_endpoints_re
         .to_string();
     let body = wait_for("the NodePort", DEADLINE, || {
         curl(&format!("http://{node_ip}:{node_port}/")).ok()
+    });
+    assert!(body.starts_with("hello-from-web-"), "{body}");
+
+    // A load balancer (ServiceLB: the node's address) limited to other sources drops
+    // this node's connections, and takes them once a range holds its address.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "guarded"},
+            "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
+                "loadBalancerSourceRanges": ["198.51.100.0/24"],
+                "ports": [{"port": 8081, "targetPort": "http"}]}})
+        .to_string(),
+    );
+    let balancer = wait_for("the load balancer address", DEADLINE, || {
+        let svc = s.get_json(&["service", "guarded"]);
+        svc["status"]["loadBalancer"]["ingress"][0]["ip"]
+            .as_str()
+            .map(str::to_string)
+    });
+    assert_eq!(balancer, node_ip);
+    let guarded = format!("http://{balancer}:8081/");
+    // Dropped, not refused: curl gives up (28) rather than being turned away (7).
+    wait_for("the balancer to drop this node", DEADLINE, || {
+        (curl(&guarded) == Err(28)).then_some(())
+    });
+    s.ok(&[
+        "patch",
+        "service",
+        "guarded",
+        "-p",
+        &json!({"spec": {"loadBalancerSourceRanges": ["198.51.100.0/24", format!("{node_ip}/32")]}})
+            .to_string(),
+    ]);
+    let body = wait_for("the balancer to take this node", DEADLINE, || {
+        curl(&guarded).ok()
     });
     assert!(body.starts_with("hello-from-web-"), "{body}");
 
