@@ -97,7 +97,7 @@ rm -rf "$dir"/rootfs-*
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
   --write-kubeconfig "$KUBECONFIG" --kubelet-port 0 --cluster-cidr 10.60.0.0/16 \
   --nftables-table krust-python-suite --eviction-hard 'memory.available<100Mi' \
-  --dns-port 15354 --ingress-http-port 18081 --controller-manager-metrics-address 0 \
+  --dns-port 15354 --ingress-http-port 18081 --ingress-https-port 18444 --controller-manager-metrics-address 0 \
   --scheduler-metrics-address 0 --proxy-metrics-address 0 --dns-metrics-address 0 \
   --ingress-metrics-address 0 >"$dir/server.log" 2>&1 &
 server=$!

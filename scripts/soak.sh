@@ -27,7 +27,7 @@ csv="$dir/samples.csv"
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
   --write-kubeconfig "$KUBECONFIG" --kubelet-port 0 --cluster-cidr 10.96.0.0/16 \
   --nftables-table krust-soak --eviction-hard 'memory.available<100Mi' \
-  --dns-port 15353 --ingress-http-port 18080 --event-ttl "$event_ttl" \
+  --dns-port 15353 --ingress-http-port 18080 --ingress-https-port 18443 --event-ttl "$event_ttl" \
   >"$dir/server.log" 2>&1 &
 server=$!
 churners=()

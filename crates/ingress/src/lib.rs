@@ -2,20 +2,22 @@
 //! routes are the Ingress objects of its class, sending each request straight to a ready
 //! pod of the backend Service (as ingress-nginx does, without the Service proxy's hop).
 //!
-//! It watches Ingresses, Services and EndpointSlices, rebuilds its [`routes`] on every
-//! change, reports the address it serves on in each Ingress's
+//! It watches Ingresses, Services, EndpointSlices and TLS Secrets, rebuilds its
+//! [`routes`] and its [`tls`] certificates on every change, serves HTTP and HTTPS
+//! (HTTP/2 through ALPN), reports the address it serves on in each Ingress's
 //! `status.loadBalancer.ingress`, and registers its IngressClass (`krust`, the default
 //! class: Ingresses without a class are served too).
 
 pub mod metrics;
 pub mod routes;
 pub mod serve;
+pub mod tls;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::serde_json::json;
@@ -26,6 +28,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use tokio_rustls::TlsAcceptor;
 
 use routes::Routes;
 
@@ -40,6 +43,8 @@ const RETRY: Duration = Duration::from_secs(2);
 pub struct Config {
     /// Where HTTP is served.
     pub listen: SocketAddr,
+    /// Where HTTPS is served (TLS from the Ingresses' `spec.tls`).
+    pub https_listen: SocketAddr,
     /// The IngressClass served.
     pub class: String,
     /// The address reported in the Ingresses' status.
@@ -52,6 +57,8 @@ pub struct Config {
 pub enum Error {
     #[error("listening on {0}: {1}")]
     Listen(SocketAddr, #[source] std::io::Error),
+    #[error("making the default certificate: {0}")]
+    Certificate(#[source] rcgen::Error),
 }
 
 /// Serves Ingresses until the future is dropped.
@@ -59,15 +66,23 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| Error::Listen(config.listen, e))?;
+    let https_listener = TcpListener::bind(config.https_listen)
+        .await
+        .map_err(|e| Error::Listen(config.https_listen, e))?;
+    let tls = Arc::new(tls::Resolver::new().map_err(Error::Certificate)?);
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(tls.clone())));
     let changed = Arc::new(Notify::new());
     let all = watcher::Config::default;
     let ingresses_informer = Informer::<Ingress>::notifying(&client, all(), &changed);
     let services_informer = Informer::<Service>::notifying(&client, all(), &changed);
     let slices_informer = Informer::<EndpointSlice>::notifying(&client, all(), &changed);
-    let (ingresses, services, slices) = (
+    let tls_secrets = || watcher::Config::default().fields("type=kubernetes.io/tls");
+    let secrets_informer = Informer::<Secret>::notifying(&client, tls_secrets(), &changed);
+    let (ingresses, services, slices, secrets) = (
         ingresses_informer.cache(),
         services_informer.cache(),
         slices_informer.cache(),
+        secrets_informer.cache(),
     );
     let routes: serve::SharedRoutes = Arc::default();
     let (metrics, registry) = metrics::Metrics::new(&config.class);
@@ -78,7 +93,8 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         futures::join!(
             ingresses.wait_until_ready(),
             services.wait_until_ready(),
-            slices.wait_until_ready()
+            slices.wait_until_ready(),
+            secrets.wait_until_ready()
         );
         while let Err(err) = register_class(&client, &config.class).await {
             tracing::warn!(error = %err, "registering the IngressClass failed; retrying");
@@ -96,6 +112,11 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
                 slices.state().iter().map(|s| &**s),
             );
             *routes.write_locked() = Arc::new(fresh);
+            let certificates = tls::Certificates::new(
+                ours.iter().map(|i| &**i),
+                secrets.state().iter().map(|s| &**s),
+            );
+            *tls.table.write_locked() = Arc::new(certificates);
             for ingress in &ours {
                 if let Err(err) = report_address(&client, ingress, config.status_ip).await {
                     tracing::warn!(ingress = %ingress.name_any(), error = %err, "updating ingress status failed");
@@ -104,13 +125,21 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
             changed.notified().await;
         }
     };
-    tracing::info!(listen = %config.listen, class = %config.class, "ingress controller serving");
+    tracing::info!(listen = %config.listen, https = %config.https_listen, class = %config.class, "ingress controller serving");
+    let proxy = serve::Proxy::new(
+        routes.clone(),
+        tls.clone(),
+        config.https_listen.port(),
+        metrics,
+    );
     tokio::select! {
         _ = ingresses_informer.run() => {}
         _ = services_informer.run() => {}
         _ = slices_informer.run() => {}
+        _ = secrets_informer.run() => {}
         _ = control => {}
-        _ = serve::serve(listener, routes.clone(), metrics) => {}
+        _ = serve::serve(listener, proxy.clone(), None) => {}
+        _ = serve::serve(https_listener, proxy, Some(acceptor)) => {}
     }
     Ok(())
 }

@@ -16,6 +16,10 @@ pub struct IngressArgs {
     /// The port HTTP Ingress traffic is served on, on every address.
     #[arg(long, default_value_t = 80)]
     ingress_http_port: u16,
+    /// The port HTTPS Ingress traffic is served on, on every address (TLS from the
+    /// Ingresses' `spec.tls` Secrets).
+    #[arg(long, default_value_t = 443)]
+    ingress_https_port: u16,
     /// The IngressClass served (Ingresses without a class are served too).
     #[arg(long, default_value = "krust")]
     ingress_class: String,
@@ -30,6 +34,7 @@ impl IngressArgs {
     pub fn config(&self, node_ip: Ipv4Addr) -> Option<krust_ingress::Config> {
         (!self.disable_ingress).then(|| krust_ingress::Config {
             listen: SocketAddr::from(([0, 0, 0, 0], self.ingress_http_port)),
+            https_listen: SocketAddr::from(([0, 0, 0, 0], self.ingress_https_port)),
             class: self.ingress_class.clone(),
             status_ip: node_ip,
             metrics_address: self.ingress_metrics_address.0,

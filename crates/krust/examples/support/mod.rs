@@ -151,9 +151,12 @@ impl Cluster {
                     (!flags.iter().any(|f| f.starts_with("--dns-port=")))
                         .then_some("--disable-dns"),
                 )
-                .args(
-                    (!flags.iter().any(|f| f.starts_with("--ingress-http-port=")))
-                        .then_some("--disable-ingress"),
+                .arg(
+                    if flags.iter().any(|f| f.starts_with("--ingress-http-port=")) {
+                        format!("--ingress-https-port={}", free_port())
+                    } else {
+                        "--disable-ingress".to_string()
+                    },
                 )
                 .args(flags)
                 .args([

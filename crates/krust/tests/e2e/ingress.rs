@@ -41,10 +41,11 @@ pub(crate) fn service(name: &str) -> String {
 
 #[test]
 fn ingress_rules_route_by_host_and_path_to_ready_pods() {
-    let port = free_port();
+    let (port, https) = (free_port(), free_port());
     let s = Server::with_agent(&[
         "--cluster-cidr=10.80.0.0/16",
         &format!("--ingress-http-port={port}"),
+        &format!("--ingress-https-port={https}"),
     ]);
     let apply = |manifest: &str| s.ok_stdin(&["apply", "-f", "-"], manifest);
     apply(&deployment(
@@ -122,5 +123,130 @@ fn ingress_rules_route_by_host_and_path_to_ready_pods() {
     wait_for("api back", DEADLINE, || {
         (get(port, "shop.example", "/api/") == (200, "api".to_string())).then_some(())
     });
+    tls_from_secrets(&s, port, https);
     s.ok(&["delete", "deployment", "web", "api", "--timeout=60s"]);
+}
+
+/// A self-signed certificate for `host` in `dir`: (cert path, key path).
+fn certificate(dir: &std::path::Path, host: &str, name: &str) -> (String, String) {
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", &format!("/CN={host}")])
+        .args(["-addext", &format!("subjectAltName=DNS:{host}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (cert.display().to_string(), key.display().to_string())
+}
+
+/// curl over HTTPS to the Ingress port, `host` resolving to it: (exit code, HTTP
+/// version, status, body).
+fn get_tls(https: u16, host: &str, ca: Option<&str>) -> (i32, String, String) {
+    let mut curl = Command::new("curl");
+    curl.args([
+        "-s",
+        "--max-time",
+        "5",
+        "-w",
+        "\n%{http_version} %{http_code}",
+    ])
+    .args(["--resolve", &format!("{host}:{https}:127.0.0.1")]);
+    match ca {
+        Some(ca) => curl.args(["--cacert", ca]),
+        None => curl.arg("-k"),
+    };
+    let out = curl
+        .arg(format!("https://{host}:{https}/"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", ""));
+    (
+        out.status.code().unwrap_or(-1),
+        status.trim().to_string(),
+        body.trim().to_string(),
+    )
+}
+
+/// TLS from a `kubernetes.io/tls` Secret named in `spec.tls`: served by SNI over
+/// HTTP/2, plain HTTP redirected, unknown names given the default certificate, and a
+/// replaced Secret's certificate served without a restart.
+fn tls_from_secrets(s: &Server, port: u16, https: u16) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (cert, key) = certificate(dir.path(), "shop.example", "first");
+    s.ok(&[
+        "create", "secret", "tls", "shop-tls", "--cert", &cert, "--key", &key,
+    ]);
+    s.ok(&[
+        "patch",
+        "ingress",
+        "site",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"tls":[{"hosts":["shop.example"],"secretName":"shop-tls"}]}}"#,
+    ]);
+    let served = wait_for("the Secret's certificate", DEADLINE, || {
+        let got = get_tls(https, "shop.example", Some(&cert));
+        (got.0 == 0).then_some(got)
+    });
+    assert_eq!(served, (0, "2 200".to_string(), "web".to_string()));
+    // Plain HTTP for that host goes to HTTPS, keeping the path.
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{redirect_url}",
+            "-H",
+        ])
+        .arg("Host: shop.example")
+        .arg(format!("http://127.0.0.1:{port}/api/"))
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("308 https://shop.example:{https}/api/")
+    );
+    // A name no Ingress has TLS for gets the default certificate (not the Secret's).
+    assert_eq!(get_tls(https, "elsewhere.example", Some(&cert)).0, 60);
+    assert_eq!(get_tls(https, "elsewhere.example", None).1, "2 404");
+    // A new certificate in the Secret is served, without a restart.
+    let (cert2, key2) = certificate(dir.path(), "shop.example", "second");
+    let secret = s.ok(&[
+        "create",
+        "secret",
+        "tls",
+        "shop-tls",
+        "--cert",
+        &cert2,
+        "--key",
+        &key2,
+        "--dry-run=client",
+        "-o",
+        "json",
+    ]);
+    s.ok_stdin(&["replace", "-f", "-"], &secret);
+    wait_for("the new certificate", DEADLINE, || {
+        (get_tls(https, "shop.example", Some(&cert2)).0 == 0).then_some(())
+    });
 }

@@ -104,6 +104,21 @@ impl Server {
         s
     }
 
+    /// `--disable-ingress` for a server whose test names no Ingress HTTP port, a free
+    /// `--ingress-https-port` for one that names only that.
+    fn ingress_flag(&self) -> Option<String> {
+        let named = |flag: &str| self.extra_args.iter().any(|a| a.starts_with(flag));
+        if self.command != "server" {
+            None
+        } else if !named("--ingress-http-port=") {
+            Some("--disable-ingress".into())
+        } else if !named("--ingress-https-port=") {
+            Some(format!("--ingress-https-port={}", free_port()))
+        } else {
+            None
+        }
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -156,15 +171,9 @@ impl Server {
                     && !self.extra_args.iter().any(|a| a.starts_with("--dns-port=")))
                 .then_some("--disable-dns"),
             )
-            // Likewise the Ingress controller's HTTP port.
-            .args(
-                (self.command == "server"
-                    && !self
-                        .extra_args
-                        .iter()
-                        .any(|a| a.starts_with("--ingress-http-port=")))
-                .then_some("--disable-ingress"),
-            )
+            // Likewise the Ingress controller's HTTP port; one that serves gets a free
+            // HTTPS port unless the test names it.
+            .args(self.ingress_flag())
             // Every component's metrics port is fixed by default (upstream's): a test
             // that reads them names its own.
             .args(
