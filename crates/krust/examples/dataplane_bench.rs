@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo build --release -p krust --bins --examples
-//! ./target/release/examples/dataplane_bench [services=1000] [seconds=5] [proxy-services=10000]
+//! ./target/release/examples/dataplane_bench [services=1000] [seconds=5] [proxy-services=2000]
 //! ```
 //!
 //! Prints:
@@ -50,7 +50,7 @@ async fn main() -> Result {
     let mut args = std::env::args().skip(1);
     let services: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
     let seconds: u64 = args.next().map_or(Ok(5), |a| a.parse())?;
-    let proxy_services: usize = args.next().map_or(Ok(10_000), |a| a.parse())?;
+    let proxy_services: usize = args.next().map_or(Ok(2_000), |a| a.parse())?;
     let window = Duration::from_secs(seconds);
     rules()?;
     let node_ip = krust_kubelet::machine::node_ip();
@@ -261,7 +261,16 @@ async fn programming(client: &kube::Client, cluster: &Cluster, services: usize) 
         let waited = Instant::now();
         while metric(count).await <= before {
             if waited.elapsed() > Duration::from_secs(30) {
-                return Err("a changed slice was not programmed in 30 s".into());
+                let text = scrape(metrics_port).await.unwrap_or_default();
+                let syncs: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with("kubeproxy_sync") && !l.contains("_bucket"))
+                    .collect();
+                return Err(format!(
+                    "a changed slice was not programmed in 30 s; the proxy's syncs:\n{}",
+                    syncs.join("\n")
+                )
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

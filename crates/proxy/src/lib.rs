@@ -134,9 +134,10 @@ async fn sync(
         let took = started.elapsed().as_secs_f64();
         match result {
             Ok(()) => {
-                tracing::debug!(service_ports = ports.len(), full, "service rules loaded");
+                let latencies = triggers.programmed();
+                tracing::debug!(service_ports = ports.len(), full, changes = latencies.len(), slices = slices.len(), "service rules loaded");
                 metrics.synced(took, ports.len(), full);
-                metrics.programmed(&triggers.programmed());
+                metrics.programmed(&latencies);
                 loaded = Some(after);
                 if full {
                     last_full = Instant::now();
