@@ -135,7 +135,13 @@ async fn sync(
         match result {
             Ok(()) => {
                 let latencies = triggers.programmed();
-                tracing::debug!(service_ports = ports.len(), full, changes = latencies.len(), slices = slices.len(), "service rules loaded");
+                tracing::debug!(
+                    service_ports = ports.len(),
+                    full,
+                    changes = latencies.len(),
+                    slices = slices.len(),
+                    "service rules loaded"
+                );
                 metrics.synced(took, ports.len(), full);
                 metrics.programmed(&latencies);
                 loaded = Some(after);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::agent::{EdgeDir, containers, join_edge, network_namespaces_in, stop_edge};
-use crate::common::{Component, Etcd, KUBECTL, Server, ready_pods, wait_for};
+use crate::common::{Component, Etcd, KUBECTL, Server, ready_pods};
 use crate::history::History;
 
 /// How long the chaos lasts, and how long the cluster then has to settle.
@@ -212,13 +212,24 @@ fn chaos(cluster_cidr: &str, mut etcd: Option<Etcd>) {
 
     // Converged within the bound: the last rollout done, every Job finished.
     let settle = Instant::now();
-    wait_for("the rollout to finish", CONVERGE, || {
-        kubectl(
-            &kubeconfig,
-            &["rollout", "status", "deploy/web", "--timeout=5s"],
-        )
-        .map(|_| ())
-    });
+    while kubectl(
+        &kubeconfig,
+        &["rollout", "status", "deploy/web", "--timeout=5s"],
+    )
+    .is_none()
+    {
+        if settle.elapsed() > CONVERGE {
+            let state = kubectl(&kubeconfig, &["get", "deploy,rs,pods", "-o", "wide"]);
+            let events = kubectl(&kubeconfig, &["get", "events", "--sort-by=.lastTimestamp"]);
+            panic!(
+                "the rollout did not finish {CONVERGE:?} after the chaos:\n{}\n{}\n{}",
+                state.unwrap_or_default(),
+                events.unwrap_or_default(),
+                logs(&s, &agent)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
     // Every Job finished: Complete, or Failed when crashes used up its back-off limit.
     let finished = |j: &Value| {
         j["status"]["conditions"].as_array().is_some_and(|c| {
