@@ -22,6 +22,8 @@ have runc || need_apt+=(runc)
 [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 have nft || need_apt+=(nftables)
+# The Ingress TLS test makes its certificates with openssl.
+have openssl || need_apt+=(openssl)
 # The CNI portmap plugin (hostPort) programs iptables.
 have iptables || need_apt+=(iptables)
 # The pod network across nodes drives ip and bridge (iproute2); the multi-node harness
