@@ -117,10 +117,7 @@ async fn sync(
             loaded = None;
         }
         let (text, after) = match &loaded {
-            Some(current) => {
-                let update = current.update(&config.table, &rules);
-                (update.text.clone(), update.committed())
-            }
+            Some(current) => current.update(&config.table, &rules).into_parts(),
             None => (rules.full(&config.table), nft::Loaded::full(&rules)),
         };
         let full = loaded.is_none();

@@ -507,6 +507,11 @@ impl Update {
     pub fn committed(self) -> Loaded {
         self.after
     }
+
+    /// The transaction's text and the state it leaves once committed.
+    pub fn into_parts(self) -> (String, Loaded) {
+        (self.text, self.after)
+    }
 }
 
 #[cfg(test)]
