@@ -29,7 +29,9 @@ pub struct Certificates {
     exact: HashMap<String, Arc<CertifiedKey>>,
     /// By the part after `*.`.
     wildcard: HashMap<String, Arc<CertifiedKey>>,
+    /// Hosts, and parents of wildcard hosts, whose plain HTTP goes to HTTPS.
     redirect: HashSet<String>,
+    redirect_wildcard: HashSet<String>,
 }
 
 impl Certificates {
@@ -66,13 +68,18 @@ impl Certificates {
                 };
                 for host in tls.hosts.iter().flatten() {
                     let host = host.to_ascii_lowercase();
-                    if redirect {
-                        table.redirect.insert(host.clone());
-                    }
-                    match host.strip_prefix("*.") {
-                        Some(parent) => table.wildcard.insert(parent.to_string(), key.clone()),
-                        None => table.exact.insert(host, key.clone()),
+                    let (certificates, redirects, host) = match host.strip_prefix("*.") {
+                        Some(parent) => (
+                            &mut table.wildcard,
+                            &mut table.redirect_wildcard,
+                            parent.to_string(),
+                        ),
+                        None => (&mut table.exact, &mut table.redirect, host),
                     };
+                    if redirect {
+                        redirects.insert(host.clone());
+                    }
+                    certificates.insert(host, key.clone());
                 }
             }
         }
@@ -92,11 +99,15 @@ impl Certificates {
     /// Whether plain HTTP requests for `host` are redirected to HTTPS (it has TLS and
     /// its Ingress does not turn the redirect off).
     pub fn redirects(&self, host: &str) -> bool {
+        // Most requests: no Ingress has TLS, nothing to allocate.
+        if self.redirect.is_empty() && self.redirect_wildcard.is_empty() {
+            return false;
+        }
         let host = host.to_ascii_lowercase();
         self.redirect.contains(&host)
             || host
                 .split_once('.')
-                .is_some_and(|(_, parent)| self.redirect.contains(&format!("*.{parent}")))
+                .is_some_and(|(_, parent)| self.redirect_wildcard.contains(parent))
     }
 }
 
