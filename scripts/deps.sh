@@ -7,6 +7,8 @@ need_apt=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have curl || need_apt+=(curl)
 have gcc || need_apt+=(gcc)
+# static glibc: the network policy tests build a static pod program
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need_apt+=(libc6-dev)
 have git || need_apt+=(git)
 [ -e /usr/share/doc/ca-certificates ] || need_apt+=(ca-certificates)
 have kubectl || need_apt+=(kubectl)

@@ -52,6 +52,10 @@ pub struct AgentArgs {
     /// same.
     #[arg(long, default_value = "vxlan")]
     flannel_backend: krust_net::cluster::Backend,
+    /// Do not enforce NetworkPolicies on this node (k3s's flag): they are then stored
+    /// and mean nothing, unless another network plugin enforces them.
+    #[arg(long)]
+    disable_network_policy: bool,
     #[command(flatten)]
     proxy: crate::proxy::ProxyArgs,
 }
@@ -227,6 +231,21 @@ pub async fn run_with_kubeconfig(
             resync: std::time::Duration::from_secs(30),
         },
     );
+    let network_policy = (!args.disable_network_policy).then(|| {
+        krust_net::policy::run(
+            proxy_client.clone(),
+            krust_net::policy::Config {
+                node_name: node_name.clone(),
+                resync: std::time::Duration::from_secs(30),
+            },
+        )
+    });
+    let network_policy = async move {
+        if let Some(enforce) = network_policy {
+            enforce.await;
+        }
+        std::future::pending::<()>().await
+    };
     let proxy = args.proxy.config(cluster_cidr, &node_name);
     let proxy = async move {
         if let Some(config) = proxy {
@@ -264,6 +283,7 @@ pub async fn run_with_kubeconfig(
         result = krust_kubelet::run(client, runtime, config) => result.context("kubelet")?,
         _ = network => {}
         _ = proxy => {}
+        _ = network_policy => {}
         _ = provisioner => {}
         _ = supervised => {}
         _ = client_rotation => {}

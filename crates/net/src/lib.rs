@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod ip;
 pub mod nft;
+pub mod policy;
 
 use std::path::{Path, PathBuf};
 

@@ -1,8 +1,41 @@
 //! nftables through the `nft` tool: rulesets are loaded with `nft -f -`, each in one
 //! atomic transaction, so a reader never sees half a table.
 
+use std::fmt;
 use std::io::Write;
 use std::process::{Command, Stdio};
+
+/// A transport protocol as Kubernetes names it (`TCP`, `UDP`, `SCTP`) and nftables
+/// matches it (`meta l4proto tcp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// An API object's protocol field; absent means TCP, as upstream defaults it.
+    pub fn parse(s: Option<&str>) -> Option<Protocol> {
+        match s.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    /// nftables' name of the protocol.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        })
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {

@@ -10,34 +10,7 @@ use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    fn parse(s: Option<&str>) -> Option<Protocol> {
-        match s.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    /// nftables' name of the protocol.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        })
-    }
-}
+pub use krust_net::nft::Protocol;
 
 /// A Service's `internalTrafficPolicy` (traffic to its cluster IP) or
 /// `externalTrafficPolicy` (to its NodePorts, external IPs and load balancer addresses).

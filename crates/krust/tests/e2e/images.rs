@@ -20,12 +20,7 @@ async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
         .cmd(&["/bin/true"])
         .write(&tarball)
         .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_krust"))
-        .args(["images", "import", "--data-dir"])
-        .arg(&data)
-        .arg(&tarball)
-        .output()
-        .unwrap();
+    let out = crate::common::import_image(&data, &tarball);
     assert!(
         out.status.success(),
         "{}",
@@ -43,12 +38,7 @@ async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
     // A file that is not an image archive is refused with ctr's reason.
     let bad = dir.path().join("bad.tar");
     std::fs::write(&bad, b"not a tarball").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_krust"))
-        .args(["images", "import", "--data-dir"])
-        .arg(&data)
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = crate::common::import_image(&data, &bad);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("importing"));
     containerd.stop().await;

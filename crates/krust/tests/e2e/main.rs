@@ -38,6 +38,7 @@ mod lifecycle;
 mod metrics;
 mod multinode;
 mod namespaces;
+mod network_policy;
 mod operator;
 mod podgc;
 mod policy_admission;

@@ -578,3 +578,16 @@ fn lost_nodes_become_unknown_and_their_pods_move_to_the_others() {
         },
     );
 }
+
+/// The network policy truth table (`network_policy`) with the pods spread over two
+/// nodes joined by VXLAN: each node judges what its own pods send and receive, whatever
+/// node the peer is on.
+#[test]
+fn network_policies_hold_between_pods_on_two_nodes() {
+    let c = Cluster::up(2, "vxlan", "kmp", "10.99.24", "10.53.0.0/16");
+    let data_dirs = [c.state().join("n1"), c.state().join("n2")];
+    let data_dirs: Vec<&std::path::Path> = data_dirs.iter().map(PathBuf::as_path).collect();
+    crate::network_policy::import_image(c.dir.path(), &data_dirs);
+    let kubectl = |args: &[&str]| c.kubectl(args);
+    crate::network_policy::truth_table(&kubectl, c.dir.path(), &["n1", "n2"], "10.53.0.0/16");
+}

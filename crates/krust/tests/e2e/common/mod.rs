@@ -583,6 +583,9 @@ impl Etcd {
     }
 }
 
+/// krust's `--cluster-cidr` when a test names none.
+const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
+
 impl Drop for Server {
     fn drop(&mut self) {
         if self.agent && self.child.is_some() {
@@ -602,27 +605,35 @@ impl Drop for Server {
             }
             // The pod bridge goes too: pods reaped above never ran their CNI teardown,
             // and their addresses would collide with the next test on this range. So
-            // does the range's egress masquerade table, which the agent keeps on exit.
-            if let Some(cidr) = self
+            // do the range's egress masquerade and network policy tables, which the
+            // agent keeps on exit. Tests on the default range run at once and share
+            // its bridge and egress table, which therefore stay; its policy table goes
+            // (a running node loads it again), lest a later pod with a reused address
+            // meet an earlier test's policy.
+            let cidr = self
                 .extra_args
                 .iter()
-                .find_map(|a| a.strip_prefix("--cluster-cidr="))
-                .and_then(|c| c.parse::<krust_api::cidr::Ipv4Cidr>().ok())
-                .and_then(|c| c.subnet(24, 0))
-            {
-                let _ = Command::new("ip")
-                    .args(["link", "del", &krust_net::bridge_name(cidr)])
-                    .stderr(Stdio::null())
-                    .status();
+                .find_map(|a| a.strip_prefix("--cluster-cidr="));
+            let first_range = |c: &str| {
+                c.parse::<krust_api::cidr::Ipv4Cidr>()
+                    .ok()
+                    .and_then(|c| c.subnet(24, 0))
+            };
+            let delete_table = |table: &str| {
                 let _ = Command::new("nft")
-                    .args([
-                        "delete",
-                        "table",
-                        "ip",
-                        &krust_net::cluster::egress_table(cidr),
-                    ])
+                    .args(["delete", "table", "ip", table])
                     .stderr(Stdio::null())
                     .status();
+            };
+            if let Some(range) = first_range(cidr.unwrap_or(DEFAULT_CLUSTER_CIDR)) {
+                delete_table(&krust_net::policy::table(range));
+            }
+            if let Some(range) = cidr.and_then(first_range) {
+                let _ = Command::new("ip")
+                    .args(["link", "del", &krust_net::bridge_name(range)])
+                    .stderr(Stdio::null())
+                    .status();
+                delete_table(&krust_net::cluster::egress_table(range));
             }
         }
     }
@@ -663,6 +674,16 @@ pub fn reap_node(data_dir: &Path) {
     for t in targets {
         let _ = Command::new("umount").args(["-l", t]).status();
     }
+}
+
+/// `krust images import --data-dir DATA TARBALL`: the command's output.
+pub fn import_image(data_dir: &Path, tarball: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_krust"))
+        .args(["images", "import", "--data-dir"])
+        .arg(data_dir)
+        .arg(tarball)
+        .output()
+        .expect("running krust images import")
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout`.
