@@ -3,8 +3,9 @@
 //! the server's token. Pods on different nodes reach each other with their own
 //! addresses (VXLAN and host-gw), Services answer from every pod and every node (cluster
 //! IP, NodePort, LoadBalancer, DNS names), `externalTrafficPolicy: Local` keeps outside
-//! traffic on nodes with endpoints, logs and exec reach pods on every node, and a lost
-//! node's pods move to the others.
+//! traffic on nodes with endpoints, logs and exec reach pods on every node, a lost
+//! node's pods move to the others, and NetworkPolicies hold between pods on different
+//! nodes.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -580,14 +581,24 @@ fn lost_nodes_become_unknown_and_their_pods_move_to_the_others() {
 }
 
 /// The network policy truth table (`network_policy`) with the pods spread over two
-/// nodes joined by VXLAN: each node judges what its own pods send and receive, whatever
-/// node the peer is on.
-#[test]
-fn network_policies_hold_between_pods_on_two_nodes() {
-    let c = Cluster::up(2, "vxlan", "kmp", "10.99.24", "10.53.0.0/16");
+/// nodes: each node judges what its own pods send and receive, whatever node the peer
+/// is on and however the nodes are joined.
+fn network_policies_across_two_nodes(backend: &str, name: &str, subnet: &str, cluster_cidr: &str) {
+    let c = Cluster::up(2, backend, name, subnet, cluster_cidr);
     let data_dirs = [c.state().join("n1"), c.state().join("n2")];
     let data_dirs: Vec<&std::path::Path> = data_dirs.iter().map(PathBuf::as_path).collect();
     crate::network_policy::import_image(c.dir.path(), &data_dirs);
     let kubectl = |args: &[&str]| c.kubectl(args);
-    crate::network_policy::truth_table(&kubectl, c.dir.path(), &["n1", "n2"], "10.53.0.0/16");
+    crate::network_policy::truth_table(&kubectl, c.dir.path(), &["n1", "n2"], cluster_cidr);
+}
+
+#[test]
+fn network_policies_hold_between_pods_on_two_nodes_over_vxlan() {
+    network_policies_across_two_nodes("vxlan", "kmp", "10.99.24", "10.53.0.0/16");
+}
+
+/// Over host-gw the packets between nodes are plain routed ones.
+#[test]
+fn network_policies_hold_between_pods_on_two_nodes_over_host_gw() {
+    network_policies_across_two_nodes("host-gw", "kmq", "10.99.25", "10.54.0.0/16");
 }
