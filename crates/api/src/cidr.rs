@@ -1,5 +1,7 @@
 //! IPv4 CIDR ranges (`10.42.0.0/16`): the service range the apiserver allocates from and
-//! the cluster range that node IPAM cuts into per-node pod ranges.
+//! the cluster range that node IPAM cuts into per-node pod ranges ([`Ipv4Cidr`]), and
+//! the address blocks that admit or refuse clients ([`Ipv4Block`]: NetworkPolicy's
+//! `ipBlock`, `loadBalancerSourceRanges`, the Ingress's allowed source ranges).
 
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -95,6 +97,53 @@ impl fmt::Display for Ipv4Cidr {
     }
 }
 
+/// An address block as users write them to allow or refuse clients: any prefix up to
+/// /32 (one address), host bits cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ipv4Block {
+    network: Ipv4Addr,
+    prefix: u8,
+}
+
+impl Ipv4Block {
+    fn mask(&self) -> u32 {
+        u32::MAX
+            .checked_shl(32 - u32::from(self.prefix))
+            .unwrap_or(0)
+    }
+
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        u32::from(ip) & self.mask() == u32::from(self.network)
+    }
+}
+
+impl FromStr for Ipv4Block {
+    type Err = CidrError;
+
+    /// `address/prefix`, spaces around it ignored (lists are often written `a, b`).
+    fn from_str(s: &str) -> Result<Self, CidrError> {
+        let syntax = || CidrError::Syntax(s.to_string());
+        let (ip, bits) = s.trim().split_once('/').ok_or_else(syntax)?;
+        let ip: Ipv4Addr = ip.parse().map_err(|_| syntax())?;
+        let prefix: u8 = bits.parse().map_err(|_| syntax())?;
+        if prefix > 32 {
+            return Err(syntax());
+        }
+        let mut block = Ipv4Block {
+            network: ip,
+            prefix,
+        };
+        block.network = Ipv4Addr::from(u32::from(ip) & block.mask());
+        Ok(block)
+    }
+}
+
+impl fmt::Display for Ipv4Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +175,19 @@ mod tests {
         let sub: Ipv4Cidr = "10.42.17.0/24".parse().unwrap();
         assert_eq!(c.subnet_index(&sub), Some(17));
         assert_eq!(c.subnet_index(&"10.43.0.0/24".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn blocks_take_any_prefix_and_clear_host_bits() {
+        let one: Ipv4Block = " 10.1.2.3/32".parse().unwrap();
+        assert!(one.contains("10.1.2.3".parse().unwrap()));
+        assert!(!one.contains("10.1.2.4".parse().unwrap()));
+        let wide: Ipv4Block = "10.1.2.3/8".parse().unwrap();
+        assert_eq!(wide.to_string(), "10.0.0.0/8");
+        assert!(wide.contains("10.255.0.1".parse().unwrap()));
+        let all: Ipv4Block = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("192.0.2.1".parse().unwrap()));
+        assert!("10.0.0.0/33".parse::<Ipv4Block>().is_err());
+        assert!("fd00::/8".parse::<Ipv4Block>().is_err());
     }
 }

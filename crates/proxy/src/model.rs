@@ -3,11 +3,11 @@
 //! all of them, or only this node's where a traffic policy says `Local`. Pure functions
 //! of Services and EndpointSlices, as kube-proxy's change trackers are.
 
-use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use krust_api::cidr::Ipv4Block;
 use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
 
 pub use krust_net::nft::Protocol;
@@ -67,7 +67,7 @@ pub struct Firewall {
     /// The load balancer addresses (also among the port's `external_ips`).
     pub addresses: Vec<Ipv4Addr>,
     /// The ranges allowed; never empty.
-    pub allowed: Vec<SourceRange>,
+    pub allowed: Vec<Ipv4Block>,
 }
 
 impl Firewall {
@@ -84,39 +84,8 @@ impl Firewall {
             Some(ranges) if !ranges.is_empty() => ranges.iter().map(String::as_str).collect(),
             _ => annotation.map_or(Vec::new(), |a| a.split(',').collect()),
         };
-        let allowed: Vec<SourceRange> = ranges.iter().filter_map(|r| r.parse().ok()).collect();
+        let allowed: Vec<Ipv4Block> = ranges.iter().filter_map(|r| r.parse().ok()).collect();
         (!allowed.is_empty() && !addresses.is_empty()).then_some(Firewall { addresses, allowed })
-    }
-}
-
-/// An IPv4 range, `address/prefix` (any prefix up to /32), its host bits cleared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SourceRange {
-    network: Ipv4Addr,
-    prefix: u8,
-}
-
-impl std::str::FromStr for SourceRange {
-    type Err = ();
-
-    fn from_str(s: &str) -> Result<SourceRange, ()> {
-        let (ip, prefix) = s.trim().split_once('/').ok_or(())?;
-        let ip: Ipv4Addr = ip.parse().map_err(|_| ())?;
-        let prefix: u8 = prefix.parse().map_err(|_| ())?;
-        if prefix > 32 {
-            return Err(());
-        }
-        let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-        Ok(SourceRange {
-            network: Ipv4Addr::from(u32::from(ip) & mask),
-            prefix,
-        })
-    }
-}
-
-impl fmt::Display for SourceRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
     }
 }
 

@@ -20,6 +20,7 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as WireSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use krust_api::cidr::Ipv4Block;
 use krust_api::selector::LabelSelector;
 use krust_client::cache::Cached;
 
@@ -262,16 +263,16 @@ fn compile<'a>(
             let mut by_selector = false;
             for peer in peers {
                 if let Some(block) = &peer.ip_block {
-                    let Some(cidr) = Block::parse(&block.cidr) else {
+                    let Ok(cidr) = block.cidr.parse::<Ipv4Block>() else {
                         continue; // an IPv6 block: no IPv4 address is in it
                     };
-                    let except: Vec<Block> = (block.except.iter().flatten())
-                        .filter_map(|e| Block::parse(e))
+                    let except: Vec<Ipv4Block> = (block.except.iter().flatten())
+                        .filter_map(|e| e.parse().ok())
                         .collect();
                     let field = direction.peer_field();
                     let mut m = format!("{field} {cidr}");
                     if !except.is_empty() {
-                        let list: Vec<String> = except.iter().map(Block::to_string).collect();
+                        let list: Vec<String> = except.iter().map(Ipv4Block::to_string).collect();
                         m.push_str(&format!(" {field} != {{ {} }}", list.join(", ")));
                     }
                     rule.peers.push(m);
@@ -441,40 +442,6 @@ fn nft_name(name: &str) -> String {
         cut -= 1;
     }
     format!("{}-{h:016x}", &name[..cut])
-}
-
-/// An IPv4 address block of a policy (any prefix length, unlike a pod range).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Block {
-    network: u32,
-    prefix: u32,
-}
-
-impl Block {
-    /// `None` for what is not IPv4 CIDR notation (IPv6 blocks among them).
-    fn parse(s: &str) -> Option<Block> {
-        let (ip, prefix) = s.split_once('/')?;
-        let ip: Ipv4Addr = ip.parse().ok()?;
-        let prefix: u32 = prefix.parse().ok().filter(|p| *p <= 32)?;
-        Some(Block {
-            network: u32::from(ip) & Block::mask(prefix),
-            prefix,
-        })
-    }
-
-    fn mask(prefix: u32) -> u32 {
-        u32::MAX.checked_shl(32 - prefix).unwrap_or(0)
-    }
-
-    fn contains(&self, ip: Ipv4Addr) -> bool {
-        u32::from(ip) & Block::mask(self.prefix) == self.network
-    }
-}
-
-impl std::fmt::Display for Block {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", Ipv4Addr::from(self.network), self.prefix)
-    }
 }
 
 #[cfg(test)]
