@@ -79,11 +79,9 @@ pub(crate) fn join_edge(s: &Server, data: &Path) -> (Component, String) {
 }
 
 /// Stops the agent (SIGTERM stops its containerd) and removes what its node left.
-pub(crate) fn stop_edge(mut agent: Component, data: &Path, cidr: &str) {
+pub(crate) fn stop_edge(mut agent: Component, data: &Path) {
     agent.terminate();
     reap_node(data);
-    let bridge = krust_net::bridge_name(cidr.parse().unwrap());
-    let _ = Command::new("ip").args(["link", "del", &bridge]).status();
 }
 
 /// The CertificateSigningRequests for `signer`, oldest first.
@@ -163,7 +161,7 @@ fn a_standalone_agent_joins_runs_pods_and_serves_their_logs_and_exec() {
     assert_eq!(s.ok(&["logs", "web"]), "from-agent\n");
     assert_eq!(s.ok(&["exec", "web", "--", "hostname"]), "web\n");
     s.ok(&["delete", "pod", "web", "--timeout=60s"]);
-    stop_edge(agent, data.path(), &cidr);
+    stop_edge(agent, data.path());
 }
 
 #[test]
@@ -178,7 +176,7 @@ fn node_certificates_rotate_before_they_expire() {
     ]);
     let data = EdgeDir::new();
     let joined = std::time::Instant::now();
-    let (agent, cidr) = join_edge(&s, data.path());
+    let (agent, _) = join_edge(&s, data.path());
     let first = std::fs::read_to_string(data.path().join("agent/client-kubelet.crt")).unwrap();
     run_web(&s, "rotated");
 
@@ -221,14 +219,14 @@ fn node_certificates_rotate_before_they_expire() {
     }
     assert_eq!(s.ok(&["logs", "web"]), "rotated\n");
     s.ok(&["delete", "pod", "web", "--timeout=60s"]);
-    stop_edge(agent, data.path(), &cidr);
+    stop_edge(agent, data.path());
 }
 
 #[test]
 fn a_restarted_agent_reaps_the_pods_deleted_while_it_was_down() {
     let s = Server::start_with(&["--allocate-node-cidrs=true", "--cluster-cidr=10.86.0.0/16"]);
     let data = EdgeDir::new();
-    let (agent, cidr) = join_edge(&s, data.path());
+    let (agent, _) = join_edge(&s, data.path());
     run_web(&s, "orphan");
     let ip = s.get_json(&["pod", "web"])["status"]["podIP"]
         .as_str()
@@ -248,7 +246,7 @@ fn a_restarted_agent_reaps_the_pods_deleted_while_it_was_down() {
         (!netns.exists() && containers(data.path()).is_empty() && no_dirs).then_some(())
     });
     assert!(network_namespace_with(&ip).is_none());
-    stop_edge(agent, data.path(), &cidr);
+    stop_edge(agent, data.path());
 }
 
 /// The network namespace (`/run/netns/...`) holding address `ip`.

@@ -331,5 +331,5 @@ fn chaos(cluster_cidr: &str, mut etcd: Option<Etcd>) {
         std::thread::sleep(Duration::from_millis(500));
     }
     let agent = agent.lock().unwrap().take().unwrap();
-    stop_edge(agent, data.path(), &cidr);
+    stop_edge(agent, data.path());
 }

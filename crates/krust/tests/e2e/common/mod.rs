@@ -583,8 +583,28 @@ impl Etcd {
     }
 }
 
-/// krust's `--cluster-cidr` when a test names none.
-const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
+/// The first node range of krust's default `--cluster-cidr`, which the tests that name
+/// none share.
+const DEFAULT_NODE_RANGE: &str = "10.42.0.0/24";
+
+fn delete_nft_table(table: &str) {
+    let _ = Command::new("nft")
+        .args(["delete", "table", "ip", table])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The pod range of the node under `data_dir`, from its CNI configuration.
+fn node_range(data_dir: &Path) -> Option<krust_api::cidr::Ipv4Cidr> {
+    let conflist = krust_cri::containerd::default_dir(data_dir)
+        .join("net.d")
+        .join(krust_net::CONFLIST);
+    let conf: Value = serde_json::from_str(&std::fs::read_to_string(conflist).ok()?).ok()?;
+    conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
+        .as_str()?
+        .parse()
+        .ok()
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -598,42 +618,7 @@ impl Drop for Server {
             reap_node(&self.data_dir());
             // The proxy leaves its rules behind on exit, as kube-proxy does.
             if let Some(table) = self.nftables_table() {
-                let _ = Command::new("nft")
-                    .args(["delete", "table", "ip", table])
-                    .stderr(Stdio::null())
-                    .status();
-            }
-            // The pod bridge goes too: pods reaped above never ran their CNI teardown,
-            // and their addresses would collide with the next test on this range. So
-            // do the range's egress masquerade and network policy tables, which the
-            // agent keeps on exit. Tests on the default range run at once and share
-            // its bridge and egress table, which therefore stay; its policy table goes
-            // (a running node loads it again), lest a later pod with a reused address
-            // meet an earlier test's policy.
-            let cidr = self
-                .extra_args
-                .iter()
-                .find_map(|a| a.strip_prefix("--cluster-cidr="));
-            let first_range = |c: &str| {
-                c.parse::<krust_api::cidr::Ipv4Cidr>()
-                    .ok()
-                    .and_then(|c| c.subnet(24, 0))
-            };
-            let delete_table = |table: &str| {
-                let _ = Command::new("nft")
-                    .args(["delete", "table", "ip", table])
-                    .stderr(Stdio::null())
-                    .status();
-            };
-            if let Some(range) = first_range(cidr.unwrap_or(DEFAULT_CLUSTER_CIDR)) {
-                delete_table(&krust_net::policy::table(range));
-            }
-            if let Some(range) = cidr.and_then(first_range) {
-                let _ = Command::new("ip")
-                    .args(["link", "del", &krust_net::bridge_name(range)])
-                    .stderr(Stdio::null())
-                    .status();
-                delete_table(&krust_net::cluster::egress_table(range));
+                delete_nft_table(table);
             }
         }
     }
@@ -673,6 +658,22 @@ pub fn reap_node(data_dir: &Path) {
     targets.sort_by_key(|t| std::cmp::Reverse(t.len()));
     for t in targets {
         let _ = Command::new("umount").args(["-l", t]).status();
+    }
+    // The node's range keeps a bridge, an egress masquerade table and a network policy
+    // table after the agent exits (as k3s's do). Pods reaped above never ran their CNI
+    // teardown, and their addresses would collide with the next test on this range, so
+    // those go. Tests on the default range run at once and share its bridge and egress
+    // table, which therefore stay; its policy table goes (a running node loads it
+    // again), lest a later pod with a reused address meet an earlier test's policy.
+    if let Some(range) = node_range(data_dir) {
+        delete_nft_table(&krust_net::policy::table(range));
+        if range.to_string() != DEFAULT_NODE_RANGE {
+            let _ = Command::new("ip")
+                .args(["link", "del", &krust_net::bridge_name(range)])
+                .stderr(Stdio::null())
+                .status();
+            delete_nft_table(&krust_net::cluster::egress_table(range));
+        }
     }
 }
 
