@@ -8,6 +8,7 @@
 //! `status.loadBalancer.ingress`, and registers its IngressClass (`krust`, the default
 //! class: Ingresses without a class are served too).
 
+pub mod annotations;
 pub mod metrics;
 pub mod routes;
 pub mod serve;

@@ -6,15 +6,23 @@
 //! - paths: the longest match wins, `Exact` before `Prefix` at equal length; a `Prefix`
 //!   matches whole path elements (`/foo` matches `/foo` and `/foo/bar`, not `/foobar`);
 //!   `ImplementationSpecific` is a `Prefix` here;
-//! - `spec.defaultBackend` takes what no rule matches.
+//! - `spec.defaultBackend` takes what no rule matches;
+//! - an Ingress whose paths are regular expressions (ingress-nginx's `use-regex` or
+//!   `rewrite-target`) matches them case-insensitively from the path's start;
+//! - a canary Ingress (see [`annotations`](crate::annotations)) adds no paths: it is the
+//!   alternative backend of the same host and path of another Ingress.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
+use regex::Regex;
+
+use crate::annotations::{self, Canary, Options};
 
 /// A Service port behind a rule, with its ready endpoints (empty: answer 503).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,15 +42,47 @@ enum PathType {
     Exact,
 }
 
+/// One path of an Ingress rule (or the default backend): where its requests go, and how.
 #[derive(Clone, Debug)]
-struct Path {
+pub struct Rule {
     path: String,
     kind: PathType,
-    backend: Backend,
+    /// The path as a regular expression, when the Ingress's paths are.
+    pattern: Option<Regex>,
+    pub backend: Backend,
+    pub options: Options,
+    /// A canary Ingress's backend for the same host and path, and when to take it.
+    pub canary: Option<(Canary, Backend)>,
 }
 
-impl Path {
+impl Rule {
+    fn new(path: String, kind: PathType, backend: Backend, options: Options) -> Option<Rule> {
+        let pattern = if options.regex {
+            let end = if kind == PathType::Exact { "$" } else { "" };
+            match Regex::new(&format!("(?i)^{path}{end}")) {
+                Ok(re) => Some(re),
+                Err(err) => {
+                    tracing::warn!(%path, ingress = %backend.ingress, error = %err, "an Ingress path is not a regular expression; it is left out");
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
+        Some(Rule {
+            path,
+            kind,
+            pattern,
+            backend,
+            options,
+            canary: None,
+        })
+    }
+
     fn matches(&self, request: &str) -> bool {
+        if let Some(pattern) = &self.pattern {
+            return pattern.is_match(request);
+        }
         match self.kind {
             PathType::Exact => request == self.path,
             PathType::Prefix => {
@@ -55,16 +95,70 @@ impl Path {
             }
         }
     }
+
+    /// The path the backend gets for `request`: the rewrite target with the groups of
+    /// the rule's path filled in (nginx replaces the whole path), or the path as it came.
+    pub fn backend_path<'a>(&self, request: &'a str) -> Cow<'a, str> {
+        let (Some(target), Some(pattern)) = (&self.options.rewrite_target, &self.pattern) else {
+            return Cow::Borrowed(request);
+        };
+        match pattern.captures(request) {
+            Some(groups) => {
+                let mut out = String::new();
+                groups.expand(&braced(target), &mut out);
+                Cow::Owned(out)
+            }
+            None => Cow::Borrowed(request),
+        }
+    }
+
+    /// The path an affinity cookie is set for: the annotation's, else the rule's own
+    /// (`/` for a regular expression, which is no path).
+    pub fn cookie_path(&self) -> &str {
+        match self
+            .options
+            .affinity
+            .as_ref()
+            .and_then(|a| a.path.as_deref())
+        {
+            Some(path) => path,
+            None if self.pattern.is_none() => &self.path,
+            None => "/",
+        }
+    }
+}
+
+/// nginx's `$1` as the regex crate writes it (`${1}`, so that `$1a` stays group 1
+/// followed by `a`); any other `$` is literal.
+fn braced(target: &str) -> String {
+    let mut out = String::with_capacity(target.len() + 4);
+    let mut chars = target.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '$' {
+            out.push(c);
+            continue;
+        }
+        let mut digits = String::new();
+        while let Some(d) = chars.next_if(char::is_ascii_digit) {
+            digits.push(d);
+        }
+        if digits.is_empty() {
+            out.push_str("$$");
+        } else {
+            out.push_str(&format!("${{{digits}}}"));
+        }
+    }
+    out
 }
 
 /// The routing table of every Ingress this controller serves.
 #[derive(Debug, Default)]
 pub struct Routes {
-    exact_hosts: HashMap<String, Vec<Path>>,
+    exact_hosts: HashMap<String, Vec<Rule>>,
     /// By the part after `*.`.
-    wildcard_hosts: HashMap<String, Vec<Path>>,
-    any_host: Vec<Path>,
-    default_backend: Option<Backend>,
+    wildcard_hosts: HashMap<String, Vec<Rule>>,
+    any_host: Vec<Rule>,
+    default_backend: Option<Rule>,
 }
 
 impl Routes {
@@ -133,37 +227,31 @@ impl Routes {
         };
         let mut routes = Routes::default();
         // Oldest first, as ingress-nginx: on a conflict the first Ingress keeps the path.
-        let mut ingresses: Vec<&Ingress> = ingresses.into_iter().collect();
-        ingresses.sort_by_key(|i| {
+        // Canaries after every other: they attach to paths the others made.
+        let mut ingresses: Vec<(&Ingress, Option<Canary>)> = ingresses
+            .into_iter()
+            .map(|i| (i, annotations::canary(&annotations_of(i))))
+            .collect();
+        ingresses.sort_by_key(|(i, canary)| {
             (
+                canary.is_some(),
                 i.metadata.creation_timestamp.clone(),
                 i.metadata.name.clone(),
             )
         });
-        for ingress in ingresses {
+        for (ingress, canary) in ingresses {
             let (Some(ns), Some(spec)) = (ingress.metadata.namespace.as_deref(), &ingress.spec)
             else {
                 continue;
             };
             let name = ingress.metadata.name.as_deref().unwrap_or_default();
-            if routes.default_backend.is_none() {
-                routes.default_backend = spec
-                    .default_backend
-                    .as_ref()
-                    .and_then(|b| resolve(ns, name, b));
+            let options = annotations::options(&annotations_of(ingress));
+            if canary.is_none() && routes.default_backend.is_none() {
+                routes.default_backend = (spec.default_backend.as_ref())
+                    .and_then(|b| resolve(ns, name, b))
+                    .and_then(|b| Rule::new("/".into(), PathType::Prefix, b, Options::default()));
             }
             for rule in spec.rules.iter().flatten() {
-                let paths = rule.http.iter().flat_map(|h| &h.paths).filter_map(|p| {
-                    Some(Path {
-                        path: p.path.clone().unwrap_or_else(|| "/".into()),
-                        kind: if p.path_type == "Exact" {
-                            PathType::Exact
-                        } else {
-                            PathType::Prefix
-                        },
-                        backend: resolve(ns, name, &p.backend)?,
-                    })
-                });
                 let table = match rule.host.as_deref().map(str::to_lowercase) {
                     None => &mut routes.any_host,
                     Some(host) => match host.strip_prefix("*.") {
@@ -173,15 +261,41 @@ impl Routes {
                         None => routes.exact_hosts.entry(host).or_default(),
                     },
                 };
-                table.extend(paths);
+                for p in rule.http.iter().flat_map(|h| &h.paths) {
+                    let path = p.path.clone().unwrap_or_else(|| "/".into());
+                    let Some(backend) = resolve(ns, name, &p.backend) else {
+                        continue;
+                    };
+                    match &canary {
+                        Some(canary) => {
+                            match table
+                                .iter_mut()
+                                .find(|r| r.path == path && r.canary.is_none())
+                            {
+                                Some(main) => main.canary = Some((canary.clone(), backend)),
+                                None => {
+                                    tracing::debug!(ingress = %name, %path, "a canary path that no other Ingress serves is ignored")
+                                }
+                            }
+                        }
+                        None => {
+                            let kind = if p.path_type == "Exact" {
+                                PathType::Exact
+                            } else {
+                                PathType::Prefix
+                            };
+                            table.extend(Rule::new(path, kind, backend, options.clone()));
+                        }
+                    }
+                }
             }
         }
         routes
     }
 
-    /// The backend for a request to `host` (the Host header; a port is ignored) and
+    /// The rule for a request to `host` (the Host header; a port is ignored) and
     /// `path`, if any rule or default backend takes it.
-    pub fn route(&self, host: &str, path: &str) -> Option<&Backend> {
+    pub fn route(&self, host: &str, path: &str) -> Option<&Rule> {
         let host = host.rsplit_once(':').map_or(host, |(h, port)| {
             if port.bytes().all(|b| b.is_ascii_digit()) {
                 h
@@ -202,12 +316,15 @@ impl Routes {
 }
 
 /// The longest matching path, `Exact` first at equal length.
-fn best<'a>(paths: &'a [Path], request: &str) -> Option<&'a Backend> {
-    paths
+fn best<'a>(rules: &'a [Rule], request: &str) -> Option<&'a Rule> {
+    rules
         .iter()
-        .filter(|p| p.matches(request))
-        .max_by_key(|p| (p.path.trim_end_matches('/').len(), p.kind))
-        .map(|p| &p.backend)
+        .filter(|r| r.matches(request))
+        .max_by_key(|r| (r.path.trim_end_matches('/').len(), r.kind))
+}
+
+fn annotations_of(ingress: &Ingress) -> BTreeMap<String, String> {
+    ingress.metadata.annotations.clone().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -266,7 +383,7 @@ mod tests {
     }
 
     fn to(r: &Routes, host: &str, path: &str) -> Option<String> {
-        r.route(host, path).map(|b| b.name.clone())
+        r.route(host, path).map(|r| r.backend.name.clone())
     }
 
     #[test]
@@ -319,12 +436,94 @@ mod tests {
     #[test]
     fn backends_are_the_ready_endpoints_of_the_service_port() {
         let r = routes();
-        let web = r.route("shop.example", "/").unwrap();
+        let web = &r.route("shop.example", "/").unwrap().backend;
         assert_eq!(web.endpoints, ["10.42.0.5:8080".parse().unwrap()]);
-        let fallback = r.route("other", "/").unwrap();
+        let fallback = &r.route("other", "/").unwrap().backend;
         assert!(
             fallback.endpoints.is_empty(),
             "no slices: nothing to send to"
+        );
+    }
+
+    fn service_and_slice(name: &str, ip: &str) -> (Service, EndpointSlice) {
+        (
+            serde_json::from_value(json!({"metadata": {"namespace": "default", "name": name},
+                "spec": {"ports": [{"name": "http", "port": 80}]}}))
+            .unwrap(),
+            serde_json::from_value(json!({
+                "metadata": {"namespace": "default", "name": format!("{name}-1"),
+                             "labels": {SERVICE_NAME_LABEL: name}},
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}))
+            .unwrap(),
+        )
+    }
+
+    fn ingress(name: &str, annotations: serde_json::Value, path: &str, service: &str) -> Ingress {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": name, "annotations": annotations},
+            "spec": {"rules": [{"host": "site.example", "http": {"paths": [
+                {"path": path, "pathType": "ImplementationSpecific",
+                 "backend": {"service": {"name": service, "port": {"number": 80}}}}]}}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn rewrites_fill_the_groups_of_a_regular_expression_path() {
+        let (svc, slice) = service_and_slice("api", "10.42.0.6");
+        let rewrite = ingress(
+            "rw",
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/$2"}),
+            "/API(/|$)(.*)",
+            "api",
+        );
+        let r = Routes::new([&rewrite], [&svc], [&slice]);
+        let rule = r.route("site.example", "/api/v1/users").unwrap();
+        assert_eq!(rule.backend_path("/api/v1/users"), "/v1/users");
+        assert_eq!(
+            r.route("site.example", "/api")
+                .unwrap()
+                .backend_path("/api"),
+            "/"
+        );
+        assert!(r.route("site.example", "/apiv1").is_none());
+        assert!(r.route("site.example", "/v1").is_none());
+        assert_eq!(braced("/$1x/$$/$"), "/${1}x/$$$$/$$");
+    }
+
+    #[test]
+    fn a_canary_joins_the_same_host_and_path_of_another_ingress() {
+        let (main_svc, main_slice) = service_and_slice("main", "10.42.0.5");
+        let (canary_svc, canary_slice) = service_and_slice("next", "10.42.0.6");
+        let main = ingress("main", json!({}), "/", "main");
+        let canary = ingress(
+            "canary",
+            json!({"nginx.ingress.kubernetes.io/canary": "true",
+                   "nginx.ingress.kubernetes.io/canary-weight": "20"}),
+            "/",
+            "next",
+        );
+        let lonely = ingress(
+            "lonely",
+            json!({"nginx.ingress.kubernetes.io/canary": "true"}),
+            "/other",
+            "next",
+        );
+        // Whatever order they come in.
+        let r = Routes::new(
+            [&canary, &lonely, &main],
+            [&main_svc, &canary_svc],
+            [&main_slice, &canary_slice],
+        );
+        let rule = r.route("site.example", "/x").unwrap();
+        assert_eq!(rule.backend.name, "default/main:80");
+        let (c, backend) = rule.canary.as_ref().unwrap();
+        assert_eq!((c.weight, backend.name.as_str()), (20, "default/next:80"));
+        // A canary adds no path of its own.
+        assert_eq!(
+            r.route("site.example", "/other").unwrap().backend.name,
+            "default/main:80"
         );
     }
 }

@@ -1,34 +1,44 @@
-//! The HTTP side: accepts connections, finds each request's backend in the current
-//! [`Routes`], and forwards it to one of the backend's ready pods (round robin), with
-//! the `X-Forwarded-*` headers a reverse proxy adds. No rule: 404; a Service without
-//! ready endpoints: 503; a pod that does not answer: 502; plain HTTP for a host served
-//! with TLS: 308 to HTTPS — as ingress-nginx answers.
+//! The HTTP side: accepts connections, finds each request's rule in the current
+//! [`Routes`], and forwards it to one of the backend's ready pods (round robin, or the
+//! one its affinity cookie names), with the `X-Forwarded-*` headers a reverse proxy
+//! adds; upgraded connections (WebSocket and others) are joined to the pod's. As
+//! ingress-nginx answers: no rule, 404; a client outside the allowed ranges, 403; a
+//! body over the limit, 413; a Service without ready endpoints, 503; a pod that does
+//! not answer, 502, or 504 when it is too slow; plain HTTP for a host served with TLS,
+//! 308 to HTTPS.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body_util::{Either, Full};
+use http_body_util::{Either, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use krust_api::sync::UnpoisonedRw;
+use krust_api::sync::{Unpoisoned, UnpoisonedRw};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::annotations::Verdict;
 use crate::metrics::Metrics;
-use crate::routes::{Backend, Routes};
+use crate::routes::{Backend, Routes, Rule};
 use crate::tls::Resolver;
 
 /// The routing table in use; replaced whole when Ingresses or endpoints change.
 pub type SharedRoutes = Arc<RwLock<Arc<Routes>>>;
 
 type Body = Either<Incoming, Full<Bytes>>;
+/// A request body on its way to a backend: cut off past the rule's size limit.
+type Upstream = Limited<Incoming>;
+type BackendClient = Client<HttpConnector, Upstream>;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [&str; 8] = [
@@ -47,8 +57,11 @@ pub struct Proxy {
     tls: Arc<Resolver>,
     /// The HTTPS port, for redirects (left out of the URL when it is 443).
     https_port: u16,
-    client: Client<HttpConnector, Incoming>,
+    /// Clients by (connect timeout, HTTP/2 only), made on first use.
+    clients: Mutex<HashMap<(Duration, bool), BackendClient>>,
     next: AtomicUsize,
+    /// Turns of the canaries' weights.
+    canary_turn: AtomicUsize,
     metrics: Metrics,
 }
 
@@ -63,8 +76,9 @@ impl Proxy {
             routes,
             tls,
             https_port,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            clients: Mutex::default(),
             next: AtomicUsize::new(0),
+            canary_turn: AtomicUsize::new(0),
             metrics,
         })
     }
@@ -92,13 +106,13 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, tls: Option<TlsAcce
             let served = match tls {
                 None => {
                     builder
-                        .serve_connection(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await
                 }
                 Some(tls) => match tls.accept(stream).await {
                     Ok(stream) => {
                         builder
-                            .serve_connection(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
                             .await
                     }
                     Err(err) => {
@@ -164,13 +178,26 @@ impl Proxy {
         secure: bool,
     ) -> (Option<&'r Backend>, Response<Body>, Option<f64>) {
         let host = host_of(&req);
-        let Some(backend) = routes.route(&host, req.uri().path()) else {
+        let Some(rule) = routes.route(&host, req.uri().path()) else {
             return (
                 None,
                 plain(StatusCode::NOT_FOUND, "default backend - 404"),
                 None,
             );
         };
+        let options = &rule.options;
+        let allowed = match peer.ip() {
+            IpAddr::V4(ip) => options.allows(ip),
+            IpAddr::V6(ip) => ip.to_ipv4_mapped().is_some_and(|ip| options.allows(ip)),
+        };
+        if !allowed {
+            return (
+                Some(&rule.backend),
+                plain(StatusCode::FORBIDDEN, "403 Forbidden"),
+                None,
+            );
+        }
+        let backend = self.choose(rule, &req);
         let answer = |response| (Some(backend), response, None);
         if backend.endpoints.is_empty() {
             return answer(plain(
@@ -178,19 +205,32 @@ impl Proxy {
                 &format!("no ready endpoints for {}", backend.name),
             ));
         }
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let endpoint = backend.endpoints[n % backend.endpoints.len()];
-        let path = req
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
-        let Ok(uri) = Uri::try_from(format!("http://{endpoint}{path}")) else {
+        let declared = (req.headers().get(header::CONTENT_LENGTH))
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let (Some(limit), Some(length)) = (options.body_limit, declared)
+            && length > limit
+        {
+            return answer(too_large());
+        }
+        let (endpoint, cookie) = self.endpoint(rule, backend, &req);
+        let mut target = rule.backend_path(req.uri().path()).into_owned();
+        if let Some(query) = req.uri().query() {
+            target = format!("{target}?{query}");
+        }
+        let Ok(uri) = Uri::try_from(format!("http://{endpoint}{target}")) else {
             return answer(plain(StatusCode::BAD_REQUEST, "bad request target"));
         };
         *req.uri_mut() = uri;
-        // Backends speak HTTP/1.1, whatever the client spoke.
-        *req.version_mut() = Version::HTTP_11;
+        // An upgrade (HTTP/1.1 only) keeps its headers, and its connection is joined to
+        // the backend's once both sides switch.
+        let upgrade = upgrade_of(&req);
+        let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+        // Backends speak HTTP/1.1, whatever the client spoke; gRPC backends HTTP/2.
+        *req.version_mut() = if options.grpc {
+            Version::HTTP_2
+        } else {
+            Version::HTTP_11
+        };
         let headers = req.headers_mut();
         if !headers.contains_key(header::HOST)
             && let Ok(value) = HeaderValue::from_str(&host)
@@ -199,6 +239,14 @@ impl Proxy {
         }
         for h in HOP_BY_HOP {
             headers.remove(h);
+        }
+        if let Some(protocol) = upgrade {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(header::UPGRADE, protocol);
+        }
+        if options.grpc {
+            // gRPC needs trailers, and says so (nginx's grpc_pass does too).
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
             Some(earlier) => format!("{earlier}, {}", peer.ip()),
@@ -214,24 +262,203 @@ impl Proxy {
                 headers.insert(HeaderName::from_static(name), value);
             }
         }
+        let limit = options
+            .body_limit
+            .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let req = req.map(|body| Limited::new(body, limit));
+        let client = self.client(options.connect_timeout, options.grpc);
         let asked = std::time::Instant::now();
-        let response = match self.client.request(req).await {
-            Ok(mut response) => {
-                for h in HOP_BY_HOP {
-                    response.headers_mut().remove(h);
+        let outcome = tokio::time::timeout(options.read_timeout, client.request(req)).await;
+        let mut response = match outcome {
+            Ok(Ok(mut response)) => {
+                match client_side {
+                    Some(client_side) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                        join_upgraded(client_side, hyper::upgrade::on(&mut response), endpoint);
+                    }
+                    _ => {
+                        for h in HOP_BY_HOP {
+                            response.headers_mut().remove(h);
+                        }
+                    }
                 }
                 response.map(Either::Left)
             }
-            Err(err) => {
+            Ok(Err(err)) => {
                 tracing::debug!(%endpoint, backend = %backend.name, error = %err, "ingress: backend failed");
-                plain(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("{} did not answer", backend.name),
-                )
+                if caused_by::<LengthLimitError>(&err) {
+                    too_large()
+                } else if caused_by_timeout(&err) {
+                    timed_out()
+                } else {
+                    plain(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("{} did not answer", backend.name),
+                    )
+                }
             }
+            Err(_) => timed_out(),
         };
+        if let Some(cookie) = cookie {
+            response.headers_mut().append(header::SET_COOKIE, cookie);
+        }
         (Some(backend), response, Some(asked.elapsed().as_secs_f64()))
     }
+
+    /// The rule's backend, or its canary's when the request's header or cookie says so,
+    /// else in the canary's share of the turns.
+    fn choose<'r>(&self, rule: &'r Rule, req: &Request<Incoming>) -> &'r Backend {
+        let Some((canary, alternative)) = &rule.canary else {
+            return &rule.backend;
+        };
+        let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+        match canary.verdict(header, |name| cookie(req, name)) {
+            Verdict::Canary => alternative,
+            Verdict::Main => &rule.backend,
+            Verdict::Undecided => {
+                let turn = self.canary_turn.fetch_add(1, Ordering::Relaxed);
+                if (turn % canary.weight_total as usize) < canary.weight as usize {
+                    alternative
+                } else {
+                    &rule.backend
+                }
+            }
+        }
+    }
+
+    /// The endpoint for a request: the one its affinity cookie names while it is ready,
+    /// else the next in turn — with the cookie to set when the rule keeps affinity.
+    fn endpoint(
+        &self,
+        rule: &Rule,
+        backend: &Backend,
+        req: &Request<Incoming>,
+    ) -> (SocketAddr, Option<HeaderValue>) {
+        let affinity = rule.options.affinity.as_ref();
+        if let Some(affinity) = affinity
+            && let Some(kept) = cookie(req, &affinity.cookie)
+            && let Some(endpoint) = backend.endpoints.iter().find(|e| token(e) == kept)
+        {
+            return (*endpoint, None);
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let endpoint = backend.endpoints[n % backend.endpoints.len()];
+        let cookie = affinity.and_then(|affinity| {
+            let mut value = format!(
+                "{}={}; Path={}; HttpOnly",
+                affinity.cookie,
+                token(&endpoint),
+                rule.cookie_path()
+            );
+            if let Some(age) = affinity.max_age {
+                value.push_str(&format!("; Max-Age={age}"));
+            }
+            HeaderValue::from_str(&value).ok()
+        });
+        (endpoint, cookie)
+    }
+
+    /// The client for backends with this connect timeout and protocol.
+    fn client(&self, connect_timeout: Duration, http2: bool) -> BackendClient {
+        self.clients
+            .locked()
+            .entry((connect_timeout, http2))
+            .or_insert_with(|| {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(connect_timeout));
+                connector.set_nodelay(true);
+                Client::builder(TokioExecutor::new())
+                    .http2_only(http2)
+                    .build(connector)
+            })
+            .clone()
+    }
+}
+
+/// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade` and an
+/// `Upgrade` header), if it does.
+fn upgrade_of(req: &Request<Incoming>) -> Option<HeaderValue> {
+    let asks = req.version() == Version::HTTP_11
+        && (req.headers().get_all(header::CONNECTION).iter())
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| req.headers().get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Copies both ways between the client's and the backend's upgraded connections, once
+/// both have switched, until either side closes.
+fn join_upgraded(
+    client_side: hyper::upgrade::OnUpgrade,
+    backend_side: hyper::upgrade::OnUpgrade,
+    endpoint: SocketAddr,
+) {
+    tokio::spawn(async move {
+        match tokio::try_join!(client_side, backend_side) {
+            Ok((client, backend)) => {
+                let (mut client, mut backend) = (TokioIo::new(client), TokioIo::new(backend));
+                if let Err(err) = tokio::io::copy_bidirectional(&mut client, &mut backend).await {
+                    tracing::debug!(%endpoint, error = %err, "ingress: upgraded connection ended");
+                }
+            }
+            Err(err) => tracing::debug!(%endpoint, error = %err, "ingress: upgrade failed"),
+        }
+    });
+}
+
+/// The value of cookie `name` in the request, if it has one.
+fn cookie<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
+    (req.headers().get_all(header::COOKIE).iter())
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (key, value) = pair.trim().split_once('=')?;
+            (key == name).then_some(value)
+        })
+}
+
+/// What an affinity cookie holds for `endpoint`: a digest, not the pod's address.
+fn token(endpoint: &SocketAddr) -> String {
+    let mut hasher = DefaultHasher::new();
+    endpoint.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// Whether `err` or any error under it is an `E`.
+fn caused_by<E: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if e.is::<E>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// Whether the backend could not be reached in time (the connect timeout).
+fn caused_by_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+fn too_large() -> Response<Body> {
+    plain(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "413 Request Entity Too Large",
+    )
+}
+
+fn timed_out() -> Response<Body> {
+    plain(StatusCode::GATEWAY_TIMEOUT, "504 Gateway Time-out")
 }
 
 /// The host a request names: its Host header, else (HTTP/2) the URI's authority.

@@ -30,6 +30,7 @@ mod history;
 mod hostile;
 mod images;
 mod ingress;
+mod ingress_options;
 mod jobs;
 mod kube_rs;
 mod kubectl;
