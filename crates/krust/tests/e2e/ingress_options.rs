@@ -307,3 +307,63 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
         assert_eq!(echoed, message);
     }
 }
+
+/// `backend-protocol: GRPC`: a gRPC client speaks HTTP/2 to the Ingress, which speaks
+/// HTTP/2 to the backend (here the built-in CSI driver's Identity service, served on a
+/// port of this machine); answers and error statuses (trailers) come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_backends_are_reached_over_http2() {
+    use krust_csi::v1::identity_server::IdentityServer;
+    use krust_csi::v1::{
+        CreateVolumeRequest, GetPluginInfoRequest, controller_client::ControllerClient,
+        identity_client::IdentityClient,
+    };
+
+    let port = free_port();
+    let s = Server::start_with(&[&format!("--ingress-http-port={port}")]);
+    let dir = tempfile::tempdir().unwrap();
+    let grpc_port = free_port();
+    let driver = krust_csi::local::LocalDriver::new("grpc-node", dir.path());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IdentityServer::new(driver))
+            .serve(([0, 0, 0, 0], grpc_port).into()),
+    );
+    let node_ip = krust_kubelet::machine::node_ip().to_string();
+    let mut objects = selectorless("grpc", &node_ip, &[grpc_port]);
+    objects.push(ingress(
+        "grpc",
+        "grpc.example",
+        "/",
+        "grpc",
+        json!({"backend-protocol": "GRPC"}),
+    ));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    s.ok_stdin(&["apply", "-f", "-"], &list.to_string());
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .origin("http://grpc.example".parse().unwrap())
+        .connect_lazy();
+    let mut identity = IdentityClient::new(channel.clone());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let info = loop {
+        match identity.get_plugin_info(GetPluginInfoRequest {}).await {
+            Ok(info) => break info.into_inner(),
+            Err(status) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no answer through the Ingress: {status}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(info.name, krust_csi::local::NAME);
+    // A service the backend does not serve: its status comes back in the trailers.
+    let refused = ControllerClient::new(channel)
+        .create_volume(CreateVolumeRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+}
