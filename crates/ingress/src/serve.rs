@@ -18,7 +18,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body_util::{Either, Full, LengthLimitError, Limited};
+use http_body_util::{Either, Empty, Full, LengthLimitError, Limited};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -36,9 +37,12 @@ use crate::tls::Resolver;
 pub type SharedRoutes = Arc<RwLock<Arc<Routes>>>;
 
 type Body = Either<Incoming, Full<Bytes>>;
-/// A request body on its way to a backend: cut off past the rule's size limit.
-type Upstream = Limited<Incoming>;
+/// A request body on its way to a backend: cut off past the rule's size limit, or none
+/// (a request without one, which can be sent to another pod if the first is gone).
+type Upstream = Either<Limited<Incoming>, Empty<Bytes>>;
 type BackendClient = Client<HttpConnector, Upstream>;
+/// Pods a request without a body is offered to before 502.
+const MAX_TRIES: usize = 3;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [&str; 8] = [
@@ -212,26 +216,27 @@ impl Proxy {
         {
             return answer(too_large());
         }
-        let (endpoint, cookie) = self.endpoint(rule, backend, &req);
+        let (mut endpoint, mut cookie) = self.endpoint(rule, backend, &req);
         let mut target = rule.backend_path(req.uri().path()).into_owned();
         if let Some(query) = req.uri().query() {
             target = format!("{target}?{query}");
         }
-        let Ok(uri) = Uri::try_from(format!("http://{endpoint}{target}")) else {
+        let uri = |endpoint: SocketAddr| Uri::try_from(format!("http://{endpoint}{target}"));
+        if uri(endpoint).is_err() {
             return answer(plain(StatusCode::BAD_REQUEST, "bad request target"));
-        };
-        *req.uri_mut() = uri;
+        }
         // An upgrade (HTTP/1.1 only) keeps its headers, and its connection is joined to
         // the backend's once both sides switch.
         let upgrade = upgrade_of(&req);
         let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         // Backends speak HTTP/1.1, whatever the client spoke; gRPC backends HTTP/2.
-        *req.version_mut() = if options.grpc {
+        let version = if options.grpc {
             Version::HTTP_2
         } else {
             Version::HTTP_11
         };
-        let headers = req.headers_mut();
+        let method = req.method().clone();
+        let mut headers = std::mem::take(req.headers_mut());
         if !headers.contains_key(header::HOST)
             && let Ok(value) = HeaderValue::from_str(&host)
         {
@@ -262,13 +267,44 @@ impl Proxy {
                 headers.insert(HeaderName::from_static(name), value);
             }
         }
+        // A request without a body can be sent again: when a pod cannot be reached
+        // (it went away before the routes knew), the next one is tried, as nginx's
+        // `proxy_next_upstream error` does, up to three.
+        let body = req.into_body();
+        let resendable = body.is_end_stream();
+        let tries = if resendable {
+            backend.endpoints.len().min(MAX_TRIES)
+        } else {
+            1
+        };
         let limit = options
             .body_limit
             .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-        let req = req.map(|body| Limited::new(body, limit));
+        let mut body = (!resendable).then(|| Either::Left(Limited::new(body, limit)));
         let client = self.client(options.connect_timeout, options.grpc);
         let asked = std::time::Instant::now();
-        let outcome = tokio::time::timeout(options.read_timeout, client.request(req)).await;
+        let mut tried = 0;
+        let outcome = loop {
+            tried += 1;
+            let mut upstream = Request::new(body.take().unwrap_or(Either::Right(Empty::new())));
+            *upstream.method_mut() = method.clone();
+            *upstream.uri_mut() = uri(endpoint).expect("checked above");
+            *upstream.version_mut() = version;
+            *upstream.headers_mut() = if tried < tries {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
+            let outcome =
+                tokio::time::timeout(options.read_timeout, client.request(upstream)).await;
+            match &outcome {
+                Ok(Err(err)) if err.is_connect() && tried < tries => {
+                    tracing::debug!(%endpoint, backend = %backend.name, error = %err, "ingress: backend unreachable, trying the next");
+                    (endpoint, cookie) = self.next_endpoint(rule, backend);
+                }
+                _ => break outcome,
+            }
+        };
         let mut response = match outcome {
             Ok(Ok(mut response)) => {
                 match client_side {
@@ -340,9 +376,15 @@ impl Proxy {
         {
             return (*endpoint, None);
         }
+        self.next_endpoint(rule, backend)
+    }
+
+    /// The next endpoint in turn, with the affinity cookie that names it when the rule
+    /// keeps affinity.
+    fn next_endpoint(&self, rule: &Rule, backend: &Backend) -> (SocketAddr, Option<HeaderValue>) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let endpoint = backend.endpoints[n % backend.endpoints.len()];
-        let cookie = affinity.and_then(|affinity| {
+        let cookie = rule.options.affinity.as_ref().and_then(|affinity| {
             let mut value = format!(
                 "{}={}; Path={}; HttpOnly",
                 affinity.cookie,

@@ -2,8 +2,9 @@
 //! (issue 33, item 3), against backends that run in the test itself — Services without
 //! selectors whose EndpointSlices point at this machine — so that each request's path,
 //! body size and endpoint can be seen: rewrites, body limits, timeouts, allowed source
-//! ranges, cookie affinity, canaries by header and by weight, and a WebSocket-style
-//! upgrade joined to the backend's connection.
+//! ranges, cookie affinity, canaries by header and by weight, a WebSocket-style
+//! upgrade joined to the backend's connection, and requests retried on the next pod when
+//! one cannot be reached.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -140,6 +141,9 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
     let (a, b, c) = (backend("a"), backend("b"), backend("c"));
     let mut objects = selectorless("main", &node_ip, &[a, b]);
     objects.extend(selectorless("next", &node_ip, &[c]));
+    // One endpoint of `gone` refuses connections (a pod that went away before its
+    // EndpointSlice said so).
+    objects.extend(selectorless("gone", &node_ip, &[a, free_port()]));
     objects.extend([
         ingress("plain", "plain.example", "/", "main", json!({})),
         ingress(
@@ -177,6 +181,7 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
             "main",
             json!({"affinity": "cookie"}),
         ),
+        ingress("gone", "gone.example", "/", "gone", json!({})),
         ingress("site", "canary.example", "/", "main", json!({})),
         ingress(
             "site-canary",
@@ -203,6 +208,12 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
     seen.sort();
     seen.dedup();
     assert_eq!(seen, ["a", "b"]);
+
+    // A request without a body goes to the next pod when one cannot be reached.
+    for _ in 0..6 {
+        let (status, _, body) = request(port, "gone.example", "/", &[]);
+        assert_eq!((status, body.split(' ').next()), (200, Some("a")));
+    }
 
     // rewrite-target: the path's groups, the rest of the path replaced, the query kept.
     let (status, _, body) = request(port, "rw.example", "/api/v1/users?page=2", &[]);
