@@ -99,6 +99,10 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, tls: Option<TlsAcce
                 continue;
             }
         };
+        // Answers go out at once, not after the client's next ACK (nginx's tcp_nodelay).
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, error = %err, "ingress: TCP_NODELAY");
+        }
         let (proxy, tls) = (proxy.clone(), tls.clone());
         tokio::spawn(async move {
             let secure = tls.is_some();
@@ -253,15 +257,16 @@ impl Proxy {
             // gRPC needs trailers, and says so (nginx's grpc_pass does too).
             headers.insert(header::TE, HeaderValue::from_static("trailers"));
         }
+        let client_ip = peer.ip().to_string();
         let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-            Some(earlier) => format!("{earlier}, {}", peer.ip()),
-            None => peer.ip().to_string(),
+            Some(earlier) => format!("{earlier}, {client_ip}"),
+            None => client_ip.clone(),
         };
         for (name, value) in [
             ("x-forwarded-for", forwarded_for.as_str()),
             ("x-forwarded-host", host.as_str()),
             ("x-forwarded-proto", if secure { "https" } else { "http" }),
-            ("x-real-ip", &peer.ip().to_string()),
+            ("x-real-ip", &client_ip),
         ] {
             if let Ok(value) = HeaderValue::from_str(value) {
                 headers.insert(HeaderName::from_static(name), value);

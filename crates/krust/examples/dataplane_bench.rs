@@ -3,8 +3,10 @@
 //!
 //! ```text
 //! cargo build --release -p krust --bins --examples
-//! ./target/release/examples/dataplane_bench [services=1000] [seconds=5] [proxy-services=2000]
+//! ./target/release/examples/dataplane_bench [services=1000] [seconds=5] [proxy-services=2000] [only=all]
 //! ```
+//!
+//! `only` runs one part: `rules`, `proxy`, `dns` or `ingress`.
 //!
 //! Prints:
 //! - rules: time to render and to load (`nft -f`, one transaction) the whole table for
@@ -18,12 +20,13 @@
 //!   A queries for random ones from 64 UDP clients for `seconds`: answers/s, latency
 //!   p50/p99, the server's CPU;
 //! - Ingress: the same server's Ingress controller in front of an HTTP server of the
-//!   bench (a Service without selector and an EndpointSlice pointing at it); GETs from 64
-//!   keep-alive clients for `seconds`: requests/s, latency p50/p99.
+//!   bench (a Service without selector and an EndpointSlice pointing at it), plain and
+//!   TLS (a certificate from a Secret), then Debian's nginx (when installed) as the same
+//!   reverse proxy to the same backend; GETs from 64 clients, each on its own keep-alive
+//!   HTTP/1.1 connection, for `seconds`: requests/s, latency p50/p99.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -51,27 +54,38 @@ async fn main() -> Result {
     let services: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
     let seconds: u64 = args.next().map_or(Ok(5), |a| a.parse())?;
     let proxy_services: usize = args.next().map_or(Ok(2_000), |a| a.parse())?;
+    let only = args.next().unwrap_or_else(|| "all".into());
+    let part = |name: &str| only == "all" || only == name;
     let window = Duration::from_secs(seconds);
-    rules()?;
+    if part("rules") {
+        rules()?;
+    }
     let node_ip = krust_kubelet::machine::node_ip();
-    let (dns_port, http_port) = (free_port(), free_port());
+    let (dns_port, http_port, https_port) = (free_port(), free_port(), free_port());
     let cluster = Cluster::start(&[
         "--disable-scheduler",
         &format!("--dns-port={dns_port}"),
         &format!("--ingress-http-port={http_port}"),
+        &format!("--ingress-https-port={https_port}"),
     ])
     .await?;
     let client = cluster.client().await?;
-    programming(&client, &cluster, proxy_services).await?;
-    dns(
-        &client,
-        &cluster,
-        SocketAddrV4::new(node_ip, dns_port),
-        services,
-        window,
-    )
-    .await?;
-    ingress(&client, node_ip, http_port, window).await?;
+    if part("proxy") {
+        programming(&client, &cluster, proxy_services).await?;
+    }
+    if part("dns") {
+        dns(
+            &client,
+            &cluster,
+            SocketAddrV4::new(node_ip, dns_port),
+            services,
+            window,
+        )
+        .await?;
+    }
+    if part("ingress") {
+        ingress(&client, node_ip, (http_port, https_port), window).await?;
+    }
     cluster.stop();
     Ok(())
 }
@@ -418,7 +432,12 @@ async fn dns(
     Ok(())
 }
 
-async fn ingress(client: &kube::Client, node_ip: Ipv4Addr, port: u16, window: Duration) -> Result {
+async fn ingress(
+    client: &kube::Client,
+    node_ip: Ipv4Addr,
+    (port, https_port): (u16, u16),
+    window: Duration,
+) -> Result {
     // The backend: a minimal HTTP server on the node's address.
     let backend = tokio::net::TcpListener::bind((node_ip, 0)).await?;
     let backend_port = backend.local_addr()?.port();
@@ -439,6 +458,8 @@ async fn ingress(client: &kube::Client, node_ip: Ipv4Addr, port: u16, window: Du
             });
         }
     });
+    let certified = rcgen::generate_simple_self_signed(vec![BENCH_HOST.to_string()])?;
+    let (cert_pem, key_pem) = (certified.cert.pem(), certified.signing_key.serialize_pem());
     Api::<Service>::namespaced(client.clone(), "default")
         .create(
             &PostParams::default(),
@@ -457,64 +478,251 @@ async fn ingress(client: &kube::Client, node_ip: Ipv4Addr, port: u16, window: Du
             "endpoints": [{"addresses": [node_ip.to_string()], "conditions": {"ready": true}}]}))?,
         )
         .await?;
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+            "metadata": {"name": "bench-tls"}, "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": cert_pem, "tls.key": key_pem}}))?,
+        )
+        .await?;
     Api::<Ingress>::namespaced(client.clone(), "default")
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({
-            "metadata": {"name": "bench"},
-            "spec": {"rules": [{"host": "bench.example", "http": {"paths": [
+            "metadata": {"name": "bench",
+                "annotations": {"nginx.ingress.kubernetes.io/ssl-redirect": "false"}},
+            "spec": {"tls": [{"hosts": [BENCH_HOST], "secretName": "bench-tls"}],
+                "rules": [{"host": BENCH_HOST, "http": {"paths": [
                 {"path": "/", "pathType": "Prefix",
                  "backend": {"service": {"name": "backend", "port": {"number": 80}}}}]}}]}}))?,
         )
         .await?;
-    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Empty<Bytes>>();
-    let target = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let get = move || {
-        let request = hyper::Request::get(format!("http://{target}/"))
-            .header("host", "bench.example")
-            .body(Empty::new())
-            .expect("a request");
-        let http = http.clone();
-        async move { matches!(http.request(request).await, Ok(r) if r.status() == 200) }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(certified.cert.der().clone())?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    ));
+    let plain = |port: u16| Target {
+        address: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        tls: None,
+    };
+    let secure = |port: u16| Target {
+        address: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        tls: Some(tls.clone()),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !get().await {
+    while load(&secure(https_port), 1, Duration::from_millis(50))
+        .await
+        .requests
+        == 0
+    {
         if Instant::now() > deadline {
             return Err("the Ingress never routed".into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let failed = Arc::new(AtomicU64::new(0));
+    let nginx = Nginx::start(node_ip, backend_port, &cert_pem, &key_pem)?;
+    let mut targets = vec![("krust", port, https_port)];
+    if let Some(nginx) = &nginx {
+        targets.push(("nginx", nginx.port, nginx.https_port));
+    } else {
+        println!("Ingress: no nginx here (apt-get install nginx-light): krust alone");
+    }
+    for (name, port, https_port) in targets {
+        for (scheme, target) in [("http", plain(port)), ("https", secure(https_port))] {
+            let run = load(&target, CLIENTS, window).await;
+            println!(
+                "Ingress, {name} ({scheme}), {CLIENTS} keep-alive clients: {:.0} requests/s, p50 {:.2?}, p99 {:.2?}, {} failed",
+                run.requests as f64 / window.as_secs_f64(),
+                percentile(&run.latencies, 0.5),
+                percentile(&run.latencies, 0.99),
+                run.failed,
+            );
+        }
+    }
+    Ok(())
+}
+
+const BENCH_HOST: &str = "bench.example";
+
+/// Where the load goes: plain HTTP, or HTTPS through `tls`.
+struct Target {
+    address: SocketAddr,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+/// What a load run measured.
+struct Run {
+    requests: u64,
+    failed: u64,
+    latencies: Vec<Duration>,
+}
+
+/// `clients` clients, each on its own keep-alive HTTP/1.1 connection (reopened after a
+/// failure), sending GETs for `bench.example` one after another for `window`.
+async fn load(target: &Target, clients: usize, window: Duration) -> Run {
     let started = Instant::now();
     let mut set = JoinSet::new();
-    for _ in 0..CLIENTS {
-        let (get, failed) = (get.clone(), failed.clone());
+    for _ in 0..clients {
+        let (address, tls) = (target.address, target.tls.clone());
         set.spawn(async move {
-            let mut latencies = Vec::new();
+            let (mut latencies, mut failed) = (Vec::new(), 0u64);
             while started.elapsed() < window {
-                let sent = Instant::now();
-                if get().await {
+                let Some(mut sender) = connect(address, tls.as_ref()).await else {
+                    failed += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                while started.elapsed() < window {
+                    let request = hyper::Request::get("/")
+                        .header("host", BENCH_HOST)
+                        .body(Empty::<Bytes>::new())
+                        .expect("a request");
+                    let sent = Instant::now();
+                    let answered = match sender.send_request(request).await {
+                        Ok(r) if r.status() == 200 => {
+                            http_body_util::BodyExt::collect(r.into_body())
+                                .await
+                                .is_ok()
+                        }
+                        _ => false,
+                    };
+                    if !answered {
+                        failed += 1;
+                        break;
+                    }
                     latencies.push(sent.elapsed());
-                } else {
-                    failed.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            latencies
+            (latencies, failed)
         });
     }
-    let mut latencies = Vec::new();
-    while let Some(l) = set.join_next().await {
-        latencies.extend(l?);
+    let mut run = Run {
+        requests: 0,
+        failed: 0,
+        latencies: Vec::new(),
+    };
+    while let Some(Ok((latencies, failed))) = set.join_next().await {
+        run.failed += failed;
+        run.latencies.extend(latencies);
     }
-    let elapsed = started.elapsed();
-    latencies.sort();
-    println!(
-        "Ingress, {CLIENTS} keep-alive clients: {:.0} requests/s, p50 {:.2?}, p99 {:.2?}, {} failed",
-        latencies.len() as f64 / elapsed.as_secs_f64(),
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        failed.load(Ordering::Relaxed),
-    );
-    Ok(())
+    run.requests = run.latencies.len() as u64;
+    run.latencies.sort();
+    run
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+async fn connect(address: SocketAddr, tls: Option<&tokio_rustls::TlsConnector>) -> Option<Sender> {
+    let tcp = tokio::net::TcpStream::connect(address).await.ok()?;
+    tcp.set_nodelay(true).ok()?;
+    let sender = match tls {
+        None => {
+            let (sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                    .await
+                    .ok()?;
+            tokio::spawn(conn);
+            sender
+        }
+        Some(tls) => {
+            let name = rustls::pki_types::ServerName::try_from(BENCH_HOST).ok()?;
+            let stream = tls.connect(name, tcp).await.ok()?;
+            let (sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .ok()?;
+            tokio::spawn(conn);
+            sender
+        }
+    };
+    Some(sender)
+}
+
+/// Debian's nginx as the same kind of reverse proxy in front of the same backend (2
+/// workers, as many as krust's runtime threads here; keep-alive to the backend and no
+/// limit of requests per client connection, as krust's; no access log, as krust writes
+/// none), for a side-by-side figure.
+struct Nginx {
+    child: std::process::Child,
+    port: u16,
+    https_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    /// `None` when nginx is not installed.
+    fn start(
+        backend_ip: Ipv4Addr,
+        backend_port: u16,
+        cert: &str,
+        key: &str,
+    ) -> Result<Option<Nginx>> {
+        if std::process::Command::new("nginx")
+            .arg("-v")
+            .output()
+            .is_err()
+        {
+            return Ok(None);
+        }
+        let dir = tempfile::tempdir()?;
+        let (port, https_port) = (free_port(), free_port());
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(dir.path().join("cert.pem"), cert)?;
+        std::fs::write(dir.path().join("key.pem"), key)?;
+        let config = format!(
+            "worker_processes 2;\npid {pid};\nerror_log {log};\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n  access_log off;\n  keepalive_requests 1000000;\n\
+               upstream backend {{ server {backend_ip}:{backend_port}; keepalive 64; }}\n\
+               server {{\n    listen 127.0.0.1:{port};\n    listen 127.0.0.1:{https_port} ssl;\n\
+                 ssl_certificate {cert};\n    ssl_certificate_key {key};\n\
+                 location / {{\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n\
+                   proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n\
+                   proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n    }}\n  }}\n}}\n",
+            pid = path("nginx.pid"),
+            log = path("error.log"),
+            cert = path("cert.pem"),
+            key = path("key.pem"),
+        );
+        std::fs::write(dir.path().join("nginx.conf"), config)?;
+        let child = std::process::Command::new("nginx")
+            .args([
+                "-p",
+                &path(""),
+                "-e",
+                &path("error.log"),
+                "-c",
+                &path("nginx.conf"),
+            ])
+            .args(["-g", "daemon off;"])
+            .spawn()?;
+        let nginx = Nginx {
+            child,
+            port,
+            https_port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            if Instant::now() > deadline {
+                return Err("nginx did not start".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Some(nginx))
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, not yet reaped; SIGTERM stops its workers too.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
 }

@@ -151,11 +151,13 @@ impl Cluster {
                     (!flags.iter().any(|f| f.starts_with("--dns-port=")))
                         .then_some("--disable-dns"),
                 )
-                .arg(
-                    if flags.iter().any(|f| f.starts_with("--ingress-http-port=")) {
-                        format!("--ingress-https-port={}", free_port())
+                .args(
+                    if !flags.iter().any(|f| f.starts_with("--ingress-http-port=")) {
+                        Some("--disable-ingress".to_string())
+                    } else if !flags.iter().any(|f| f.starts_with("--ingress-https-port=")) {
+                        Some(format!("--ingress-https-port={}", free_port()))
                     } else {
-                        "--disable-ingress".to_string()
+                        None
                     },
                 )
                 .args(flags)
