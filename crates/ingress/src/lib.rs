@@ -8,6 +8,7 @@
 //! `status.loadBalancer.ingress`, and registers its IngressClass (`krust`, the default
 //! class: Ingresses without a class are served too).
 
+pub mod access;
 pub mod annotations;
 pub mod metrics;
 pub mod routes;
@@ -52,6 +53,8 @@ pub struct Config {
     pub status_ip: Ipv4Addr,
     /// Where `/metrics` and `/healthz` are served (ingress-nginx: :10254).
     pub metrics_address: Option<SocketAddr>,
+    /// Where one line per request goes (`-`: standard output); none without.
+    pub access_log: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +63,8 @@ pub enum Error {
     Listen(SocketAddr, #[source] std::io::Error),
     #[error("making the default certificate: {0}")]
     Certificate(#[source] rcgen::Error),
+    #[error("opening the access log {0}: {1}")]
+    AccessLog(std::path::PathBuf, #[source] std::io::Error),
 }
 
 /// Serves Ingresses until the future is dropped.
@@ -71,6 +76,9 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         .await
         .map_err(|e| Error::Listen(config.https_listen, e))?;
     let tls = Arc::new(tls::Resolver::new().map_err(Error::Certificate)?);
+    let access_log = (config.access_log.as_ref())
+        .map(|path| access::AccessLog::open(path).map_err(|e| Error::AccessLog(path.clone(), e)))
+        .transpose()?;
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(tls.clone())));
     let changed = Arc::new(Notify::new());
     let all = watcher::Config::default;
@@ -132,6 +140,7 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         tls.clone(),
         config.https_listen.port(),
         metrics,
+        access_log,
     );
     tokio::select! {
         _ = ingresses_informer.run() => {}

@@ -28,6 +28,7 @@ use krust_api::sync::{Unpoisoned, UnpoisonedRw};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::access::{AccessLog, Entry};
 use crate::annotations::Verdict;
 use crate::metrics::Metrics;
 use crate::routes::{Backend, Routes, Rule};
@@ -67,6 +68,7 @@ pub struct Proxy {
     /// Turns of the canaries' weights.
     canary_turn: AtomicUsize,
     metrics: Metrics,
+    access_log: Option<AccessLog>,
 }
 
 impl Proxy {
@@ -75,6 +77,7 @@ impl Proxy {
         tls: Arc<Resolver>,
         https_port: u16,
         metrics: Metrics,
+        access_log: Option<AccessLog>,
     ) -> Arc<Proxy> {
         Arc::new(Proxy {
             routes,
@@ -84,6 +87,7 @@ impl Proxy {
             next: AtomicUsize::new(0),
             canary_turn: AtomicUsize::new(0),
             metrics,
+            access_log,
         })
     }
 }
@@ -143,18 +147,41 @@ impl Proxy {
         peer: SocketAddr,
         secure: bool,
     ) -> Response<Body> {
+        let started = std::time::Instant::now();
         let method = req.method().clone();
+        let logged = self.access_log.as_ref().map(|_| Logged::of(&req));
         let routes = self.routes.read_locked().clone();
         let (backend, response, upstream) = match self.redirect(&req, secure) {
             Some(redirect) => (None, redirect, None),
             None => self.forward(&routes, req, peer, secure).await,
         };
+        let status = response.status().as_u16();
         self.metrics.request(
             backend,
             method.as_str(),
-            response.status().as_u16(),
-            upstream,
+            status,
+            upstream.map(|(_, seconds)| seconds),
         );
+        if let (Some(log), Some(logged)) = (&self.access_log, logged) {
+            // ingress-nginx's upstream names: `namespace-service-port`.
+            let upstream_name = backend.map_or("upstream-default-backend".to_string(), |b| {
+                let port = b.name.rsplit(':').next().unwrap_or_default();
+                format!("{}-{}-{port}", b.namespace, b.service)
+            });
+            log.record(&Entry {
+                client: peer,
+                request: &logged.line,
+                status,
+                body_bytes: response.body().size_hint().exact().unwrap_or(0),
+                referer: &logged.referer,
+                user_agent: &logged.user_agent,
+                request_length: logged.length,
+                seconds: started.elapsed().as_secs_f64(),
+                upstream_name: &upstream_name,
+                alternative_name: "",
+                upstream,
+            });
+        }
         response
     }
 
@@ -184,7 +211,11 @@ impl Proxy {
         mut req: Request<Incoming>,
         peer: SocketAddr,
         secure: bool,
-    ) -> (Option<&'r Backend>, Response<Body>, Option<f64>) {
+    ) -> (
+        Option<&'r Backend>,
+        Response<Body>,
+        Option<(SocketAddr, f64)>,
+    ) {
         let host = host_of(&req);
         let Some(rule) = routes.route(&host, req.uri().path()) else {
             return (
@@ -342,7 +373,11 @@ impl Proxy {
         if let Some(cookie) = cookie {
             response.headers_mut().append(header::SET_COOKIE, cookie);
         }
-        (Some(backend), response, Some(asked.elapsed().as_secs_f64()))
+        (
+            Some(backend),
+            response,
+            Some((endpoint, asked.elapsed().as_secs_f64())),
+        )
     }
 
     /// The rule's backend, or its canary's when the request's header or cookie says so,
@@ -418,6 +453,39 @@ impl Proxy {
                     .build(connector)
             })
             .clone()
+    }
+}
+
+/// What the access log keeps of a request before it goes on.
+struct Logged {
+    /// `METHOD /path?query HTTP/1.1`.
+    line: String,
+    referer: String,
+    user_agent: String,
+    /// The request line, headers and body, in bytes (as nginx counts them).
+    length: u64,
+}
+
+impl Logged {
+    fn of(req: &Request<Incoming>) -> Logged {
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let line = format!("{} {path} {:?}", req.method(), req.version());
+        let header = |name: header::HeaderName| {
+            (req.headers().get(name))
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let headers: usize = (req.headers().iter())
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum();
+        let body = req.body().size_hint().exact().unwrap_or(0);
+        Logged {
+            length: (line.len() + 2 + headers + 2) as u64 + body,
+            line,
+            referer: header(header::REFERER),
+            user_agent: header(header::USER_AGENT),
+        }
     }
 }
 

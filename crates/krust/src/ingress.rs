@@ -27,6 +27,10 @@ pub struct IngressArgs {
     /// port; 0: nowhere).
     #[arg(long, default_value = "127.0.0.1:10254")]
     ingress_metrics_address: crate::cli::MetricsAddress,
+    /// Where the Ingress controller writes one line per request, in ingress-nginx's
+    /// format (`-`: standard output); no access log without it.
+    #[arg(long)]
+    ingress_access_log: Option<std::path::PathBuf>,
 }
 
 impl IngressArgs {
@@ -38,6 +42,7 @@ impl IngressArgs {
             class: self.ingress_class.clone(),
             status_ip: node_ip,
             metrics_address: self.ingress_metrics_address.0,
+            access_log: self.ingress_access_log.clone(),
         })
     }
 }

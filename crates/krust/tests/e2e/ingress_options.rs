@@ -3,8 +3,8 @@
 //! selectors whose EndpointSlices point at this machine — so that each request's path,
 //! body size and endpoint can be seen: rewrites, body limits, timeouts, allowed source
 //! ranges, cookie affinity, canaries by header and by weight, a WebSocket-style
-//! upgrade joined to the backend's connection, and requests retried on the next pod when
-//! one cannot be reached.
+//! upgrade joined to the backend's connection, requests retried on the next pod when
+//! one cannot be reached, and the access log.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -136,7 +136,12 @@ fn ingress(name: &str, host: &str, path: &str, service: &str, annotations: Value
 #[test]
 fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
     let port = free_port();
-    let s = Server::start_with(&[&format!("--ingress-http-port={port}")]);
+    let logs = tempfile::tempdir().unwrap();
+    let access_log = logs.path().join("access.log");
+    let s = Server::start_with(&[
+        &format!("--ingress-http-port={port}"),
+        &format!("--ingress-access-log={}", access_log.display()),
+    ]);
     let node_ip = krust_kubelet::machine::node_ip().to_string();
     let (a, b, c) = (backend("a"), backend("b"), backend("c"));
     let mut objects = selectorless("main", &node_ip, &[a, b]);
@@ -204,6 +209,23 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
     let (status, _, body) = request(port, "plain.example", "/x?q=1", &[]);
     assert_eq!(status, 200);
     assert!(body.ends_with(" /x?q=1 0"), "{body}");
+    // The access log has its line, in ingress-nginx's format.
+    let line = wait_for(
+        "the request's access log line",
+        Duration::from_secs(10),
+        || {
+            std::fs::read_to_string(&access_log)
+                .ok()?
+                .lines()
+                .find(|l| l.contains("\"GET /x?q=1 HTTP/1.1\" 200 "))
+                .map(str::to_string)
+        },
+    );
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    assert!(
+        line.contains(&format!("[default-main-80] [] {node_ip}:")),
+        "{line}"
+    );
     let mut seen: Vec<String> = (0..4).map(|_| who(port, "plain.example", &[])).collect();
     seen.sort();
     seen.dedup();

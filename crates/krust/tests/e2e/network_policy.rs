@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::{Server, wait_for};
-use krust_cri::image::ImageBuilder;
+
+mod image;
 use serde_json::{Value, json};
 
 /// One probe: from pod (namespace, name) to pod, over a protocol and port.
@@ -34,35 +34,10 @@ const PROTOCOLS: [&str; 2] = ["tcp", "udp"];
 /// How long a probe waits for an answer: a denied one is dropped, so it takes this long.
 const PROBE_MILLIS: u64 = 1000;
 
-/// Compiles the pod program into a static binary and imports its image into the
-/// containerd of each node's data dir.
+/// Builds the pod program's image and imports it into the containerd of each node's
+/// data dir.
 pub(crate) fn import_image(work: &Path, data_dirs: &[&Path]) {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/network_policy/netexec.rs");
-    let binary = work.join("netexec");
-    let out = Command::new("rustc")
-        .args([
-            "--edition",
-            "2021",
-            "-O",
-            "-C",
-            "target-feature=+crt-static",
-            "-o",
-        ])
-        .arg(&binary)
-        .arg(&source)
-        .output()
-        .expect("running rustc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tarball = work.join("netexec.tar");
-    ImageBuilder::new(IMAGE)
-        .file("netexec", std::fs::read(&binary).unwrap(), 0o755)
-        .entrypoint(&["/netexec"])
-        .write(&tarball)
-        .unwrap();
+    let tarball = image::build(work, IMAGE).unwrap_or_else(|e| panic!("{e}"));
     for data in data_dirs {
         let out = crate::common::import_image(data, &tarball);
         assert!(
