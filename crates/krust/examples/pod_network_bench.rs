@@ -44,12 +44,12 @@ async fn main() -> Result {
     ])
     .await?;
     let result = measure(&cluster, seconds, rounds).await;
+    // Deleted as a user would: the kubelet ends the pods (and their sandboxes) before
+    // the API lets them go.
     let client = cluster.client().await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     for name in ["server", "client"] {
-        let _ = pods
-            .delete(name, &DeleteParams::default().grace_period(0))
-            .await;
+        let _ = pods.delete(name, &DeleteParams::default()).await;
     }
     for _ in 0..600 {
         if pods.list(&ListParams::default()).await?.items.is_empty() {
@@ -57,23 +57,10 @@ async fn main() -> Result {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Stopping reaps the node's range (bridge, egress and policy tables); the proxy's
+    // own table stays after it, as kube-proxy's does.
     cluster.stop();
-    // What the node keeps after it stops (as k3s's do): the proxy's table, the range's
-    // bridge, egress and policy tables.
-    let range = CLUSTER_CIDR
-        .parse::<krust_api::cidr::Ipv4Cidr>()?
-        .subnet(24, 0)
-        .expect("a /24");
-    for table in [
-        TABLE.to_string(),
-        krust_net::cluster::egress_table(range),
-        krust_net::policy::table(range),
-    ] {
-        let _ = krust_net::nft::delete_table(&table);
-    }
-    let _ = Command::new("ip")
-        .args(["link", "del", &krust_net::bridge_name(range)])
-        .status();
+    let _ = krust_net::nft::delete_table(TABLE);
     result
 }
 

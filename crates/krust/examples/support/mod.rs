@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+#[path = "../../tests/e2e/common/reap.rs"]
+mod reap;
+
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 pub type Result<T = (), E = Error> = std::result::Result<T, E>;
 
@@ -187,13 +190,9 @@ impl Cluster {
         })
     }
 
-    /// Stops the server with SIGTERM (so it stops the containerd it started) and waits.
-    pub fn stop(mut self) {
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe {
-            libc::kill(self.server.pid() as libc::pid_t, libc::SIGTERM);
-        }
-        let _ = self.server.0.wait();
+    /// Stops the server and ends what its node left running (see the `Drop`).
+    pub fn stop(self) {
+        drop(self);
     }
 
     /// `krust <command> --kubeconfig <admin> <args>` as a child process.
@@ -219,5 +218,19 @@ impl Cluster {
         // krust's own connector: TCP_NODELAY, as Go clients have (kube's default
         // connector leaves Nagle on, which adds ~40 ms to a create).
         Ok(krust_client::connect::client(config)?)
+    }
+}
+
+impl Drop for Cluster {
+    /// Stops the server with SIGTERM (so it stops the containerd it started), waits, and
+    /// ends whatever its node left running — containers outlive their server, as with
+    /// k3s — also when a benchmark ends early on an error.
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe {
+            libc::kill(self.server.pid() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.server.0.wait();
+        reap::reap_node(&self.dir.path().join("data"));
     }
 }

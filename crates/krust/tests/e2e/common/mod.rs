@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 use krust_store::etcd::testing::EtcdCluster;
 use serde_json::Value;
 
+mod reap;
+use reap::delete_nft_table;
+pub use reap::reap_node;
+
 pub const KUBECTL: &str = "/usr/bin/kubectl";
 /// The longest any one kubectl command of a test may take (the longest `--timeout` the
 /// tests pass is 120 s).
@@ -596,29 +600,6 @@ impl Etcd {
     }
 }
 
-/// The first node range of krust's default `--cluster-cidr`, which the tests that name
-/// none share.
-const DEFAULT_NODE_RANGE: &str = "10.42.0.0/24";
-
-fn delete_nft_table(table: &str) {
-    let _ = Command::new("nft")
-        .args(["delete", "table", "ip", table])
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// The pod range of the node under `data_dir`, from its CNI configuration.
-fn node_range(data_dir: &Path) -> Option<krust_api::cidr::Ipv4Cidr> {
-    let conflist = krust_cri::containerd::default_dir(data_dir)
-        .join("net.d")
-        .join(krust_net::CONFLIST);
-    let conf: Value = serde_json::from_str(&std::fs::read_to_string(conflist).ok()?).ok()?;
-    conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
-        .as_str()?
-        .parse()
-        .ok()
-}
-
 impl Drop for Server {
     fn drop(&mut self) {
         if self.agent && self.child.is_some() {
@@ -633,59 +614,6 @@ impl Drop for Server {
             if let Some(table) = self.nftables_table() {
                 delete_nft_table(table);
             }
-        }
-    }
-}
-
-/// Ends whatever a test node left running under `data_dir` (containers whose pods a
-/// failed test never deleted, their shims, mounts), so that no test leaks processes
-/// or keeps its temp dir from being removed.
-pub fn reap_node(data_dir: &Path) {
-    let containerd = data_dir.join("agent/containerd");
-    let runc_root = containerd.join("runc/k8s.io");
-    let ids = Command::new("runc")
-        .arg("--root")
-        .arg(&runc_root)
-        .args(["list", "-q"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    for id in ids.lines().filter(|l| !l.is_empty()) {
-        let _ = Command::new("runc")
-            .arg("--root")
-            .arg(&runc_root)
-            .args(["delete", "--force", id])
-            .status();
-    }
-    let _ = Command::new("pkill")
-        .args(["-KILL", "-f"])
-        .arg(containerd.display().to_string())
-        .status();
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let prefix = data_dir.display().to_string();
-    let mut targets: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter(|t| t.starts_with(&prefix))
-        .collect();
-    targets.sort_by_key(|t| std::cmp::Reverse(t.len()));
-    for t in targets {
-        let _ = Command::new("umount").args(["-l", t]).status();
-    }
-    // The node's range keeps a bridge, an egress masquerade table and a network policy
-    // table after the agent exits (as k3s's do). Pods reaped above never ran their CNI
-    // teardown, and their addresses would collide with the next test on this range, so
-    // those go. Tests on the default range run at once and share its bridge and egress
-    // table, which therefore stay; its policy table goes (a running node loads it
-    // again), lest a later pod with a reused address meet an earlier test's policy.
-    if let Some(range) = node_range(data_dir) {
-        delete_nft_table(&krust_net::policy::table(range));
-        if range.to_string() != DEFAULT_NODE_RANGE {
-            let _ = Command::new("ip")
-                .args(["link", "del", &krust_net::bridge_name(range)])
-                .stderr(Stdio::null())
-                .status();
-            delete_nft_table(&krust_net::cluster::egress_table(range));
         }
     }
 }
