@@ -231,7 +231,7 @@ pub async fn run_with_kubeconfig(
             resync: std::time::Duration::from_secs(30),
         },
     );
-    let network_policy = (!args.disable_network_policy).then(|| {
+    let network_policy = optional((!args.disable_network_policy).then(|| {
         krust_net::policy::run(
             proxy_client.clone(),
             krust_net::policy::Config {
@@ -239,20 +239,11 @@ pub async fn run_with_kubeconfig(
                 resync: std::time::Duration::from_secs(30),
             },
         )
-    });
-    let network_policy = async move {
-        if let Some(enforce) = network_policy {
-            enforce.await;
-        }
-        std::future::pending::<()>().await
-    };
-    let proxy = args.proxy.config(cluster_cidr, &node_name);
-    let proxy = async move {
-        if let Some(config) = proxy {
-            krust_proxy::run(proxy_client, config).await;
-        }
-        std::future::pending::<()>().await
-    };
+    }));
+    let proxy = optional(
+        (args.proxy.config(cluster_cidr, &node_name))
+            .map(|config| krust_proxy::run(proxy_client, config)),
+    );
     let provisioner = match (&kubeconfigs.storage, &config.local_storage) {
         (Some(kubeconfig), Some(_)) => {
             let (client, _) = krust_client::connect::from_kubeconfig(kubeconfig).await?;
@@ -265,14 +256,11 @@ pub async fn run_with_kubeconfig(
         }
         _ => None,
     };
-    let provisioner = async move {
-        if let Some(provisioner) = provisioner
-            && let Err(err) = provisioner.await
-        {
+    let provisioner = optional(provisioner.map(|provisioner| async move {
+        if let Err(err) = provisioner.await {
             tracing::error!(error = %err, "the local volume provisioner stopped");
         }
-        std::future::pending::<()>().await
-    };
+    }));
     let supervised = async {
         match containerd.as_mut() {
             Some(c) => c.keep_running().await,
@@ -294,6 +282,15 @@ pub async fn run_with_kubeconfig(
         c.stop().await;
     }
     Ok(())
+}
+
+/// Runs `part` if there is one. A part that is off, or has ended, never ends the
+/// `select!` it is in: the agent stops only with the kubelet or on shutdown.
+async fn optional(part: Option<impl std::future::Future<Output = ()>>) {
+    if let Some(part) = part {
+        part.await;
+    }
+    std::future::pending::<()>().await
 }
 
 /// Imports every `*.tar` in `dir` (k3s's airgap images directory); failures are logged.
