@@ -14,15 +14,12 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
-    NetworkPolicyPort,
-};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as WireSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use krust_api::cidr::Ipv4Block;
-use krust_api::selector::LabelSelector;
 use krust_client::cache::Cached;
+use krust_client::selector::Selector;
 
 pub use crate::nft::Protocol;
 
@@ -111,6 +108,14 @@ impl Direction {
             Direction::Egress => "egress",
         }
     }
+
+    /// The `policyTypes` entry that isolates pods in this direction.
+    fn policy_type(self) -> &'static str {
+        match self {
+            Direction::Ingress => "Ingress",
+            Direction::Egress => "Egress",
+        }
+    }
 }
 
 /// The nftables objects that carry the policies of one node.
@@ -150,7 +155,7 @@ struct Rule<'a> {
 
 struct Compiled<'a> {
     namespace: &'a str,
-    selector: LabelSelector,
+    selector: Selector,
     ingress: Option<Vec<Rule<'a>>>,
     egress: Option<Vec<Rule<'a>>>,
 }
@@ -316,31 +321,30 @@ fn compile<'a>(
             }
             rule
         };
-    let empty: &[NetworkPolicyPort] = &[];
-    let ingress = types.contains(&"Ingress").then(|| {
-        (spec.ingress.iter().flatten().enumerate())
-            .map(|(i, r): (usize, &'a NetworkPolicyIngressRule)| {
-                resolve(
-                    Direction::Ingress,
-                    i,
-                    r.from.as_deref(),
-                    r.ports.as_deref().unwrap_or(empty),
-                )
-            })
-            .collect()
-    });
-    let egress = types.contains(&"Egress").then(|| {
-        (spec.egress.iter().flatten().enumerate())
-            .map(|(i, r): (usize, &'a NetworkPolicyEgressRule)| {
-                resolve(
-                    Direction::Egress,
-                    i,
-                    r.to.as_deref(),
-                    r.ports.as_deref().unwrap_or(empty),
-                )
-            })
-            .collect()
-    });
+    // A rule of either direction is its peers (`from` or `to`) and its ports.
+    type Wire<'a> = (
+        Option<&'a [NetworkPolicyPeer]>,
+        Option<&'a [NetworkPolicyPort]>,
+    );
+    let mut rules = |direction: Direction, wire: Vec<Wire<'a>>| {
+        types.contains(&direction.policy_type()).then(|| {
+            (wire.into_iter().enumerate())
+                .map(|(i, (peers, ports))| resolve(direction, i, peers, ports.unwrap_or_default()))
+                .collect()
+        })
+    };
+    let ingress = rules(
+        Direction::Ingress,
+        (spec.ingress.iter().flatten())
+            .map(|r| (r.from.as_deref(), r.ports.as_deref()))
+            .collect(),
+    );
+    let egress = rules(
+        Direction::Egress,
+        (spec.egress.iter().flatten())
+            .map(|r| (r.to.as_deref(), r.ports.as_deref()))
+            .collect(),
+    );
     Some(Compiled {
         namespace,
         selector: selects,
@@ -412,12 +416,11 @@ fn allow(
 
 /// A label selector from its wire form; `None` when it cannot be read. An absent
 /// selector selects everything, as an empty one does.
-fn selector(wire: Option<&WireSelector>) -> Option<LabelSelector> {
+fn selector(wire: Option<&WireSelector>) -> Option<Selector> {
     let Some(wire) = wire else {
-        return Some(LabelSelector::default());
+        return Some(Selector::everything());
     };
-    let json = serde_json::to_value(wire).ok()?;
-    match LabelSelector::from_label_selector_json(&json) {
+    match Selector::parse(Some(wire)) {
         Ok(s) => Some(s),
         Err(err) => {
             tracing::warn!(error = %err, "a NetworkPolicy selector cannot be read; it selects nothing");
