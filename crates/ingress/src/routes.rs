@@ -13,13 +13,14 @@
 //!   alternative backend of the same host and path of another Ingress.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use krust_client::endpoints::{ipv4_slices_by_service, is_ready};
+use kube::ResourceExt;
 use regex::Regex;
 
 use crate::annotations::{self, Canary, Options};
@@ -230,7 +231,7 @@ impl Routes {
         // Canaries after every other: they attach to paths the others made.
         let mut ingresses: Vec<(&Ingress, Option<Canary>)> = ingresses
             .into_iter()
-            .map(|i| (i, annotations::canary(&annotations_of(i))))
+            .map(|i| (i, annotations::canary(i.annotations())))
             .collect();
         ingresses.sort_by_key(|(i, canary)| {
             (
@@ -245,7 +246,7 @@ impl Routes {
                 continue;
             };
             let name = ingress.metadata.name.as_deref().unwrap_or_default();
-            let options = annotations::options(&annotations_of(ingress));
+            let options = annotations::options(ingress.annotations());
             if canary.is_none() && routes.default_backend.is_none() {
                 routes.default_backend = (spec.default_backend.as_ref())
                     .and_then(|b| resolve(ns, name, b))
@@ -321,10 +322,6 @@ fn best<'a>(rules: &'a [Rule], request: &str) -> Option<&'a Rule> {
         .iter()
         .filter(|r| r.matches(request))
         .max_by_key(|r| (r.path.trim_end_matches('/').len(), r.kind))
-}
-
-fn annotations_of(ingress: &Ingress) -> BTreeMap<String, String> {
-    ingress.metadata.annotations.clone().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -244,9 +244,7 @@ impl Proxy {
                 &format!("no ready endpoints for {}", backend.name),
             ));
         }
-        let declared = (req.headers().get(header::CONTENT_LENGTH))
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        if let (Some(limit), Some(length)) = (options.body_limit, declared)
+        if let (Some(limit), Some(length)) = (options.body_limit, req.body().size_hint().exact())
             && length > limit
         {
             return answer(too_large());
@@ -254,7 +252,9 @@ impl Proxy {
         let (mut endpoint, mut cookie) = self.endpoint(rule, backend, &req);
         let mut target = rule.backend_path(req.uri().path()).into_owned();
         if let Some(query) = req.uri().query() {
-            target = format!("{target}?{query}");
+            // nginx appends the request's query to a rewrite that has one of its own.
+            let joint = if target.contains('?') { '&' } else { '?' };
+            target = format!("{target}{joint}{query}");
         }
         let uri = |endpoint: SocketAddr| Uri::try_from(format!("http://{endpoint}{target}"));
         if uri(endpoint).is_err() {
@@ -336,13 +336,21 @@ impl Proxy {
             match &outcome {
                 Ok(Err(err)) if err.is_connect() && tried < tries => {
                     tracing::debug!(%endpoint, backend = %backend.name, error = %err, "ingress: backend unreachable, trying the next");
-                    (endpoint, cookie) = self.next_endpoint(rule, backend);
+                    // The pod after the one that failed, whatever turn others took meanwhile.
+                    let failed = backend.endpoints.iter().position(|e| *e == endpoint);
+                    endpoint =
+                        backend.endpoints[failed.map_or(0, |i| i + 1) % backend.endpoints.len()];
+                    cookie = affinity_cookie(rule, endpoint);
                 }
                 _ => break outcome,
             }
         };
-        let mut response = match outcome {
+        let response = match outcome {
             Ok(Ok(mut response)) => {
+                // Affinity to a pod that answered, never to one that failed.
+                if let Some(cookie) = cookie {
+                    response.headers_mut().append(header::SET_COOKIE, cookie);
+                }
                 match client_side {
                     Some(client_side) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                         join_upgraded(client_side, hyper::upgrade::on(&mut response), endpoint);
@@ -357,9 +365,11 @@ impl Proxy {
             }
             Ok(Err(err)) => {
                 tracing::debug!(%endpoint, backend = %backend.name, error = %err, "ingress: backend failed");
-                if caused_by::<LengthLimitError>(&err) {
+                if cause::<LengthLimitError>(&err).is_some() {
                     too_large()
-                } else if caused_by_timeout(&err) {
+                } else if cause::<std::io::Error>(&err)
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+                {
                     timed_out()
                 } else {
                     plain(
@@ -370,9 +380,6 @@ impl Proxy {
             }
             Err(_) => timed_out(),
         };
-        if let Some(cookie) = cookie {
-            response.headers_mut().append(header::SET_COOKIE, cookie);
-        }
         (
             Some(backend),
             response,
@@ -383,7 +390,12 @@ impl Proxy {
     /// The rule's backend, or its canary's when the request's header or cookie says so,
     /// else in the canary's share of the turns.
     fn choose<'r>(&self, rule: &'r Rule, req: &Request<Incoming>) -> &'r Backend {
-        let Some((canary, alternative)) = &rule.canary else {
+        // A canary without ready pods takes nothing, as ingress-nginx skips it.
+        let Some((canary, alternative)) = rule
+            .canary
+            .as_ref()
+            .filter(|(_, b)| !b.endpoints.is_empty())
+        else {
             return &rule.backend;
         };
         let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -424,19 +436,7 @@ impl Proxy {
     fn next_endpoint(&self, rule: &Rule, backend: &Backend) -> (SocketAddr, Option<HeaderValue>) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let endpoint = backend.endpoints[n % backend.endpoints.len()];
-        let cookie = rule.options.affinity.as_ref().and_then(|affinity| {
-            let mut value = format!(
-                "{}={}; Path={}; HttpOnly",
-                affinity.cookie,
-                token(&endpoint),
-                rule.cookie_path()
-            );
-            if let Some(age) = affinity.max_age {
-                value.push_str(&format!("; Max-Age={age}"));
-            }
-            HeaderValue::from_str(&value).ok()
-        });
-        (endpoint, cookie)
+        (endpoint, affinity_cookie(rule, endpoint))
     }
 
     /// The client for backends with this connect timeout and protocol.
@@ -539,30 +539,26 @@ fn token(endpoint: &SocketAddr) -> String {
     format!("{:016x}", hasher.finish())
 }
 
-/// Whether `err` or any error under it is an `E`.
-fn caused_by<E: std::error::Error + 'static>(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if e.is::<E>() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
+/// The first error of type `E` in `err`'s chain of sources (itself included).
+fn cause<'e, E: std::error::Error + 'static>(
+    err: &'e (dyn std::error::Error + 'static),
+) -> Option<&'e E> {
+    std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<E>())
 }
 
-/// Whether the backend could not be reached in time (the connect timeout).
-fn caused_by_timeout(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::TimedOut
-        {
-            return true;
-        }
-        cause = e.source();
+/// The `Set-Cookie` that keeps a client on `endpoint`, when the rule keeps affinity.
+fn affinity_cookie(rule: &Rule, endpoint: SocketAddr) -> Option<HeaderValue> {
+    let affinity = rule.options.affinity.as_ref()?;
+    let mut value = format!(
+        "{}={}; Path={}; HttpOnly",
+        affinity.cookie,
+        token(&endpoint),
+        rule.cookie_path()
+    );
+    if let Some(age) = affinity.max_age {
+        value.push_str(&format!("; Max-Age={age}"));
     }
-    false
+    HeaderValue::from_str(&value).ok()
 }
 
 fn too_large() -> Response<Body> {

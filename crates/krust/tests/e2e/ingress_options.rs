@@ -149,8 +149,17 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
     // One endpoint of `gone` refuses connections (a pod that went away before its
     // EndpointSlice said so).
     objects.extend(selectorless("gone", &node_ip, &[a, free_port()]));
+    // A Service without endpoints, behind a canary that must then take nothing.
+    objects.extend(selectorless("empty", &node_ip, &[]));
     objects.extend([
         ingress("plain", "plain.example", "/", "main", json!({})),
+        ingress(
+            "plain-canary",
+            "plain.example",
+            "/",
+            "empty",
+            json!({"canary": "true", "canary-by-header": "x-canary"}),
+        ),
         ingress(
             "rewrite",
             "rw.example",
@@ -303,6 +312,8 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
         );
         assert_ne!(who(port, "canary.example", &["-H", "x-canary: never"]), "c");
     }
+    // A canary without ready pods is skipped, as ingress-nginx does: no 503.
+    assert_ne!(who(port, "plain.example", &["-H", "x-canary: always"]), "c");
     let to_canary = (0..100)
         .filter(|_| who(port, "canary.example", &[]) == "c")
         .count();
