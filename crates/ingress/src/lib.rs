@@ -6,10 +6,12 @@
 //! [`routes`] and its [`tls`] certificates on every change, serves HTTP and HTTPS
 //! (HTTP/2 through ALPN), reports the address it serves on in each Ingress's
 //! `status.loadBalancer.ingress`, and registers its IngressClass (`krust`, the default
-//! class: Ingresses without a class are served too).
+//! class: Ingresses without a class are served too). The same proxy serves the
+//! [`gateway`] API: Gateways, HTTPRoutes and GRPCRoutes of the `krust` GatewayClass.
 
 pub mod access;
 pub mod annotations;
+pub mod gateway;
 pub mod metrics;
 pub mod routes;
 pub mod serve;
@@ -32,7 +34,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_rustls::TlsAcceptor;
 
-use routes::Routes;
+use routes::{Routes, Services};
 
 /// The controller name in the IngressClass.
 pub const CONTROLLER: &str = "krust.io/ingress";
@@ -67,6 +69,17 @@ pub enum Error {
     AccessLog(std::path::PathBuf, #[source] std::io::Error),
 }
 
+/// Retries `what` until it succeeds, with a warning each time it fails.
+async fn until_done<E: std::fmt::Display, F: std::future::Future<Output = Result<(), E>>>(
+    what: &str,
+    mut attempt: impl FnMut() -> F,
+) {
+    while let Err(err) = attempt().await {
+        tracing::warn!(error = %err, "{what} failed; retrying");
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
 /// Serves Ingresses until the future is dropped.
 pub async fn run(client: Client, config: Config) -> Result<(), Error> {
     let listener = TcpListener::bind(config.listen)
@@ -93,39 +106,64 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         slices_informer.cache(),
         secrets_informer.cache(),
     );
+    let gateways = gateway::Informers::new(&client, &changed);
     let routes: serve::SharedRoutes = Arc::default();
     let (metrics, registry) = metrics::Metrics::new(&config.class);
     let _serving =
         krust_client::metrics::MetricsServer::start_if("ingress", config.metrics_address, registry)
             .await;
+    let ingress_ports = (config.listen.port(), config.https_listen.port());
+    let proxy = serve::Proxy::new(
+        routes.clone(),
+        tls.clone(),
+        ingress_ports,
+        metrics,
+        access_log,
+    );
     let control = async {
+        // The CRDs first: the Gateway informers wait for them.
+        until_done("installing the Gateway API", || gateway::install(&client)).await;
         futures::join!(
             ingresses.wait_until_ready(),
             services.wait_until_ready(),
             slices.wait_until_ready(),
-            secrets.wait_until_ready()
+            secrets.wait_until_ready(),
+            gateways.wait_until_ready(),
         );
-        while let Err(err) = register_class(&client, &config.class).await {
-            tracing::warn!(error = %err, "registering the IngressClass failed; retrying");
-            tokio::time::sleep(RETRY).await;
-        }
+        until_done("registering the IngressClass", || {
+            register_class(&client, &config.class)
+        })
+        .await;
+        let mut ports = gateway::Ports::new(ingress_ports);
         loop {
             let ours: Vec<Arc<Ingress>> = ingresses
                 .state()
                 .into_iter()
                 .filter(|i| serves(i, &config.class))
                 .collect();
-            let fresh = Routes::new(
-                ours.iter().map(|i| &**i),
-                services.state().iter().map(|s| &**s),
-                slices.state().iter().map(|s| &**s),
+            let (all_services, all_slices, all_secrets) =
+                (services.state(), slices.state(), secrets.state());
+            let index = Services::new(
+                all_services.iter().map(|s| &**s),
+                all_slices.iter().map(|s| &**s),
             );
-            *routes.write_locked() = Arc::new(fresh);
-            let certificates = tls::Certificates::new(
-                ours.iter().map(|i| &**i),
-                secrets.state().iter().map(|s| &**s),
-            );
+            let ingress = Routes::new(ours.iter().map(|i| &**i), &index);
+            let mut certificates =
+                tls::Certificates::new(ours.iter().map(|i| &**i), all_secrets.iter().map(|s| &**s));
+            let snapshot = gateways.snapshot();
+            let world = snapshot.world(&all_secrets, &index, config.status_ip);
+            ports.sync(&gateway::plan::ports(&world), &proxy, &acceptor);
+            let plan =
+                gateway::plan::Plan::new(&world, &|port, protocol| ports.listening(port, protocol));
+            for (host, key) in &plan.certificates {
+                certificates.add_listener(host, key.clone());
+            }
             *tls.table.write_locked() = Arc::new(certificates);
+            *routes.write_locked() = Arc::new(serve::Tables {
+                ingress,
+                gateways: plan.tables,
+            });
+            snapshot.report(&client, &plan.reports).await;
             for ingress in &ours {
                 if let Err(err) = report_address(&client, ingress, config.status_ip).await {
                     tracing::warn!(ingress = %ingress.name_any(), error = %err, "updating ingress status failed");
@@ -135,21 +173,15 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         }
     };
     tracing::info!(listen = %config.listen, https = %config.https_listen, class = %config.class, "ingress controller serving");
-    let proxy = serve::Proxy::new(
-        routes.clone(),
-        tls.clone(),
-        config.https_listen.port(),
-        metrics,
-        access_log,
-    );
     tokio::select! {
         _ = ingresses_informer.run() => {}
         _ = services_informer.run() => {}
         _ = slices_informer.run() => {}
         _ = secrets_informer.run() => {}
+        _ = gateways.run() => {}
         _ = control => {}
         _ = serve::serve(listener, proxy.clone(), None) => {}
-        _ = serve::serve(https_listener, proxy, Some(acceptor)) => {}
+        _ = serve::serve(https_listener, proxy.clone(), Some(acceptor.clone())) => {}
     }
     Ok(())
 }

@@ -152,6 +152,93 @@ fn braced(target: &str) -> String {
     out
 }
 
+/// How a backend names the port of its Service.
+#[derive(Clone, Copy, Debug)]
+pub enum ServicePort<'a> {
+    Number(i32),
+    Name(&'a str),
+}
+
+/// The Services and their EndpointSlices, indexed to turn a backend reference into the
+/// ready endpoints of one Service port.
+pub struct Services<'a> {
+    by_name: HashMap<(&'a str, &'a str), &'a Service>,
+    slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+}
+
+impl<'a> Services<'a> {
+    pub fn new(
+        services: impl IntoIterator<Item = &'a Service>,
+        slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    ) -> Services<'a> {
+        let by_name = services
+            .into_iter()
+            .filter_map(|s| {
+                let meta = &s.metadata;
+                Some(((meta.namespace.as_deref()?, meta.name.as_deref()?), s))
+            })
+            .collect();
+        Services {
+            by_name,
+            slices: ipv4_slices_by_service(slices),
+        }
+    }
+
+    /// Whether Service `ns/name` exists.
+    pub fn exists(&self, ns: &str, name: &str) -> bool {
+        self.by_name.contains_key(&(ns, name))
+    }
+
+    /// The backend for `port` of Service `ns/name` (`None`: no such Service or port),
+    /// with its ready TCP endpoints; `route` names what leads there, for metrics.
+    pub fn backend(
+        &self,
+        ns: &str,
+        name: &str,
+        port: ServicePort<'_>,
+        route: &str,
+    ) -> Option<Backend> {
+        let service = self.by_name.get(&(ns, name))?;
+        let service_port =
+            (service.spec.as_ref()?.ports.iter().flatten()).find(|p| match port {
+                ServicePort::Number(n) => p.port == n,
+                ServicePort::Name(wanted) => p.name.as_deref() == Some(wanted),
+            })?;
+        let port_name = service_port.name.clone().unwrap_or_default();
+        let mut endpoints = Vec::new();
+        for slice in self.slices.get(&(ns, name)).into_iter().flatten() {
+            let Some(target) = slice.ports.iter().flatten().find(|p| {
+                p.name.clone().unwrap_or_default() == port_name
+                    && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
+            }) else {
+                continue;
+            };
+            let Some(target) = target.port.and_then(|p| u16::try_from(p).ok()) else {
+                continue;
+            };
+            for e in &slice.endpoints {
+                let ip = e.addresses.first().and_then(|a| a.parse::<Ipv4Addr>().ok());
+                if let (true, Some(ip)) = (is_ready(e), ip) {
+                    endpoints.push(SocketAddr::from((ip, target)));
+                }
+            }
+        }
+        endpoints.sort();
+        endpoints.dedup();
+        let shown = match port {
+            ServicePort::Number(n) => n.to_string(),
+            ServicePort::Name(name) => name.to_string(),
+        };
+        Some(Backend {
+            name: format!("{ns}/{name}:{shown}"),
+            ingress: route.to_string(),
+            namespace: ns.to_string(),
+            service: name.to_string(),
+            endpoints,
+        })
+    }
+}
+
 /// The routing table of every Ingress this controller serves.
 #[derive(Debug, Default)]
 pub struct Routes {
@@ -165,66 +252,17 @@ pub struct Routes {
 impl Routes {
     pub fn new<'a>(
         ingresses: impl IntoIterator<Item = &'a Ingress>,
-        services: impl IntoIterator<Item = &'a Service>,
-        slices: impl IntoIterator<Item = &'a EndpointSlice>,
+        services: &Services,
     ) -> Routes {
-        let services: HashMap<(&str, &str), &Service> = services
-            .into_iter()
-            .filter_map(|s| {
-                Some((
-                    (
-                        s.metadata.namespace.as_deref()?,
-                        s.metadata.name.as_deref()?,
-                    ),
-                    s,
-                ))
-            })
-            .collect();
-        let slices_of = ipv4_slices_by_service(slices);
         let resolve = |ns: &str, ingress: &str, backend: &IngressBackend| -> Option<Backend> {
             let svc = backend.service.as_ref()?;
             let port = svc.port.as_ref()?;
-            let service = services.get(&(ns, svc.name.as_str()))?;
-            let service_port = service.spec.as_ref()?.ports.iter().flatten().find(|p| {
-                port.number == Some(p.port) || (port.name.is_some() && port.name == p.name)
-            })?;
-            let port_name = service_port.name.clone().unwrap_or_default();
-            let mut endpoints = Vec::new();
-            for slice in slices_of
-                .get(&(ns, svc.name.as_str()))
-                .into_iter()
-                .flatten()
-            {
-                let Some(target) = slice.ports.iter().flatten().find(|p| {
-                    p.name.clone().unwrap_or_default() == port_name
-                        && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
-                }) else {
-                    continue;
-                };
-                let Some(target) = target.port.and_then(|p| u16::try_from(p).ok()) else {
-                    continue;
-                };
-                for e in &slice.endpoints {
-                    let ip = e.addresses.first().and_then(|a| a.parse::<Ipv4Addr>().ok());
-                    if let (true, Some(ip)) = (is_ready(e), ip) {
-                        endpoints.push(SocketAddr::from((ip, target)));
-                    }
-                }
-            }
-            endpoints.sort();
-            endpoints.dedup();
-            let shown = port
-                .number
-                .map(|n| n.to_string())
-                .or_else(|| port.name.clone())
-                .unwrap_or_default();
-            Some(Backend {
-                name: format!("{ns}/{}:{shown}", svc.name),
-                ingress: ingress.to_string(),
-                namespace: ns.to_string(),
-                service: svc.name.clone(),
-                endpoints,
-            })
+            let port = match (port.number, port.name.as_deref()) {
+                (Some(number), _) => ServicePort::Number(number),
+                (None, Some(name)) => ServicePort::Name(name),
+                (None, None) => return None,
+            };
+            services.backend(ns, &svc.name, port, ingress)
         };
         let mut routes = Routes::default();
         // Oldest first, as ingress-nginx: on a conflict the first Ingress keeps the path.
@@ -297,14 +335,7 @@ impl Routes {
     /// The rule for a request to `host` (the Host header; a port is ignored) and
     /// `path`, if any rule or default backend takes it.
     pub fn route(&self, host: &str, path: &str) -> Option<&Rule> {
-        let host = host.rsplit_once(':').map_or(host, |(h, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                host
-            }
-        });
-        let host = host.to_lowercase();
+        let host = bare_host(host).to_lowercase();
         let wildcard = host
             .split_once('.')
             .and_then(|(_, parent)| self.wildcard_hosts.get(parent));
@@ -313,6 +344,14 @@ impl Routes {
             .flatten()
             .find_map(|paths| best(paths, path))
             .or(self.default_backend.as_ref())
+    }
+}
+
+/// The host of a Host header without its port.
+pub fn bare_host(host: &str) -> &str {
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
     }
 }
 
@@ -376,7 +415,7 @@ mod tests {
             },
         }))
         .unwrap();
-        Routes::new([&ingress], &services, &slices)
+        Routes::new([&ingress], &Services::new(&services, &slices))
     }
 
     fn to(r: &Routes, host: &str, path: &str) -> Option<String> {
@@ -475,7 +514,7 @@ mod tests {
             "/API(/|$)(.*)",
             "api",
         );
-        let r = Routes::new([&rewrite], [&svc], [&slice]);
+        let r = Routes::new([&rewrite], &Services::new([&svc], [&slice]));
         let rule = r.route("site.example", "/api/v1/users").unwrap();
         assert_eq!(rule.backend_path("/api/v1/users"), "/v1/users");
         assert_eq!(
@@ -508,11 +547,8 @@ mod tests {
             "next",
         );
         // Whatever order they come in.
-        let r = Routes::new(
-            [&canary, &lonely, &main],
-            [&main_svc, &canary_svc],
-            [&main_slice, &canary_slice],
-        );
+        let services = Services::new([&main_svc, &canary_svc], [&main_slice, &canary_slice]);
+        let r = Routes::new([&canary, &lonely, &main], &services);
         let rule = r.route("site.example", "/x").unwrap();
         assert_eq!(rule.backend.name, "default/main:80");
         let (c, backend) = rule.canary.as_ref().unwrap();

@@ -29,13 +29,24 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::access::{AccessLog, Entry};
+use crate::annotations::Options;
 use crate::annotations::Verdict;
+use crate::gateway::api::HeaderModifier;
+use crate::gateway::table::{self, Pick, Table};
 use crate::metrics::Metrics;
-use crate::routes::{Backend, Routes, Rule};
+use crate::routes::{Backend, Routes, Rule, bare_host};
 use crate::tls::Resolver;
 
-/// The routing table in use; replaced whole when Ingresses or endpoints change.
-pub type SharedRoutes = Arc<RwLock<Arc<Routes>>>;
+/// What the proxy routes by: the Ingresses (on the Ingress ports) and the Gateways'
+/// routes by listener port.
+#[derive(Debug, Default)]
+pub struct Tables {
+    pub ingress: Routes,
+    pub gateways: HashMap<u16, Table>,
+}
+
+/// The routing tables in use; replaced whole when routes or endpoints change.
+pub type SharedRoutes = Arc<RwLock<Arc<Tables>>>;
 
 type Body = Either<Incoming, Full<Bytes>>;
 /// A request body on its way to a backend: cut off past the rule's size limit, or none
@@ -60,7 +71,9 @@ const HOP_BY_HOP: [&str; 8] = [
 pub struct Proxy {
     routes: SharedRoutes,
     tls: Arc<Resolver>,
-    /// The HTTPS port, for redirects (left out of the URL when it is 443).
+    /// The Ingresses' HTTP port.
+    http_port: u16,
+    /// The Ingresses' HTTPS port, for redirects (left out of the URL when it is 443).
     https_port: u16,
     /// Clients by (connect timeout, HTTP/2 only), made on first use.
     clients: Mutex<HashMap<(Duration, bool), BackendClient>>,
@@ -75,13 +88,14 @@ impl Proxy {
     pub fn new(
         routes: SharedRoutes,
         tls: Arc<Resolver>,
-        https_port: u16,
+        (http_port, https_port): (u16, u16),
         metrics: Metrics,
         access_log: Option<AccessLog>,
     ) -> Arc<Proxy> {
         Arc::new(Proxy {
             routes,
             tls,
+            http_port,
             https_port,
             clients: Mutex::default(),
             next: AtomicUsize::new(0),
@@ -95,6 +109,7 @@ impl Proxy {
 /// Serves `listener` until the future is dropped: plain HTTP, or HTTPS through
 /// `tls` (HTTP/2 or HTTP/1.1, as the client's ALPN chooses).
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, tls: Option<TlsAcceptor>) {
+    let port = listener.local_addr().map_or(0, |a| a.port());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -112,7 +127,7 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, tls: Option<TlsAcce
             let secure = tls.is_some();
             let service = hyper::service::service_fn(move |req| {
                 let proxy = proxy.clone();
-                async move { Ok::<_, Infallible>(proxy.handle(req, peer, secure).await) }
+                async move { Ok::<_, Infallible>(proxy.handle(req, peer, secure, port).await) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let served = match tls {
@@ -140,21 +155,47 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, tls: Option<TlsAcce
     }
 }
 
+/// What becomes of a request: an answer made here, or a backend to forward it to.
+enum Routed<'r> {
+    Answer(Option<&'r Backend>, Response<Body>),
+    Forward(Plan<'r>),
+}
+
+/// How a request goes to its backend, whichever API routed it.
+struct Plan<'r> {
+    backend: &'r Backend,
+    options: &'r Options,
+    /// The path sent (the request's query is added to it).
+    path: String,
+    /// The Host sent instead of the client's (a Gateway route's URL rewrite).
+    host: Option<&'r str>,
+    request_headers: Option<&'r HeaderModifier>,
+    response_headers: Option<&'r HeaderModifier>,
+    /// Where an affinity cookie applies.
+    cookie_path: &'r str,
+}
+
 impl Proxy {
     async fn handle(
         &self,
         req: Request<Incoming>,
         peer: SocketAddr,
         secure: bool,
+        port: u16,
     ) -> Response<Body> {
         let started = std::time::Instant::now();
         let method = req.method().clone();
         let logged = self.access_log.as_ref().map(|_| Logged::of(&req));
-        let routes = self.routes.read_locked().clone();
-        let (backend, response, upstream) = match self.redirect(&req, secure) {
-            Some(redirect) => (None, redirect, None),
-            None => self.forward(&routes, req, peer, secure).await,
+        let tables = self.routes.read_locked().clone();
+        let grpc = is_grpc(&req);
+        let (backend, mut response, upstream) = match self.route(&tables, &req, peer, secure, port)
+        {
+            Routed::Answer(backend, response) => (backend, response, None),
+            Routed::Forward(plan) => self.forward(plan, req, peer, secure).await,
         };
+        if grpc && matches!(response.body(), Either::Right(_)) {
+            response = grpc_local_reply(response);
+        }
         let status = response.status().as_u16();
         self.metrics.request(
             backend,
@@ -204,10 +245,62 @@ impl Proxy {
         Some(response)
     }
 
+    /// Where `req`, which came to `port`, goes: a Gateway route of the port, else (on
+    /// the Ingress ports) an Ingress rule.
+    fn route<'r>(
+        &self,
+        tables: &'r Tables,
+        req: &Request<Incoming>,
+        peer: SocketAddr,
+        secure: bool,
+        port: u16,
+    ) -> Routed<'r> {
+        let host = host_of(req);
+        if let Some(table) = tables.gateways.get(&port) {
+            let name = bare_host(&host).to_ascii_lowercase();
+            let uri = req.uri();
+            if let Some(found) =
+                table.route(&name, req.method(), uri.path(), uri.query(), req.headers())
+            {
+                return gateway_plan(&found, uri, &name, secure, port);
+            }
+        }
+        if port != self.http_port && port != self.https_port {
+            return Routed::Answer(None, not_found());
+        }
+        if let Some(redirect) = self.redirect(req, secure) {
+            return Routed::Answer(None, redirect);
+        }
+        let Some(rule) = tables.ingress.route(&host, req.uri().path()) else {
+            return Routed::Answer(None, not_found());
+        };
+        let allowed = match peer.ip() {
+            IpAddr::V4(ip) => rule.options.allows(ip),
+            IpAddr::V6(ip) => ip
+                .to_ipv4_mapped()
+                .is_some_and(|ip| rule.options.allows(ip)),
+        };
+        if !allowed {
+            return Routed::Answer(
+                Some(&rule.backend),
+                plain(StatusCode::FORBIDDEN, "403 Forbidden"),
+            );
+        }
+        Routed::Forward(Plan {
+            backend: self.choose(rule, req),
+            options: &rule.options,
+            path: rule.backend_path(req.uri().path()).into_owned(),
+            host: None,
+            request_headers: None,
+            response_headers: None,
+            cookie_path: rule.cookie_path(),
+        })
+    }
+
     /// The answer to `req`, the backend it went to and how long that took to answer.
     async fn forward<'r>(
         &self,
-        routes: &'r Routes,
+        plan: Plan<'r>,
         mut req: Request<Incoming>,
         peer: SocketAddr,
         secure: bool,
@@ -217,26 +310,7 @@ impl Proxy {
         Option<(SocketAddr, f64)>,
     ) {
         let host = host_of(&req);
-        let Some(rule) = routes.route(&host, req.uri().path()) else {
-            return (
-                None,
-                plain(StatusCode::NOT_FOUND, "default backend - 404"),
-                None,
-            );
-        };
-        let options = &rule.options;
-        let allowed = match peer.ip() {
-            IpAddr::V4(ip) => options.allows(ip),
-            IpAddr::V6(ip) => ip.to_ipv4_mapped().is_some_and(|ip| options.allows(ip)),
-        };
-        if !allowed {
-            return (
-                Some(&rule.backend),
-                plain(StatusCode::FORBIDDEN, "403 Forbidden"),
-                None,
-            );
-        }
-        let backend = self.choose(rule, &req);
+        let (backend, options) = (plan.backend, plan.options);
         let answer = |response| (Some(backend), response, None);
         if backend.endpoints.is_empty() {
             return answer(plain(
@@ -249,8 +323,8 @@ impl Proxy {
         {
             return answer(too_large());
         }
-        let (mut endpoint, mut cookie) = self.endpoint(rule, backend, &req);
-        let mut target = rule.backend_path(req.uri().path()).into_owned();
+        let (mut endpoint, mut cookie) = self.endpoint(&plan, &req);
+        let mut target = plan.path;
         if let Some(query) = req.uri().query() {
             // nginx appends the request's query to a rewrite that has one of its own.
             let joint = if target.contains('?') { '&' } else { '?' };
@@ -272,10 +346,15 @@ impl Proxy {
         };
         let method = req.method().clone();
         let mut headers = std::mem::take(req.headers_mut());
-        if !headers.contains_key(header::HOST)
+        if let Some(rewritten) = plan.host.and_then(|h| HeaderValue::from_str(h).ok()) {
+            headers.insert(header::HOST, rewritten);
+        } else if !headers.contains_key(header::HOST)
             && let Ok(value) = HeaderValue::from_str(&host)
         {
             headers.insert(header::HOST, value);
+        }
+        if let Some(modifier) = plan.request_headers {
+            modify(&mut headers, modifier);
         }
         for h in HOP_BY_HOP {
             headers.remove(h);
@@ -340,7 +419,7 @@ impl Proxy {
                     let failed = backend.endpoints.iter().position(|e| *e == endpoint);
                     endpoint =
                         backend.endpoints[failed.map_or(0, |i| i + 1) % backend.endpoints.len()];
-                    cookie = affinity_cookie(rule, endpoint);
+                    cookie = affinity_cookie(options, plan.cookie_path, endpoint);
                 }
                 _ => break outcome,
             }
@@ -360,6 +439,9 @@ impl Proxy {
                             response.headers_mut().remove(h);
                         }
                     }
+                }
+                if let Some(modifier) = plan.response_headers {
+                    modify(response.headers_mut(), modifier);
                 }
                 response.map(Either::Left)
             }
@@ -415,28 +497,21 @@ impl Proxy {
 
     /// The endpoint for a request: the one its affinity cookie names while it is ready,
     /// else the next in turn — with the cookie to set when the rule keeps affinity.
-    fn endpoint(
-        &self,
-        rule: &Rule,
-        backend: &Backend,
-        req: &Request<Incoming>,
-    ) -> (SocketAddr, Option<HeaderValue>) {
-        let affinity = rule.options.affinity.as_ref();
+    fn endpoint(&self, plan: &Plan, req: &Request<Incoming>) -> (SocketAddr, Option<HeaderValue>) {
+        let backend = plan.backend;
+        let affinity = plan.options.affinity.as_ref();
         if let Some(affinity) = affinity
             && let Some(kept) = cookie(req, &affinity.cookie)
             && let Some(endpoint) = backend.endpoints.iter().find(|e| token(e) == kept)
         {
             return (*endpoint, None);
         }
-        self.next_endpoint(rule, backend)
-    }
-
-    /// The next endpoint in turn, with the affinity cookie that names it when the rule
-    /// keeps affinity.
-    fn next_endpoint(&self, rule: &Rule, backend: &Backend) -> (SocketAddr, Option<HeaderValue>) {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let endpoint = backend.endpoints[n % backend.endpoints.len()];
-        (endpoint, affinity_cookie(rule, endpoint))
+        (
+            endpoint,
+            affinity_cookie(plan.options, plan.cookie_path, endpoint),
+        )
     }
 
     /// The client for backends with this connect timeout and protocol.
@@ -547,18 +622,130 @@ fn cause<'e, E: std::error::Error + 'static>(
 }
 
 /// The `Set-Cookie` that keeps a client on `endpoint`, when the rule keeps affinity.
-fn affinity_cookie(rule: &Rule, endpoint: SocketAddr) -> Option<HeaderValue> {
-    let affinity = rule.options.affinity.as_ref()?;
+fn affinity_cookie(options: &Options, path: &str, endpoint: SocketAddr) -> Option<HeaderValue> {
+    let affinity = options.affinity.as_ref()?;
     let mut value = format!(
-        "{}={}; Path={}; HttpOnly",
+        "{}={}; Path={path}; HttpOnly",
         affinity.cookie,
         token(&endpoint),
-        rule.cookie_path()
     );
     if let Some(age) = affinity.max_age {
         value.push_str(&format!("; Max-Age={age}"));
     }
     HeaderValue::from_str(&value).ok()
+}
+
+/// What a Gateway route does with a request it matched: redirect it, fail it (no
+/// usable backend), or forward it with its filters applied.
+fn gateway_plan<'r>(
+    found: &table::Found<'r>,
+    uri: &Uri,
+    host: &str,
+    secure: bool,
+    port: u16,
+) -> Routed<'r> {
+    let rule = found.rule;
+    let path = uri.path();
+    if let Some(redirect) = &rule.redirect {
+        let scheme = if secure { "https" } else { "http" };
+        let location = table::location(redirect, found, scheme, host, port, path, uri.query());
+        let mut response = plain(redirect.status, redirect.status.as_str());
+        if let Ok(location) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        return Routed::Answer(None, response);
+    }
+    let backend = match rule.pick() {
+        Pick::Backend(backend) => backend,
+        Pick::Fail(status, why) => return Routed::Answer(None, plain(status, &why)),
+    };
+    let path = match &rule.rewrite_path {
+        Some(change) => found.changed_path(change, path),
+        None => path.to_string(),
+    };
+    Routed::Forward(Plan {
+        backend,
+        options: &rule.options,
+        path,
+        host: rule.rewrite_host.as_deref(),
+        request_headers: rule.request_headers.as_ref(),
+        response_headers: rule.response_headers.as_ref(),
+        cookie_path: "/",
+    })
+}
+
+/// A Gateway route's header changes: set (replace), add (append), remove.
+fn modify(headers: &mut http::HeaderMap, modifier: &HeaderModifier) {
+    let pairs = |list: &[crate::gateway::api::NameValue]| {
+        list.iter()
+            .filter_map(|nv| {
+                let name = HeaderName::from_bytes(nv.name.to_ascii_lowercase().as_bytes()).ok()?;
+                Some((name, HeaderValue::from_str(&nv.value).ok()?))
+            })
+            .collect::<Vec<_>>()
+    };
+    for (name, value) in pairs(&modifier.set) {
+        headers.insert(name, value);
+    }
+    for (name, value) in pairs(&modifier.add) {
+        headers.append(name, value);
+    }
+    for name in &modifier.remove {
+        headers.remove(name.to_ascii_lowercase().as_str());
+    }
+}
+
+/// Whether a request is a gRPC call (its clients read answers as gRPC only).
+fn is_grpc<B>(req: &Request<B>) -> bool {
+    (req.headers().get(header::CONTENT_TYPE))
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// An answer made here, for a gRPC call: a trailers-only gRPC response whose status is
+/// the HTTP status's by gRPC's mapping (404 → UNIMPLEMENTED, 502/503/504 → UNAVAILABLE),
+/// as Envoy's local replies to gRPC calls are; a gRPC client cannot read plain text.
+fn grpc_local_reply(response: Response<Body>) -> Response<Body> {
+    let code = match response.status().as_u16() {
+        400 => 13,
+        401 => 16,
+        403 => 7,
+        404 => 12,
+        429 | 502..=504 => 14,
+        _ => 2,
+    };
+    let message = match response.into_body() {
+        Either::Right(full) => {
+            String::from_utf8_lossy(&full.into_inner().unwrap_or_default()).into_owned()
+        }
+        Either::Left(_) => String::new(),
+    };
+    let mut reply = Response::new(Either::Right(Full::new(Bytes::new())));
+    let headers = reply.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", HeaderValue::from(code));
+    if let Ok(message) = HeaderValue::from_str(&percent_encode(message.trim())) {
+        headers.insert("grpc-message", message);
+    }
+    reply
+}
+
+/// gRPC's `grpc-message` encoding: printable ASCII but `%` as is, the rest `%XX`.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b' '..=b'~' if byte != b'%' => out.push(char::from(byte)),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+fn not_found() -> Response<Body> {
+    plain(StatusCode::NOT_FOUND, "default backend - 404")
 }
 
 fn too_large() -> Response<Body> {

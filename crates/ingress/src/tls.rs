@@ -19,6 +19,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::gateway::table::Host;
+
 /// The annotation that keeps plain HTTP for an Ingress with TLS (ingress-nginx's).
 const SSL_REDIRECT: &str = "nginx.ingress.kubernetes.io/ssl-redirect";
 
@@ -29,9 +31,14 @@ pub struct Certificates {
     exact: HashMap<String, Arc<CertifiedKey>>,
     /// By the part after `*.`.
     wildcard: HashMap<String, Arc<CertifiedKey>>,
+    /// Gateway listeners' wildcards, by the part after `*.`.
+    gateway_wildcard: HashMap<String, Arc<CertifiedKey>>,
     /// Hosts, and parents of wildcard hosts, whose plain HTTP goes to HTTPS.
     redirect: HashSet<String>,
     redirect_wildcard: HashSet<String>,
+    /// The certificate of an HTTPS Gateway listener without a hostname: for clients
+    /// that name no host with a certificate of its own.
+    fallback: Option<Arc<CertifiedKey>>,
 }
 
 impl Certificates {
@@ -86,14 +93,40 @@ impl Certificates {
         table
     }
 
-    /// The certificate for a client that named `host`, if an Ingress has one for it.
+    /// Adds the certificate of a Gateway listener serving `host`, unless an Ingress
+    /// has one for the same hosts. A Gateway's wildcard covers every depth: it is found
+    /// for each parent of a host, the longest first.
+    pub fn add_listener(&mut self, host: &Host, key: Arc<CertifiedKey>) {
+        match host {
+            Host::Exact(name) => {
+                self.exact.entry(name.clone()).or_insert(key);
+            }
+            Host::Wildcard(suffix) => {
+                self.gateway_wildcard.entry(suffix.clone()).or_insert(key);
+            }
+            Host::Any => {
+                self.fallback.get_or_insert(key);
+            }
+        }
+    }
+
+    /// The certificate for a client that named `host`, if an Ingress or a Gateway
+    /// listener has one for it.
     fn find(&self, host: &str) -> Option<Arc<CertifiedKey>> {
         let host = host.to_ascii_lowercase();
         if let Some(key) = self.exact.get(&host) {
             return Some(key.clone());
         }
-        let (_, parent) = host.split_once('.')?;
-        self.wildcard.get(parent).cloned()
+        let parent = host.split_once('.').map(|(_, parent)| parent);
+        if let Some(key) = parent.and_then(|p| self.wildcard.get(p)) {
+            return Some(key.clone());
+        }
+        let suffixes = host.match_indices('.').map(|(i, _)| &host[i + 1..]);
+        suffixes
+            .filter_map(|suffix| self.gateway_wildcard.get(suffix))
+            .next()
+            .or(self.fallback.as_ref())
+            .cloned()
     }
 
     /// Whether plain HTTP requests for `host` are redirected to HTTPS (it has TLS and
@@ -112,7 +145,7 @@ impl Certificates {
 }
 
 /// The certificate and key of a `kubernetes.io/tls` Secret.
-fn certified_key(secret: &Secret) -> Result<CertifiedKey, String> {
+pub(crate) fn certified_key(secret: &Secret) -> Result<CertifiedKey, String> {
     let data = secret.data.as_ref().ok_or("the secret has no data")?;
     let field = |name: &str| {
         data.get(name)

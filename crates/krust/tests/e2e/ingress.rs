@@ -128,7 +128,7 @@ fn ingress_rules_route_by_host_and_path_to_ready_pods() {
 }
 
 /// A self-signed certificate for `host` in `dir`: (cert path, key path).
-fn certificate(dir: &std::path::Path, host: &str, name: &str) -> (String, String) {
+pub(crate) fn certificate(dir: &std::path::Path, host: &str, name: &str) -> (String, String) {
     let (cert, key) = (
         dir.join(format!("{name}.crt")),
         dir.join(format!("{name}.key")),
@@ -160,7 +160,7 @@ fn certificate(dir: &std::path::Path, host: &str, name: &str) -> (String, String
 
 /// curl over HTTPS to the Ingress port, `host` resolving to it: (exit code, HTTP
 /// version, status, body).
-fn get_tls(https: u16, host: &str, ca: Option<&str>) -> (i32, String, String) {
+pub(crate) fn get_tls(https: u16, host: &str, ca: Option<&str>) -> (i32, String, String) {
     let mut curl = Command::new("curl");
     curl.args([
         "-s",

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 /// An HTTP/1.1 backend that answers `<name> <request target> <body length>`, sleeps
 /// 3 s first for `/slow`, and echoes whatever follows an upgrade.
-fn backend(name: &'static str) -> u16 {
+pub(crate) fn backend(name: &'static str) -> u16 {
     let listener = TcpListener::bind("0.0.0.0:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -81,7 +81,7 @@ fn answer(name: &str, stream: TcpStream) {
 }
 
 /// A request through the Ingress on `port` for `host`: (status, head, body).
-fn request(port: u16, host: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
+pub(crate) fn request(port: u16, host: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
     let out = Command::new("curl")
         .args(["-s", "-i", "--max-time", "10", "-H"])
         .arg(format!("Host: {host}"))
@@ -106,7 +106,7 @@ fn who(port: u16, host: &str, extra: &[&str]) -> String {
     body.split(' ').next().unwrap_or_default().to_string()
 }
 
-fn selectorless(name: &str, ip: &str, ports: &[u16]) -> Vec<Value> {
+pub(crate) fn selectorless(name: &str, ip: &str, ports: &[u16]) -> Vec<Value> {
     let mut objects = vec![
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
         "spec": {"ports": [{"name": "http", "port": 80}]}}),
@@ -352,27 +352,57 @@ fn ingress_nginx_annotations_shape_requests_and_upgrades_pass_through() {
     }
 }
 
+/// The built-in CSI driver's Identity service, served on a free port of this machine
+/// for as long as the test runs: a gRPC backend. Its port.
+pub(crate) fn identity_backend(dir: &std::path::Path) -> u16 {
+    use krust_csi::v1::identity_server::IdentityServer;
+    let port = free_port();
+    let driver = krust_csi::local::LocalDriver::new("grpc-node", dir);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(IdentityServer::new(driver))
+            .serve(([0, 0, 0, 0], port).into()),
+    );
+    port
+}
+
+/// A gRPC channel to `host` through the proxy on `port`, once the Identity service
+/// answers there.
+pub(crate) async fn grpc_channel(port: u16, host: &str) -> tonic::transport::Channel {
+    use krust_csi::v1::{GetPluginInfoRequest, identity_client::IdentityClient};
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .origin(format!("http://{host}").parse().unwrap())
+        .connect_lazy();
+    let mut identity = IdentityClient::new(channel.clone());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let info = loop {
+        match identity.get_plugin_info(GetPluginInfoRequest {}).await {
+            Ok(info) => break info.into_inner(),
+            Err(status) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no answer through port {port}: {status}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(info.name, krust_csi::local::NAME);
+    channel
+}
+
 /// `backend-protocol: GRPC`: a gRPC client speaks HTTP/2 to the Ingress, which speaks
 /// HTTP/2 to the backend (here the built-in CSI driver's Identity service, served on a
 /// port of this machine); answers and error statuses (trailers) come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_backends_are_reached_over_http2() {
-    use krust_csi::v1::identity_server::IdentityServer;
-    use krust_csi::v1::{
-        CreateVolumeRequest, GetPluginInfoRequest, controller_client::ControllerClient,
-        identity_client::IdentityClient,
-    };
+    use krust_csi::v1::{CreateVolumeRequest, controller_client::ControllerClient};
 
     let port = free_port();
     let s = Server::start_with(&[&format!("--ingress-http-port={port}")]);
     let dir = tempfile::tempdir().unwrap();
-    let grpc_port = free_port();
-    let driver = krust_csi::local::LocalDriver::new("grpc-node", dir.path());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(IdentityServer::new(driver))
-            .serve(([0, 0, 0, 0], grpc_port).into()),
-    );
+    let grpc_port = identity_backend(dir.path());
     let node_ip = krust_kubelet::machine::node_ip().to_string();
     let mut objects = selectorless("grpc", &node_ip, &[grpc_port]);
     objects.push(ingress(
@@ -385,25 +415,7 @@ async fn grpc_backends_are_reached_over_http2() {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
     s.ok_stdin(&["apply", "-f", "-"], &list.to_string());
 
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-        .unwrap()
-        .origin("http://grpc.example".parse().unwrap())
-        .connect_lazy();
-    let mut identity = IdentityClient::new(channel.clone());
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let info = loop {
-        match identity.get_plugin_info(GetPluginInfoRequest {}).await {
-            Ok(info) => break info.into_inner(),
-            Err(status) => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "no answer through the Ingress: {status}"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
-    assert_eq!(info.name, krust_csi::local::NAME);
+    let channel = grpc_channel(port, "grpc.example").await;
     // A service the backend does not serve: its status comes back in the trailers.
     let refused = ControllerClient::new(channel)
         .create_volume(CreateVolumeRequest::default())

@@ -25,6 +25,7 @@ mod encryption;
 mod endpoints;
 mod errors;
 mod etcd;
+mod gateway;
 mod gc;
 mod history;
 mod hostile;
