@@ -34,6 +34,11 @@ have iptables || need_apt+=(iptables)
 have nsenter || need_apt+=(util-linux)
 # The hostile-client tests hold raw TLS connections open with openssl s_client.
 have openssl || need_apt+=(openssl)
+# The registry tests run Debian's registry (distribution 2.8) with htpasswd auth
+# (apache2-utils) and push their images with skopeo.
+have docker-registry || need_apt+=(docker-registry)
+have skopeo || need_apt+=(skopeo)
+have htpasswd || need_apt+=(apache2-utils)
 # The official Python client, which the tests drive too (Debian's python3).
 /usr/bin/python3 -c 'import kubernetes' >/dev/null 2>&1 || need_apt+=(python3-kubernetes)
 
@@ -52,9 +57,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
     apt-get install -y -qq "$pkg"
   done
-  # Debian starts the packaged etcd as a service; krust's tests start their own.
-  if [[ " ${need_apt[*]} " == *" etcd-server "* ]] && command -v systemctl >/dev/null 2>&1; then
-    systemctl disable --now etcd >/dev/null 2>&1 || true
+  # Debian starts the packaged etcd and registry as services; the tests start their own.
+  if command -v systemctl >/dev/null 2>&1; then
+    [[ " ${need_apt[*]} " == *" etcd-server "* ]] && systemctl disable --now etcd >/dev/null 2>&1
+    [[ " ${need_apt[*]} " == *" docker-registry "* ]] && systemctl disable --now docker-registry >/dev/null 2>&1
+    true
   fi
 fi
 

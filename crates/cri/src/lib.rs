@@ -12,6 +12,7 @@ pub mod client;
 pub mod containerd;
 pub mod image;
 pub mod metrics;
+pub mod registries;
 
 pub use client::Runtime;
 pub use k8s_cri::v1 as api;

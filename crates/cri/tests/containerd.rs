@@ -78,7 +78,7 @@ async fn state_of(rt: &Runtime, container: &str) -> i32 {
 async fn a_pod_runs_through_cri_on_krusts_containerd() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path().join("containerd"));
-    let containerd = Containerd::start(layout.clone(), image::PAUSE_IMAGE)
+    let containerd = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &Default::default())
         .await
         .expect("containerd starts");
     assert!(containerd.is_child());
@@ -196,14 +196,14 @@ async fn a_pod_runs_through_cri_on_krusts_containerd() {
     );
 
     // A second start adopts the running containerd instead of starting another.
-    let again = Containerd::start(layout.clone(), image::PAUSE_IMAGE)
+    let again = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &Default::default())
         .await
         .unwrap();
     assert!(!again.is_child());
 
     // Restarting containerd leaves the container running.
     containerd.stop().await;
-    let containerd = Containerd::start(layout.clone(), image::PAUSE_IMAGE)
+    let containerd = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &Default::default())
         .await
         .unwrap();
     assert!(containerd.is_child());

@@ -13,6 +13,12 @@ use krust_client::connect;
 use krust_cri::containerd::{Containerd, Layout, default_dir};
 use krust_cri::image;
 
+/// Where a node's `registries.yaml` is looked for: krust's, then k3s's.
+const REGISTRIES_PATHS: [&str; 2] = [
+    "/etc/krust/registries.yaml",
+    "/etc/rancher/k3s/registries.yaml",
+];
+
 /// What the agent needs besides a data dir and credentials.
 #[derive(Args, Clone, Debug)]
 pub struct AgentArgs {
@@ -56,6 +62,11 @@ pub struct AgentArgs {
     /// and mean nothing, unless another network plugin enforces them.
     #[arg(long)]
     disable_network_policy: bool,
+    /// The node's registry configuration, in k3s's `registries.yaml` format (mirrors,
+    /// credentials, TLS), read at start (default: `/etc/krust/registries.yaml`, else
+    /// k3s's `/etc/rancher/k3s/registries.yaml`).
+    #[arg(long, alias = "registry-config", env = "KRUST_PRIVATE_REGISTRY")]
+    private_registry: Option<PathBuf>,
     #[command(flatten)]
     proxy: crate::proxy::ProxyArgs,
 }
@@ -64,6 +75,19 @@ impl AgentArgs {
     /// `--node-name`, else the machine's hostname, lowercased.
     pub(crate) fn node_name(&self) -> String {
         self.node_name.clone().unwrap_or_else(crate::cli::hostname)
+    }
+
+    /// The registry configuration: `--private-registry`, else the first default path
+    /// that exists, else none.
+    fn registries(&self) -> Result<krust_cri::registries::Registries> {
+        let paths = match &self.private_registry {
+            Some(path) if !path.exists() => {
+                anyhow::bail!("--private-registry {}: no such file", path.display())
+            }
+            Some(path) => vec![path.clone()],
+            None => REGISTRIES_PATHS.iter().map(PathBuf::from).collect(),
+        };
+        Ok(krust_cri::registries::Registries::load(&paths)?)
     }
 
     /// `--node-ip`, else the default route's source address.
@@ -161,7 +185,8 @@ pub async fn run_with_kubeconfig(
     let (mut containerd, socket) = match &args.container_runtime_endpoint {
         Some(endpoint) => (None, endpoint.clone()),
         None => {
-            let c = Containerd::start(layout.clone(), image::PAUSE_IMAGE)
+            let registries = args.registries()?;
+            let c = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &registries)
                 .await
                 .context("starting containerd")?;
             let socket = c.socket().display().to_string();

@@ -14,6 +14,7 @@
 pub mod certificate;
 pub mod csi;
 pub mod eviction;
+pub mod keyring;
 pub mod logfile;
 pub mod machine;
 pub mod metrics;
@@ -173,4 +174,14 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
         csi
     );
     Ok(())
+}
+
+/// A gRPC error as upstream's kubelet words it (Go's status error).
+pub fn rpc_error(status: &tonic::Status) -> String {
+    let code = match status.code() {
+        // Go spells it with one l.
+        tonic::Code::Cancelled => "Canceled".to_string(),
+        code => format!("{code:?}"),
+    };
+    format!("rpc error: code = {code} desc = {}", status.message())
 }

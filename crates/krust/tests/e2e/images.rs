@@ -10,9 +10,13 @@ use krust_cri::image::{ImageBuilder, PAUSE_IMAGE};
 async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let containerd = Containerd::start(Layout::new(default_dir(&data)), PAUSE_IMAGE)
-        .await
-        .expect("containerd starts");
+    let containerd = Containerd::start(
+        Layout::new(default_dir(&data)),
+        PAUSE_IMAGE,
+        &Default::default(),
+    )
+    .await
+    .expect("containerd starts");
     let tarball = dir.path().join("hello.tar");
     ImageBuilder::new("docker.io/library/hello:1.0")
         .dir("etc/")

@@ -22,7 +22,7 @@ fn pod(name: &str, image: &str, command: &[&str]) -> Value {
 }
 
 /// (reason, message) of the events about a pod, reported by the kubelet.
-fn event_reasons(s: &Server, pod: &str) -> Vec<(String, String)> {
+pub(crate) fn event_reasons(s: &Server, pod: &str) -> Vec<(String, String)> {
     let events = s.get_json(&[
         "events",
         "--field-selector",
@@ -40,7 +40,7 @@ fn event_reasons(s: &Server, pod: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn container_status(s: &Server, pod: &str) -> Value {
+pub(crate) fn container_status(s: &Server, pod: &str) -> Value {
     s.get_json(&["pod", pod])["status"]["containerStatuses"][0].clone()
 }
 

@@ -47,6 +47,7 @@ mod policy_admission;
 mod proxy;
 mod python_client;
 mod rbac;
+mod registry;
 mod scheduler;
 mod sim;
 mod statefulsets;

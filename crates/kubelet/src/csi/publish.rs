@@ -20,6 +20,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::Drivers;
+use crate::rpc_error;
 
 /// Where a pod's CSI volumes are published.
 const POD_CSI_DIR: &str = "volumes/kubernetes.io~csi";
@@ -49,15 +50,6 @@ pub enum Failure {
     MountDevice(String),
     /// Publishing: `MountVolume.SetUp`.
     SetUp(String),
-}
-
-/// A gRPC error as upstream's kubelet words it (Go's status error).
-pub fn rpc_error(status: &tonic::Status) -> String {
-    format!(
-        "rpc error: code = {:?} desc = {}",
-        status.code(),
-        status.message()
-    )
 }
 
 fn sha256_hex(data: &str) -> String {

@@ -279,9 +279,8 @@ pub async fn grpc(action: &GRPCAction, pod_ip: &str, timeout: Duration) -> Resul
         })?
         .map_err(|status| {
             format!(
-                "error: health rpc probe failed: rpc error: code = {:?} desc = {}",
-                status.code(),
-                status.message()
+                "error: health rpc probe failed: {}",
+                crate::rpc_error(&status)
             )
         })?
         .into_inner();

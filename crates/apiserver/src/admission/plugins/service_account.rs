@@ -31,7 +31,8 @@ impl Plugin for ServiceAccount {
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// The ServiceAccount admission step: a pod without an account gets `default`; a pod
-/// whose account exists gets the `kube-api-access-<random>` projected volume (a token
+/// without `imagePullSecrets` gets its account's; a pod whose account exists gets the
+/// `kube-api-access-<random>` projected volume (a token
 /// of 3607 s, the cluster CA from `kube-root-ca.crt`, the namespace) mounted read-only
 /// at [`SERVICE_ACCOUNT_DIR`] in every container, unless the pod (or else the account)
 /// says `automountServiceAccountToken: false` or a container mounts something there
@@ -63,6 +64,16 @@ fn service_account(call: &Call<'_>, pod: &mut Value) {
         return;
     };
     let spec = &mut pod["spec"];
+    // The account's pull secrets, for a pod that names none (upstream copies them).
+    let named = spec["imagePullSecrets"]
+        .as_array()
+        .is_some_and(|l| !l.is_empty());
+    if let Some(secrets) = account["imagePullSecrets"].as_array()
+        && !named
+        && !secrets.is_empty()
+    {
+        spec["imagePullSecrets"] = json!(secrets);
+    }
     let automount = spec["automountServiceAccountToken"]
         .as_bool()
         .or(account["automountServiceAccountToken"].as_bool())

@@ -1,14 +1,19 @@
 //! Image pulls of a pod worker: the pull policy decided in the kubelet (the image's
-//! status first), ErrImagePull then ImagePullBackOff with the container's back-off,
-//! and the Pulling/Pulled/Failed events.
+//! status first), the credentials of the pod's pull secrets tried in the keyring's
+//! order, ErrImagePull then ImagePullBackOff with the container's back-off, and the
+//! Pulling/Pulled/Failed events.
 
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use krust_client::events::EventType;
-use krust_cri::api::{ImageSpec, ImageStatusRequest, PullImageRequest};
+use krust_cri::api::{AuthConfig, ImageSpec, ImageStatusRequest, PullImageRequest};
+use kube::ResourceExt;
+use kube::api::Api;
 
 use super::Worker;
+use crate::keyring::Keyring;
+use crate::rpc_error;
 
 impl Worker {
     /// `IfNotPresent` (the default for tagged images), `Always` (the default for
@@ -51,15 +56,7 @@ impl Worker {
                     format!("Container image \"{image}\" is not present with pull policy of Never"),
                 ));
             }
-            "IfNotPresent" if present => {
-                self.event(
-                    pod,
-                    EventType::Normal,
-                    "Pulled",
-                    format!("Container image \"{image}\" already present on machine"),
-                );
-                return Ok(());
-            }
+            "IfNotPresent" if present => return self.already_present(pod, &image),
             _ => {}
         }
         let now = Instant::now();
@@ -82,42 +79,103 @@ impl Worker {
             format!("Pulling image \"{image}\""),
         );
         let pulling = Instant::now();
-        match images
-            .pull_image(PullImageRequest {
-                image: Some(spec),
+        let (keyring, unreadable) = Keyring::from_secrets(&self.pull_secrets(pod).await);
+        for why in unreadable {
+            tracing::warn!(pod = %pod.name_any(), error = %why, "a pull secret is unusable");
+        }
+        // Each matching credential in turn; without any, an anonymous pull.
+        let credentials = keyring.lookup(&image);
+        let auths: Vec<Option<AuthConfig>> = if credentials.is_empty() {
+            vec![None]
+        } else {
+            (credentials.into_iter())
+                .map(|c| {
+                    Some(AuthConfig {
+                        username: c.username.clone(),
+                        password: c.password.clone(),
+                        ..AuthConfig::default()
+                    })
+                })
+                .collect()
+        };
+        let mut failures = Vec::new();
+        for auth in auths {
+            let request = PullImageRequest {
+                image: Some(spec.clone()),
+                auth,
                 ..PullImageRequest::default()
-            })
-            .await
-        {
-            Ok(_) => {
-                self.pulls.remove(&image);
-                let took = pulling.elapsed().as_secs_f64();
-                self.event(
-                    pod,
-                    EventType::Normal,
-                    "Pulled",
-                    format!("Successfully pulled image \"{image}\" in {took:.3}s"),
-                );
-                Ok(())
-            }
-            // `Always` with the image already here: a registry we cannot reach does not
-            // stop the container (upstream would fail; offline machines need this).
-            Err(_) if present => {
-                self.event(
-                    pod,
-                    EventType::Normal,
-                    "Pulled",
-                    format!("Container image \"{image}\" already present on machine"),
-                );
-                Ok(())
-            }
-            Err(err) => {
-                self.pulls.entry(image.clone()).or_default().fail(now);
-                Err((
-                    "ErrImagePull".into(),
-                    format!("failed to pull image \"{image}\": {}", err.message()),
-                ))
+            };
+            match images.pull_image(request).await {
+                Ok(_) => {
+                    self.pulls.remove(&image);
+                    let took = pulling.elapsed().as_secs_f64();
+                    self.event(
+                        pod,
+                        EventType::Normal,
+                        "Pulled",
+                        format!("Successfully pulled image \"{image}\" in {took:.3}s"),
+                    );
+                    return Ok(());
+                }
+                Err(status) => failures.push(rpc_error(&status)),
             }
         }
+        // `Always` with the image already here: a registry we cannot reach does not
+        // stop the container (upstream would fail; offline machines need this).
+        if present {
+            return self.already_present(pod, &image);
+        }
+        self.pulls.entry(image.clone()).or_default().fail(now);
+        // Several credentials failed: all their errors, as Go's aggregate.
+        let message = match failures.as_slice() {
+            [one] => one.clone(),
+            all => format!("[{}]", all.join(", ")),
+        };
+        self.event(
+            pod,
+            EventType::Warning,
+            "Failed",
+            format!("Failed to pull image \"{image}\": {message}"),
+        );
+        Err(("ErrImagePull".into(), message))
+    }
+
+    fn already_present(&self, pod: &Pod, image: &str) -> Result<(), (String, String)> {
+        self.event(
+            pod,
+            EventType::Normal,
+            "Pulled",
+            format!("Container image \"{image}\" already present on machine"),
+        );
+        Ok(())
+    }
+
+    /// The pod's pull secrets that can be read; the others are named in a warning
+    /// event, and the pull goes on without them, as upstream's kubelet does.
+    async fn pull_secrets(&self, pod: &Pod) -> Vec<Secret> {
+        let names = (pod.spec.iter())
+            .flat_map(|s| s.image_pull_secrets.iter().flatten())
+            .map(|r| r.name.clone());
+        let api: Api<Secret> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let (mut found, mut missing) = (Vec::new(), Vec::new());
+        for name in names {
+            match api.get_opt(&name).await {
+                Ok(Some(secret)) => found.push(secret),
+                _ => missing.push(name),
+            }
+        }
+        if !missing.is_empty() {
+            self.event(
+                pod,
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    missing.join(", ")
+                ),
+            );
+        }
+        found
     }
 }

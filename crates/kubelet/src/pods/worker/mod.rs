@@ -716,20 +716,13 @@ impl Worker {
                 );
             }
             "ErrImageNeverPull" => self.event(pod, EventType::Warning, reason, message.to_string()),
-            "ErrImagePull" => {
-                self.event(
-                    pod,
-                    EventType::Warning,
-                    "Failed",
-                    format!("Failed to pull image: {message}"),
-                );
-                self.event(
-                    pod,
-                    EventType::Warning,
-                    "Failed",
-                    format!("Error: {reason}"),
-                );
-            }
+            // The pull's own `Failed to pull image` event came with each attempt.
+            "ErrImagePull" => self.event(
+                pod,
+                EventType::Warning,
+                "Failed",
+                format!("Error: {reason}"),
+            ),
             _ => self.event(
                 pod,
                 EventType::Warning,
