@@ -16,6 +16,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::Error;
+use crate::bundle::Bundle;
 
 /// The sandbox image krust builds and imports itself.
 pub const PAUSE_IMAGE: &str = "krust.local/pause:3.10";
@@ -236,23 +237,11 @@ pub fn busybox() -> Result<ImageBuilder, Error> {
         .cmd(&["sh"]))
 }
 
-/// Imports a docker-archive or OCI tarball into the containerd at `socket`, in the
-/// namespace the CRI plugin uses.
-pub fn import(socket: &Path, tarball: &Path) -> Result<(), Error> {
-    let out = Command::new("ctr")
-        .arg("--address")
-        .arg(socket)
-        .args(["-n", "k8s.io", "images", "import"])
-        .arg(tarball)
-        .output()
-        .map_err(|e| Error::io("running ctr (is containerd installed?)", e))?;
-    if !out.status.success() {
-        return Err(Error::Import {
-            file: tarball.display().to_string(),
-            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
+/// Imports an image bundle (a docker-archive or OCI tarball, compressed or not, or an
+/// OCI layout) into the containerd at `socket`, in the namespace the CRI plugin uses.
+pub fn import(socket: &Path, bundle: &Path) -> Result<(), Error> {
+    let kind = Bundle::of(bundle).unwrap_or(Bundle::Tar);
+    crate::bundle::import(socket, bundle, kind)
 }
 
 /// Builds the pause and busybox images into `dir` and imports them.

@@ -8,6 +8,7 @@
 //! - [`metrics`]: every CRI call counted and timed (the kubelet's runtime operation
 //!   metrics).
 
+pub mod bundle;
 pub mod client;
 pub mod containerd;
 pub mod image;

@@ -1,6 +1,7 @@
 //! `krust agent`: the node side — containerd (started as a child, and again whenever
 //! it exits, unless `--container-runtime-endpoint` names a CRI socket), the images krust builds itself
-//! (pause, busybox) plus every tarball in `<data-dir>/agent/images/`, and the kubelet.
+//! (pause, busybox) plus every image bundle in `<data-dir>/agent/images/` (at start and
+//! whenever one is dropped in), and the kubelet.
 //! `krust server` runs the same in-process unless `--disable-agent`.
 
 use std::net::Ipv4Addr;
@@ -196,8 +197,14 @@ pub async fn run_with_kubeconfig(
     if let Some(c) = &containerd {
         image::import_builtin(&c.socket(), &agent_dir.join("builtin-images"))
             .context("importing the built-in images")?;
-        import_dir(&c.socket(), &agent_dir.join("images"));
     }
+    // The airgap images directory: what is there now before the kubelet starts, then
+    // whatever is dropped in.
+    let bundles = containerd.as_ref().map(|c| {
+        let mut watcher = krust_cri::bundle::Watcher::new(&c.socket(), &agent_dir.join("images"));
+        watcher.scan();
+        import_new_bundles(watcher)
+    });
     let runtime = krust_cri::Runtime::connect(&socket)
         .await
         .context("connecting to the container runtime")?;
@@ -298,6 +305,7 @@ pub async fn run_with_kubeconfig(
         _ = proxy => {}
         _ = network_policy => {}
         _ = provisioner => {}
+        _ = optional(bundles) => {}
         _ = supervised => {}
         _ = client_rotation => {}
         _ = shutdown => {}
@@ -318,20 +326,27 @@ async fn optional(part: Option<impl std::future::Future<Output = ()>>) {
     std::future::pending::<()>().await
 }
 
-/// Imports every `*.tar` in `dir` (k3s's airgap images directory); failures are logged.
-fn import_dir(socket: &Path, dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "tar") {
-            match image::import(socket, &path) {
-                Ok(()) => tracing::info!(image = %path.display(), "image imported"),
-                Err(err) => {
-                    tracing::warn!(image = %path.display(), error = %err, "image import failed")
-                }
+/// How often the airgap images directory is looked at for new bundles (k3s watches
+/// it; a scan of a directory of a few files costs nothing).
+const BUNDLE_SCAN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Imports the bundles that appear in `<data-dir>/agent/images/` while the agent runs.
+async fn import_new_bundles(mut watcher: krust_cri::bundle::Watcher) {
+    let mut ticker = tokio::time::interval(BUNDLE_SCAN);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        watcher = match tokio::task::spawn_blocking(move || {
+            watcher.scan();
+            watcher
+        })
+        .await
+        {
+            Ok(watcher) => watcher,
+            Err(err) => {
+                tracing::error!(error = %err, "importing image bundles panicked; no more scans");
+                return;
             }
-        }
+        };
     }
 }

@@ -1,7 +1,11 @@
-//! `krust images import`: tarballs go into the node's containerd (a real containerd
-//! started as krust's agent would, under the data dir).
+//! `krust images import` and the airgap images directory: image bundles — tarballs,
+//! compressed ones (gzip, zstd) and OCI layouts — go into the node's containerd (a
+//! real containerd started as krust's agent would, under the data dir), and bundles
+//! dropped into a running agent's `agent/images/` are imported without a restart.
 
+use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use krust_cri::containerd::{Containerd, Layout, default_dir};
 use krust_cri::image::{ImageBuilder, PAUSE_IMAGE};
@@ -24,12 +28,18 @@ async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
         .cmd(&["/bin/true"])
         .write(&tarball)
         .unwrap();
-    let out = crate::common::import_image(&data, &tarball);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // A tarball, and the other bundle kinds k3s users bring.
+    let mut imported = vec![tarball];
+    imported.extend(bundles(dir.path(), "imported"));
+    for bundle in &imported {
+        let out = crate::common::import_image(&data, bundle);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            bundle.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let listed = Command::new("ctr")
         .arg("--address")
         .arg(containerd.socket())
@@ -37,7 +47,14 @@ async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
         .output()
         .unwrap();
     let listed = String::from_utf8_lossy(&listed.stdout);
-    assert!(listed.contains("docker.io/library/hello:1.0"), "{listed}");
+    for name in [
+        "docker.io/library/hello:1.0",
+        "docker.io/library/imported-gzip:1.0",
+        "docker.io/library/imported-zstd:1.0",
+        "docker.io/library/imported-layout:1.0",
+    ] {
+        assert!(listed.contains(name), "{name} not in {listed}");
+    }
 
     // A file that is not an image archive is refused with ctr's reason.
     let bad = dir.path().join("bad.tar");
@@ -46,4 +63,101 @@ async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("importing"));
     containerd.stop().await;
+}
+
+/// The image `docker.io/library/<prefix>-<kind>:1.0` as a gzip tarball, a zstd tarball
+/// and an OCI layout (made with skopeo) in `dir`.
+fn bundles(dir: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
+    let name = |kind: &str| format!("docker.io/library/{prefix}-{kind}:1.0");
+    let tar = |kind: &str| {
+        let path = dir.join(format!("{prefix}-{kind}.tar"));
+        krust_cri::image::busybox()
+            .unwrap()
+            .tag(&name(kind))
+            .write(&path)
+            .unwrap();
+        path
+    };
+    let gzip = dir.join(format!("{prefix}.tar.gz"));
+    let gzipped = Command::new("gzip")
+        .arg("-c")
+        .arg(tar("gzip"))
+        .output()
+        .unwrap();
+    std::fs::write(&gzip, gzipped.stdout).unwrap();
+    let zstd = dir.join(format!("{prefix}.tar.zst"));
+    let plain = std::fs::File::open(tar("zstd")).unwrap();
+    let compressed =
+        ruzstd::encoding::compress_to_vec(plain, ruzstd::encoding::CompressionLevel::Fastest);
+    std::fs::write(&zstd, compressed).unwrap();
+    let layout = dir.join(format!("{prefix}-layout"));
+    let copied = Command::new("skopeo")
+        .args(["copy", "--quiet"])
+        .arg(format!("docker-archive:{}", tar("layout").display()))
+        .arg(format!("oci:{}:{}", layout.display(), name("layout")))
+        .output()
+        .unwrap();
+    assert!(
+        copied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&copied.stderr)
+    );
+    vec![gzip, zstd, layout]
+}
+
+/// Bundles copied into a running agent's images directory are imported within a
+/// scan, and pods that never pull run from them.
+#[test]
+fn bundles_dropped_into_a_running_agent_are_imported() {
+    let s = crate::common::Server::with_agent(&["--cluster-cidr=10.58.0.0/16"]);
+    crate::common::wait_for("a node", Duration::from_secs(60), || {
+        s.get_json(&["nodes"])["items"]
+            .as_array()?
+            .first()
+            .map(|_| ())
+    });
+    let work = tempfile::tempdir().unwrap();
+    let images = s.data_dir().join("agent/images");
+    std::fs::create_dir_all(&images).unwrap();
+    for bundle in bundles(work.path(), "dropped") {
+        // Renamed into place, as a copy should be, so no half-written file is seen.
+        let staged = images.join(format!(
+            ".{}",
+            bundle.file_name().unwrap().to_string_lossy()
+        ));
+        Command::new("cp")
+            .arg("-r")
+            .arg(&bundle)
+            .arg(&staged)
+            .status()
+            .unwrap();
+        std::fs::rename(&staged, images.join(bundle.file_name().unwrap())).unwrap();
+    }
+    for kind in ["gzip", "zstd", "layout"] {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("from-{kind}")},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c",
+                "image": format!("dropped-{kind}:1.0"), "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"]}]}});
+        s.ok_stdin(&["create", "-f", "-"], &pod.to_string());
+    }
+    for kind in ["gzip", "zstd", "layout"] {
+        crate::common::wait_for(
+            &format!("the pod of the {kind} bundle running"),
+            Duration::from_secs(60),
+            || {
+                let pod = s.get_json(&["pod", &format!("from-{kind}")]);
+                pod["status"]["containerStatuses"][0]["state"]
+                    .get("running")
+                    .map(|_| ())
+            },
+        );
+    }
+    s.ok(&[
+        "delete",
+        "pods",
+        "--all",
+        "--grace-period=0",
+        "--timeout=60s",
+    ]);
 }
