@@ -49,8 +49,8 @@ impl Bundle {
 }
 
 /// Imports the bundle at `path` into the containerd at `socket` (the CRI plugin's
-/// `k8s.io` namespace).
-pub fn import(socket: &Path, path: &Path, kind: Bundle) -> Result<(), Error> {
+/// `k8s.io` namespace); the names of the images it held.
+pub fn import(socket: &Path, path: &Path, kind: Bundle) -> Result<Vec<String>, Error> {
     let open = || {
         std::fs::File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))
     };
@@ -86,8 +86,9 @@ pub fn import(socket: &Path, path: &Path, kind: Bundle) -> Result<(), Error> {
             let tarred = tarring
                 .join()
                 .unwrap_or_else(|_| Err(std::io::Error::other("panicked")));
-            imported?;
-            tarred.map_err(|e| Error::io(format!("reading {}", path.display()), e))
+            let names = imported?;
+            tarred.map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            Ok(names)
         }
     }
 }
@@ -121,14 +122,14 @@ fn named_index(dir: &Path) -> Result<Vec<u8>, Error> {
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 const CONTAINERD_NAME: &str = "io.containerd.image.name";
 
-/// `ctr images import -` fed from `input`.
-fn ctr_import(socket: &Path, path: &Path, mut input: impl Read) -> Result<(), Error> {
+/// `ctr images import -` fed from `input`; the names it unpacked.
+fn ctr_import(socket: &Path, path: &Path, mut input: impl Read) -> Result<Vec<String>, Error> {
     let mut child = Command::new("ctr")
         .arg("--address")
         .arg(socket)
         .args(["-n", "k8s.io", "images", "import", "-"])
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| Error::io("running ctr (is containerd installed?)", e))?;
@@ -148,7 +149,17 @@ fn ctr_import(socket: &Path, path: &Path, mut input: impl Read) -> Result<(), Er
         ));
     }
     copied.map_err(|e| failed(format!("reading the bundle: {e}")))?;
-    Ok(())
+    // `unpacking <name> (<digest>)...done`, a line per image.
+    let names = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("unpacking ")?
+                .split_once(" (")
+                .map(|(name, _)| name.to_string())
+        })
+        .filter(|name| !name.is_empty())
+        .collect();
+    Ok(names)
 }
 
 /// The bundles of one directory, each imported once per version (size and
@@ -169,8 +180,9 @@ impl Watcher {
         }
     }
 
-    /// Imports what is new or changed since the last scan; the paths imported.
-    pub fn scan(&mut self) -> Vec<PathBuf> {
+    /// Imports what is new or changed since the last scan; the names of the images
+    /// imported.
+    pub fn scan(&mut self) -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };
@@ -186,9 +198,9 @@ impl Watcher {
             }
             self.seen.insert(path.clone(), version);
             match import(&self.socket, &path, kind) {
-                Ok(()) => {
-                    tracing::info!(bundle = %path.display(), "images imported");
-                    imported.push(path);
+                Ok(names) => {
+                    tracing::info!(bundle = %path.display(), images = ?names, "images imported");
+                    imported.extend(names);
                 }
                 Err(err) => {
                     tracing::warn!(bundle = %path.display(), error = %err, "image import failed")

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
@@ -232,28 +232,30 @@ pub fn pause() -> Result<ImageBuilder, Error> {
 
 /// Busybox, for tests and demos (`sh` by default, as the upstream image).
 pub fn busybox() -> Result<ImageBuilder, Error> {
-    Ok(busybox_base(BUSYBOX_IMAGE)?
-        .tag(BUSYBOX_STABLE_IMAGE)
-        .cmd(&["sh"]))
+    Ok(busybox_as(BUSYBOX_IMAGE)?.tag(BUSYBOX_STABLE_IMAGE))
+}
+
+/// The same busybox under `reference` only.
+pub fn busybox_as(reference: &str) -> Result<ImageBuilder, Error> {
+    Ok(busybox_base(reference)?.cmd(&["sh"]))
 }
 
 /// Imports an image bundle (a docker-archive or OCI tarball, compressed or not, or an
 /// OCI layout) into the containerd at `socket`, in the namespace the CRI plugin uses.
-pub fn import(socket: &Path, bundle: &Path) -> Result<(), Error> {
+pub fn import(socket: &Path, bundle: &Path) -> Result<Vec<String>, Error> {
     let kind = Bundle::of(bundle).unwrap_or(Bundle::Tar);
     crate::bundle::import(socket, bundle, kind)
 }
 
-/// Builds the pause and busybox images into `dir` and imports them.
-pub fn import_builtin(socket: &Path, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+/// Builds the pause and busybox images into `dir` and imports them; their names.
+pub fn import_builtin(socket: &Path, dir: &Path) -> Result<Vec<String>, Error> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let mut written = Vec::new();
+    let mut names = Vec::new();
     for (name, image) in [("pause.tar", pause()?), ("busybox.tar", busybox()?)] {
         let path = dir.join(name);
         image.write(&path)?;
-        import(socket, &path)?;
-        written.push(path);
+        names.extend(import(socket, &path)?);
     }
-    Ok(written)
+    Ok(names)
 }

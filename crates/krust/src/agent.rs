@@ -68,6 +68,26 @@ pub struct AgentArgs {
     /// k3s's `/etc/rancher/k3s/registries.yaml`).
     #[arg(long, alias = "registry-config", env = "KRUST_PRIVATE_REGISTRY")]
     private_registry: Option<PathBuf>,
+    /// Percent of the image filesystem used above which unused images are collected
+    /// (upstream's kubelet flag).
+    #[arg(long, default_value_t = 85, value_parser = clap::value_parser!(u8).range(0..=100))]
+    image_gc_high_threshold: u8,
+    /// Percent of the image filesystem used that collection brings usage down to.
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(0..=100))]
+    image_gc_low_threshold: u8,
+    /// Images younger than this are never collected.
+    #[arg(long, default_value = "2m", value_parser = crate::cli::parse_duration)]
+    image_minimum_gc_age: std::time::Duration,
+    /// How often image usage is checked (upstream's kubelet: every 5 minutes, fixed).
+    #[arg(long, default_value = "5m", value_parser = crate::cli::parse_duration)]
+    image_gc_interval: std::time::Duration,
+    /// Pull one image at a time (upstream's default).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    serialize_image_pulls: bool,
+    /// With `--serialize-image-pulls=false`, how many pulls may run at once (none: no
+    /// limit).
+    #[arg(long)]
+    max_parallel_image_pulls: Option<usize>,
     #[command(flatten)]
     proxy: crate::proxy::ProxyArgs,
 }
@@ -89,6 +109,33 @@ impl AgentArgs {
             None => REGISTRIES_PATHS.iter().map(PathBuf::from).collect(),
         };
         Ok(krust_cri::registries::Registries::load(&paths)?)
+    }
+
+    /// The image GC policy, checked as upstream's kubelet checks its flags.
+    fn image_gc(&self) -> Result<krust_kubelet::images::Policy> {
+        anyhow::ensure!(
+            self.image_gc_low_threshold < self.image_gc_high_threshold,
+            "--image-gc-low-threshold ({}) must be less than --image-gc-high-threshold ({})",
+            self.image_gc_low_threshold,
+            self.image_gc_high_threshold
+        );
+        Ok(krust_kubelet::images::Policy {
+            high_threshold: self.image_gc_high_threshold,
+            low_threshold: self.image_gc_low_threshold,
+            minimum_age: self.image_minimum_gc_age,
+            interval: self.image_gc_interval,
+        })
+    }
+
+    /// How many pulls may run at once (`None`: any number).
+    fn parallel_pulls(&self) -> Result<Option<usize>> {
+        match (self.serialize_image_pulls, self.max_parallel_image_pulls) {
+            (true, Some(n)) if n > 1 => {
+                anyhow::bail!("--max-parallel-image-pulls={n} needs --serialize-image-pulls=false")
+            }
+            (true, _) => Ok(Some(1)),
+            (false, limit) => Ok(limit.filter(|&n| n > 0)),
+        }
     }
 
     /// `--node-ip`, else the default route's source address.
@@ -194,16 +241,21 @@ pub async fn run_with_kubeconfig(
             (Some(c), socket)
         }
     };
+    // The sandbox, built-in and air-gap images are never garbage-collected (k3s pins
+    // what it imports too).
+    let pinned = krust_kubelet::images::Pinned::default();
+    pinned.add([image::PAUSE_IMAGE.to_string()]);
     if let Some(c) = &containerd {
-        image::import_builtin(&c.socket(), &agent_dir.join("builtin-images"))
+        let builtin = image::import_builtin(&c.socket(), &agent_dir.join("builtin-images"))
             .context("importing the built-in images")?;
+        pinned.add(builtin);
     }
     // The airgap images directory: what is there now before the kubelet starts, then
     // whatever is dropped in.
     let bundles = containerd.as_ref().map(|c| {
         let mut watcher = krust_cri::bundle::Watcher::new(&c.socket(), &agent_dir.join("images"));
-        watcher.scan();
-        import_new_bundles(watcher)
+        pinned.add(watcher.scan());
+        import_new_bundles(watcher, pinned.clone())
     });
     let runtime = krust_cri::Runtime::connect(&socket)
         .await
@@ -247,6 +299,9 @@ pub async fn run_with_kubeconfig(
             .map_err(|e| anyhow::anyhow!("--eviction-hard: {e}"))?,
         housekeeping_interval: args.housekeeping_interval,
         image_fs: layout.root(),
+        image_gc: args.image_gc()?,
+        pinned_images: pinned,
+        parallel_pulls: args.parallel_pulls()?,
         local_storage: Some(
             args.default_local_storage_path
                 .clone()
@@ -331,18 +386,24 @@ async fn optional(part: Option<impl std::future::Future<Output = ()>>) {
 const BUNDLE_SCAN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Imports the bundles that appear in `<data-dir>/agent/images/` while the agent runs.
-async fn import_new_bundles(mut watcher: krust_cri::bundle::Watcher) {
+async fn import_new_bundles(
+    mut watcher: krust_cri::bundle::Watcher,
+    pinned: krust_kubelet::images::Pinned,
+) {
     let mut ticker = tokio::time::interval(BUNDLE_SCAN);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         watcher = match tokio::task::spawn_blocking(move || {
-            watcher.scan();
-            watcher
+            let imported = watcher.scan();
+            (watcher, imported)
         })
         .await
         {
-            Ok(watcher) => watcher,
+            Ok((watcher, imported)) => {
+                pinned.add(imported);
+                watcher
+            }
             Err(err) => {
                 tracing::error!(error = %err, "importing image bundles panicked; no more scans");
                 return;

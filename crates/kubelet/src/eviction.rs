@@ -307,6 +307,8 @@ pub struct Manager {
     pub thresholds: Vec<Threshold>,
     pub interval: Duration,
     pub image_fs: PathBuf,
+    /// Unused images are reclaimed before a pod is evicted for disk pressure.
+    pub images: crate::images::Images,
     pub evictions: Evictions,
     pub pressures: watch::Sender<Pressures>,
     pub events: EventRecorder,
@@ -349,12 +351,33 @@ impl Manager {
                 tracing::info!(?under, "node pressure changed");
                 self.pressures.send_replace(under);
             }
-            if let Some((threshold, observation)) = crossed.first()
-                && let Err(err) = self.evict_one(threshold, observation).await
-            {
+            let Some((threshold, observation)) = crossed.first() else {
+                continue;
+            };
+            if threshold.signal.pressure() == Pressure::Disk && self.reclaimed(threshold).await {
+                continue;
+            }
+            if let Err(err) = self.evict_one(threshold, observation).await {
                 tracing::warn!(error = %err, "eviction failed");
             }
         }
+    }
+
+    /// Upstream's node-level reclaim for disk signals: every unused image goes (whatever
+    /// its age); whether the threshold is met again without evicting a pod.
+    async fn reclaimed(&self, threshold: &Threshold) -> bool {
+        match self.images.free(u64::MAX, None).await {
+            Ok(freed) => tracing::info!(
+                signal = threshold.signal.name(),
+                freed,
+                "reclaimed unused images before evicting"
+            ),
+            Err(err) => tracing::warn!(error = %err, "reclaiming images failed"),
+        }
+        let observed = observe(&self.config.data_dir, &self.image_fs);
+        observed
+            .get(&threshold.signal)
+            .is_some_and(|o| o.available >= threshold.amount(o.capacity))
     }
 
     /// Chooses the first pod by upstream's ranking and hands it to its worker.

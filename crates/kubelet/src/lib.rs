@@ -14,6 +14,7 @@
 pub mod certificate;
 pub mod csi;
 pub mod eviction;
+pub mod images;
 pub mod keyring;
 pub mod logfile;
 pub mod machine;
@@ -64,6 +65,13 @@ pub struct Config {
     pub housekeeping_interval: Duration,
     /// Where images and container layers live (containerd's root): `imagefs`.
     pub image_fs: PathBuf,
+    /// When unused images are collected.
+    pub image_gc: images::Policy,
+    /// Images never collected.
+    pub pinned_images: images::Pinned,
+    /// How many image pulls may run at once (`--serialize-image-pulls`: one;
+    /// `--max-parallel-image-pulls`); `None`: no limit.
+    pub parallel_pulls: Option<usize>,
     /// The root of the built-in CSI driver's volumes (`None`: the driver is not run).
     pub local_storage: Option<PathBuf>,
 }
@@ -131,6 +139,7 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
     tracing::info!(node = config.node_name, %cidr, runtime = runtime_version, "kubelet running");
     let (events, sender) = krust_client::events::EventRecorder::new(client.clone(), "kubelet");
     let events = events.on_host(&config.node_name);
+    let (images, image_list) = images::Images::new(runtime.clone(), config.pinned_images.clone());
     let (pressures, pressure_changes) = tokio::sync::watch::channel(eviction::Pressures::new());
     let evictions = eviction::Evictions::default();
     let eviction = eviction::Manager {
@@ -139,6 +148,7 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
         thresholds: config.eviction_hard.clone(),
         interval: config.housekeeping_interval,
         image_fs: config.image_fs.clone(),
+        images: images.clone(),
         evictions: evictions.clone(),
         pressures,
         events: events.clone(),
@@ -149,7 +159,9 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
         node,
         status,
         pressure_changes,
+        image_list,
     );
+    let image_manager = images.run(config.clone(), events.clone(), config.housekeeping_interval);
     let serving = server.serve(runtime.clone());
     let drivers = csi::Drivers::default();
     let csi = csi::run(client.clone(), config.clone(), drivers.clone(), node_uid);
@@ -171,6 +183,7 @@ pub async fn run(client: Client, runtime: Runtime, config: Config) -> Result<(),
         serving,
         serving_rotation,
         eviction.run(),
+        image_manager,
         csi
     );
     Ok(())

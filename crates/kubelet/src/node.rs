@@ -137,6 +137,7 @@ pub async fn heartbeats(
     node: Node,
     mut status: Value,
     mut pressures: watch::Receiver<Pressures>,
+    mut images: watch::Receiver<Value>,
 ) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
@@ -158,6 +159,11 @@ pub async fn heartbeats(
             Ok(()) = pressures.changed() => {
                 let under = pressures.borrow_and_update().clone();
                 report(&nodes, &config, &mut status, Some(&under)).await;
+            }
+            // The images the node has (what ImageLocality scores), when they change.
+            Ok(()) = images.changed() => {
+                status["status"]["images"] = images.borrow_and_update().clone();
+                report(&nodes, &config, &mut status, None).await;
             }
         }
     }

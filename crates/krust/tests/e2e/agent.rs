@@ -58,6 +58,7 @@ pub(crate) fn join_edge(s: &Server, data: &Path) -> (Component, String) {
             "0",
             "--eviction-hard",
             common::TEST_EVICTION_HARD,
+            common::TEST_IMAGE_GC,
             // Services are not under test: no nftables table left behind.
             "--disable-kube-proxy",
         ],

@@ -71,9 +71,8 @@ fn bundles(dir: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
     let name = |kind: &str| format!("docker.io/library/{prefix}-{kind}:1.0");
     let tar = |kind: &str| {
         let path = dir.join(format!("{prefix}-{kind}.tar"));
-        krust_cri::image::busybox()
+        krust_cri::image::busybox_as(&name(kind))
             .unwrap()
-            .tag(&name(kind))
             .write(&path)
             .unwrap();
         path
@@ -153,6 +152,106 @@ fn bundles_dropped_into_a_running_agent_are_imported() {
             },
         );
     }
+    s.ok(&[
+        "delete",
+        "pods",
+        "--all",
+        "--grace-period=0",
+        "--timeout=60s",
+    ]);
+}
+
+/// Image garbage collection with the thresholds below the disk's usage: images no
+/// container uses go once older than the minimum age, the image a pod runs and the
+/// pinned ones (sandbox, built-in) stay, and `FreeDiskSpaceFailed` says the goal was
+/// out of reach; `node.status.images` follows.
+#[test]
+fn unused_images_are_collected_and_images_in_use_stay() {
+    let s = crate::common::Server::with_agent(&[
+        "--cluster-cidr=10.48.0.0/16",
+        "--image-gc-high-threshold=1",
+        "--image-gc-low-threshold=0",
+        "--image-minimum-gc-age=15s",
+        "--image-gc-interval=2s",
+    ]);
+    let node = crate::common::wait_for("a node", Duration::from_secs(60), || {
+        let nodes = s.get_json(&["nodes"]);
+        nodes["items"].as_array()?.first()?["metadata"]["name"]
+            .as_str()
+            .map(str::to_string)
+    });
+    let work = tempfile::tempdir().unwrap();
+    for name in ["in-use", "unused"] {
+        let tarball = work.path().join(format!("{name}.tar"));
+        // Content of its own: two tags of one image would be one image.
+        krust_cri::image::busybox_as(&format!("docker.io/library/{name}:1.0"))
+            .unwrap()
+            .file("image-name", name.as_bytes().to_vec(), 0o644)
+            .write(&tarball)
+            .unwrap();
+        let out = crate::common::import_image(&s.data_dir(), &tarball);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user"},
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c",
+            "image": "in-use:1.0", "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}});
+    s.ok_stdin(&["create", "-f", "-"], &pod.to_string());
+    let names = |s: &crate::common::Server| -> Vec<String> {
+        let node = s.get_json(&["node", &node]);
+        (node["status"]["images"].as_array().into_iter().flatten())
+            .flat_map(|i| i["names"].as_array().cloned().unwrap_or_default())
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect()
+    };
+    crate::common::wait_for(
+        "both images in the node's status",
+        Duration::from_secs(30),
+        || {
+            let names = names(&s);
+            names
+                .contains(&"docker.io/library/unused:1.0".to_string())
+                .then_some(())
+        },
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let left = loop {
+        let names = names(&s);
+        if !names.contains(&"docker.io/library/unused:1.0".to_string()) {
+            break names;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unused image was not collected: {names:?}; the kubelet said: {}",
+            (s.log().lines())
+                .filter(|l| l.contains("image"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    for kept in [
+        "docker.io/library/in-use:1.0",
+        "docker.io/library/busybox:latest",
+        "krust.local/pause:3.10",
+    ] {
+        assert!(left.contains(&kept.to_string()), "{kept} not in {left:?}");
+    }
+    let pod = s.get_json(&["pod", "user"]);
+    assert!(
+        pod["status"]["containerStatuses"][0]["state"]["running"].is_object(),
+        "{pod}"
+    );
+    let failed = s.event_messages(&node, "FreeDiskSpaceFailed");
+    assert!(
+        failed.iter().any(|m| m.starts_with(
+            "Failed to garbage collect required amount of images. Attempted to free "
+        )),
+        "{failed:?}"
+    );
     s.ok(&[
         "delete",
         "pods",

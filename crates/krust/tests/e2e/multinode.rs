@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{KUBECTL, TEST_EVICTION_HARD, free_port, ready_pods, wait_for};
+use crate::common::{KUBECTL, TEST_EVICTION_HARD, TEST_IMAGE_GC, free_port, ready_pods, wait_for};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -48,7 +48,7 @@ impl Cluster {
             ("MN_CLUSTER_CIDR", cluster_cidr.to_string()),
             (
                 "MN_AGENT_ARGS",
-                format!("--eviction-hard={TEST_EVICTION_HARD}"),
+                format!("--eviction-hard={TEST_EVICTION_HARD} {TEST_IMAGE_GC}"),
             ),
             ("MN_SERVER_ARGS", server_args.to_string()),
         ];

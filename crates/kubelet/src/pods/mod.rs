@@ -47,6 +47,8 @@ pub async fn run(
     );
     let (relisted, relist) = watch::channel(Arc::new(pleg::Snapshot::empty()));
     tokio::spawn(pleg::run(runtime.clone(), relisted));
+    let pull_slots =
+        (config.parallel_pulls).map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1))));
     let workers = Arc::new(Workers {
         shared: worker::Shared {
             client,
@@ -56,6 +58,7 @@ pub async fn run(
             evictions,
             relist,
             csi,
+            pull_slots,
         },
         running: Mutex::default(),
         stopping: Mutex::default(),

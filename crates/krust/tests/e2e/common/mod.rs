@@ -22,6 +22,9 @@ const KUBECTL_LIMIT: Duration = Duration::from_secs(180);
 /// These machines' disks are 95% full and CI's build fills them further, so any share of
 /// the disk would put test nodes under DiskPressure (the disk-pressure test sets its own).
 pub const TEST_EVICTION_HARD: &str = "memory.available<100Mi";
+/// Image garbage collection off for test nodes, for the same reason (the image GC test
+/// sets its own thresholds).
+pub const TEST_IMAGE_GC: &str = "--image-gc-high-threshold=100";
 
 /// A running `krust server`.
 pub struct Server {
@@ -176,6 +179,14 @@ impl Server {
                 .then_some(["--eviction-hard", TEST_EVICTION_HARD])
                 .into_iter()
                 .flatten(),
+            )
+            .args(
+                (self.agent
+                    && !self
+                        .extra_args
+                        .iter()
+                        .any(|a| a.starts_with("--image-gc-high-threshold")))
+                .then_some(TEST_IMAGE_GC),
             )
             // Service proxies of tests running at once would share one nftables table
             // and overlapping cluster IPs: a node runs one only when its test names a

@@ -78,6 +78,11 @@ impl Worker {
             "Pulling",
             format!("Pulling image \"{image}\""),
         );
+        // One pull at a time unless the node allows more (upstream's serialized puller).
+        let _turn = match &self.pull_slots {
+            Some(slots) => Some(slots.clone().acquire_owned().await),
+            None => None,
+        };
         let pulling = Instant::now();
         let (keyring, unreadable) = Keyring::from_secrets(&self.pull_secrets(pod).await);
         for why in unreadable {

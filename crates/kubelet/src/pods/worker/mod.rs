@@ -87,6 +87,8 @@ pub struct Worker {
     failed_mount: Option<(String, Instant)>,
     /// The CSI drivers registered on the node.
     csi: Drivers,
+    /// Turns to pull images, shared by the node's pod workers.
+    pull_slots: Option<Arc<tokio::sync::Semaphore>>,
     /// When this worker first saw the pod, until the pod's start is measured.
     first_seen: Option<Instant>,
 }
@@ -104,6 +106,8 @@ pub struct Shared {
     pub relist: Relisted,
     /// The CSI drivers registered on the node.
     pub csi: Drivers,
+    /// Turns to pull images (`None`: no limit).
+    pub pull_slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// Whether the API shows the pod Succeeded or Failed.
@@ -129,6 +133,7 @@ impl Worker {
             evictions,
             relist,
             csi,
+            pull_slots,
         } = shared;
         let observed = Observed {
             host_ip: config.node_ip.to_string(),
@@ -158,6 +163,7 @@ impl Worker {
             known: HashMap::new(),
             failed_mount: None,
             csi,
+            pull_slots,
             first_seen: Some(Instant::now()),
         }
     }
