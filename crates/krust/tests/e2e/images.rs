@@ -152,13 +152,7 @@ fn bundles_dropped_into_a_running_agent_are_imported() {
             },
         );
     }
-    s.ok(&[
-        "delete",
-        "pods",
-        "--all",
-        "--grace-period=0",
-        "--timeout=60s",
-    ]);
+    s.delete_all_pods();
 }
 
 /// Image garbage collection with the thresholds below the disk's usage: images no
@@ -252,11 +246,5 @@ fn unused_images_are_collected_and_images_in_use_stay() {
         )),
         "{failed:?}"
     );
-    s.ok(&[
-        "delete",
-        "pods",
-        "--all",
-        "--grace-period=0",
-        "--timeout=60s",
-    ]);
+    s.delete_all_pods();
 }

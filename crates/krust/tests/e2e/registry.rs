@@ -314,12 +314,6 @@ configs:
     );
     running(&s, "mirrored");
 
-    s.ok(&[
-        "delete",
-        "pods",
-        "--all",
-        "--grace-period=0",
-        "--timeout=60s",
-    ]);
+    s.delete_all_pods();
     drop(registry);
 }

@@ -355,6 +355,18 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Deletes every pod of the default namespace at once and waits until they are gone
+    /// (their containers ended), so that the test leaves nothing running.
+    pub fn delete_all_pods(&self) {
+        self.ok(&[
+            "delete",
+            "pods",
+            "--all",
+            "--grace-period=0",
+            "--timeout=60s",
+        ]);
+    }
+
     /// kubectl with a manifest on stdin (`-f -`) that must succeed.
     pub fn ok_stdin(&self, args: &[&str], manifest: &str) -> String {
         let out = self.kubectl_with(KUBECTL, args, Some(manifest));
