@@ -14,10 +14,13 @@ use crate::Error;
 use crate::metrics::Instrumented;
 
 /// Clients of one CRI endpoint; cheap to clone (they share the connection).
+/// The image service, as [`Runtime`] holds it.
+pub type ImageClient = ImageServiceClient<Instrumented>;
+
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub runtime: RuntimeServiceClient<Instrumented>,
-    pub images: ImageServiceClient<Instrumented>,
+    pub images: ImageClient,
 }
 
 impl Runtime {

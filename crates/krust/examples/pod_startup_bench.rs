@@ -48,6 +48,8 @@ async fn main() -> Result {
         "--disable-scheduler",
         "--kubelet-port=0",
         "--eviction-hard=memory.available<100Mi,nodefs.available<1%,imagefs.available<1%",
+        // Services are not measured: no nftables table left behind.
+        "--disable-kube-proxy",
     ])
     .await?;
     let client = cluster.client().await?;

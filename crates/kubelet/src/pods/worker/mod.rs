@@ -89,6 +89,8 @@ pub struct Worker {
     csi: Drivers,
     /// Turns to pull images, shared by the node's pod workers.
     pull_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Pulls started while the sandbox was made.
+    prefetched: images::Prefetched,
     /// When this worker first saw the pod, until the pod's start is measured.
     first_seen: Option<Instant>,
 }
@@ -164,6 +166,7 @@ impl Worker {
             failed_mount: None,
             csi,
             pull_slots,
+            prefetched: images::Prefetched::new(),
             first_seen: Some(Instant::now()),
         }
     }
@@ -237,6 +240,10 @@ impl Worker {
             // Finished before this worker began (a restarted kubelet, a sandbox gone):
             // a pod that Succeeded or Failed never runs again, and its status stays.
             return Pass::Continue;
+        }
+        if self.sandbox.is_none() {
+            // Images come while the sandbox is made.
+            self.prefetch(pod).await;
         }
         if let Err(err) = self.ensure_sandbox(pod).await {
             tracing::warn!(pod = %pod.name_any(), error = %err, "creating the pod sandbox failed");
