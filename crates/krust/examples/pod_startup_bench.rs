@@ -54,24 +54,7 @@ async fn main() -> Result {
     .await?;
     let client = cluster.client().await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let node = {
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        let mut found = None;
-        for _ in 0..300 {
-            if let Some(n) = nodes
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .next()
-            {
-                found = n.metadata.name;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        found.ok_or("no node registered")?
-    };
+    let node = Cluster::node(&client).await?;
     let ready: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     {
         let ready = ready.clone();

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use krust_cri::api::{ImageSpec, PullImageRequest};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
@@ -136,22 +136,7 @@ async fn main() -> Result {
     ])
     .await?;
     let client = cluster.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let mut node = None;
-    for _ in 0..600 {
-        if let Some(n) = nodes
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .next()
-        {
-            node = n.metadata.name;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let node = node.ok_or("no node registered")?;
+    let node = Cluster::node(&client).await?;
     let socket = krust_cri::containerd::Layout::new(krust_cri::containerd::default_dir(
         &cluster.dir.path().join("data"),
     ))

@@ -208,6 +208,19 @@ impl Cluster {
         ))
     }
 
+    /// The name of the server's own node, once it has registered (within a minute).
+    pub async fn node(client: &kube::Client) -> Result<String> {
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+        for _ in 0..600 {
+            let listed = nodes.list(&Default::default()).await?.items;
+            if let Some(name) = listed.into_iter().next().and_then(|n| n.metadata.name) {
+                return Ok(name);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err("no node registered".into())
+    }
+
     pub async fn client(&self) -> Result<kube::Client> {
         let yaml = std::fs::read_to_string(&self.kubeconfig)?;
         let config = kube::Config::from_custom_kubeconfig(
