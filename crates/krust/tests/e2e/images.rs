@@ -104,33 +104,44 @@ fn bundles(dir: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
     vec![gzip, zstd, layout]
 }
 
-/// Bundles copied into a running agent's images directory are imported within a
-/// scan, and pods that never pull run from them.
+/// A bundle in the images directory at start is imported before the kubelet runs, and
+/// bundles copied into a running agent's directory are imported within a scan; pods
+/// that never pull run from them.
 #[test]
-fn bundles_dropped_into_a_running_agent_are_imported() {
-    let s = crate::common::Server::with_agent(&["--cluster-cidr=10.58.0.0/16"]);
-    crate::common::wait_for("a node", Duration::from_secs(60), || {
-        s.get_json(&["nodes"])["items"]
-            .as_array()?
-            .first()
-            .map(|_| ())
-    });
+fn bundles_are_imported_at_start_and_when_dropped_into_a_running_agent() {
+    let mut s = crate::common::Server::with_agent(&["--cluster-cidr=10.58.0.0/16"]);
+    let node = |s: &crate::common::Server| {
+        crate::common::wait_for("a node", Duration::from_secs(60), || {
+            s.get_json(&["nodes"])["items"]
+                .as_array()?
+                .first()
+                .map(|_| ())
+        })
+    };
+    node(&s);
     let work = tempfile::tempdir().unwrap();
     let images = s.data_dir().join("agent/images");
     std::fs::create_dir_all(&images).unwrap();
-    for bundle in bundles(work.path(), "dropped") {
+    let place = |bundle: &Path| {
         // Renamed into place, as a copy should be, so no half-written file is seen.
-        let staged = images.join(format!(
-            ".{}",
-            bundle.file_name().unwrap().to_string_lossy()
-        ));
+        let name = bundle.file_name().unwrap().to_string_lossy().into_owned();
+        let staged = images.join(format!(".{name}"));
         Command::new("cp")
             .arg("-r")
-            .arg(&bundle)
+            .arg(bundle)
             .arg(&staged)
             .status()
             .unwrap();
-        std::fs::rename(&staged, images.join(bundle.file_name().unwrap())).unwrap();
+        std::fs::rename(&staged, images.join(name)).unwrap();
+    };
+    let bundles = bundles(work.path(), "dropped");
+    // The gzip bundle waits for the next start; the others come while it runs.
+    s.stop();
+    place(&bundles[0]);
+    s.restart();
+    node(&s);
+    for bundle in &bundles[1..] {
+        place(bundle);
     }
     for kind in ["gzip", "zstd", "layout"] {
         let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",

@@ -3,7 +3,8 @@
 //! skopeo, and a node whose `registries.yaml` names the CA and a mirror. Pods pull
 //! with the credentials of their pull secrets or their ServiceAccount's; a wrong
 //! password or none ends in ErrImagePull / ImagePullBackOff with containerd's reason;
-//! a mirror with node credentials serves an image under another registry's name.
+//! a mirror with node credentials serves an image under another registry's name; and a
+//! public registry needs nothing at all.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -63,25 +64,36 @@ fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     (ca_crt.into(), path("registry.crt"), path("registry.key"))
 }
 
-/// Debian's registry on a free port of 127.0.0.1, TLS and htpasswd; killed on drop.
+/// Debian's registry on a free port of 127.0.0.1, killed on drop.
 struct Registry {
     port: u16,
     child: Child,
 }
 
+/// How a registry is reached: with TLS (its certificate and key) and htpasswd, or in
+/// plain HTTP for anyone.
+enum Access<'a> {
+    Private { cert: &'a Path, key: &'a Path },
+    Public,
+}
+
 impl Registry {
-    fn start(dir: &Path, cert: &Path, key: &Path) -> Registry {
-        let htpasswd = run(Command::new("htpasswd").args(["-Bbn", USER, PASSWORD]));
-        std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
+    fn start(dir: &Path, access: Access) -> Registry {
+        std::fs::create_dir_all(dir).unwrap();
         let port = free_port();
-        let config = json!({
+        let mut config = json!({
             "version": 0.1,
             "log": {"level": "warn"},
             "storage": {"filesystem": {"rootdirectory": dir.join("data")}},
-            "http": {"addr": format!("127.0.0.1:{port}"),
-                     "tls": {"certificate": cert, "key": key}},
-            "auth": {"htpasswd": {"realm": "krust-test", "path": dir.join("htpasswd")}},
+            "http": {"addr": format!("127.0.0.1:{port}")},
         });
+        if let Access::Private { cert, key } = access {
+            let htpasswd = run(Command::new("htpasswd").args(["-Bbn", USER, PASSWORD]));
+            std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
+            config["http"]["tls"] = json!({"certificate": cert, "key": key});
+            config["auth"] =
+                json!({"htpasswd": {"realm": "krust-test", "path": dir.join("htpasswd")}});
+        }
         // YAML is a superset of JSON.
         let path = dir.join("registry.yml");
         std::fs::write(&path, config.to_string()).unwrap();
@@ -106,9 +118,9 @@ impl Drop for Registry {
     }
 }
 
-/// Pushes a busybox image, built here, as each of `references` (skopeo, with the
-/// registry's credentials and the test CA).
-fn push(dir: &Path, ca: &Path, references: &[String]) {
+/// Pushes a busybox image, built here, as each of `references` (skopeo: to a private
+/// registry with its credentials and the test CA, to a public one in plain HTTP).
+fn push(dir: &Path, ca: Option<&Path>, references: &[String]) {
     let tarball = dir.join("busybox.tar");
     krust_cri::image::busybox()
         .unwrap()
@@ -116,13 +128,24 @@ fn push(dir: &Path, ca: &Path, references: &[String]) {
         .unwrap();
     let certs = dir.join("skopeo-certs");
     std::fs::create_dir_all(&certs).unwrap();
-    std::fs::copy(ca, certs.join("ca.crt")).unwrap();
     for reference in references {
-        run(Command::new("skopeo")
-            .args(["copy", "--quiet", "--dest-creds"])
-            .arg(format!("{USER}:{PASSWORD}"))
-            .arg("--dest-cert-dir")
-            .arg(&certs)
+        let mut copy = Command::new("skopeo");
+        copy.args(["copy", "--quiet"]);
+        match ca {
+            Some(ca) => {
+                std::fs::copy(ca, certs.join("ca.crt")).unwrap();
+                copy.args([
+                    "--dest-creds",
+                    &format!("{USER}:{PASSWORD}"),
+                    "--dest-cert-dir",
+                ])
+                .arg(&certs);
+            }
+            None => {
+                copy.arg("--dest-tls-verify=false");
+            }
+        }
+        run(copy
             .arg(format!("docker-archive:{}", tarball.display()))
             .arg(format!("docker://{reference}")));
     }
@@ -189,7 +212,14 @@ fn pull_failure(s: &Server, name: &str) -> (String, String) {
 fn pods_pull_from_a_private_registry_with_their_secrets_and_the_nodes_mirrors() {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(dir.path());
-    let registry = Registry::start(dir.path(), &cert, &key);
+    let registry = Registry::start(
+        &dir.path().join("private"),
+        Access::Private {
+            cert: &cert,
+            key: &key,
+        },
+    );
+    let public = Registry::start(&dir.path().join("public"), Access::Public);
     let port = registry.port;
     // The same registry under two names: 127.0.0.1 (credentials from pods) and
     // localhost (the node's mirror for `registry.test`, with the node's credentials).
@@ -199,9 +229,11 @@ fn pods_pull_from_a_private_registry_with_their_secrets_and_the_nodes_mirrors() 
     let image = |tag: &str| format!("{direct}/team/busybox:{tag}");
     push(
         dir.path(),
-        &ca,
+        Some(&ca),
         &[image("1"), image("wrong"), image("anonymous")],
     );
+    let open_image = format!("127.0.0.1:{}/public/busybox:1", public.port);
+    push(dir.path(), None, std::slice::from_ref(&open_image));
     let registries = dir.path().join("registries.yaml");
     let ca = ca.display();
     std::fs::write(
@@ -225,6 +257,13 @@ configs:
         &format!("--private-registry={}", registries.display()),
     ]);
     let (wrong_image, anonymous_image, image) = (image("wrong"), image("anonymous"), image("1"));
+
+    // A public registry: no credentials, no configuration (plain HTTP on localhost).
+    s.ok_stdin(
+        &["create", "-f", "-"],
+        &pod("public", &open_image, json!({})).to_string(),
+    );
+    running(&s, "public");
 
     // A pod's own pull secret.
     pull_secret(&s, "registry-creds", &direct, PASSWORD);
@@ -315,5 +354,5 @@ configs:
     running(&s, "mirrored");
 
     s.delete_all_pods();
-    drop(registry);
+    drop((registry, public));
 }
