@@ -191,7 +191,9 @@ pub fn table_of(kind: &Kind, objs: &[Value], include: IncludeObject, list_meta: 
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta,
         "columnDefinitions": table::definitions(columns),
-        "rows": objs.iter().map(|o| table::row(columns, o, include)).collect::<Vec<_>>(),
+        "rows": (objs.iter())
+            .map(|o| table::row(columns, kind.strategy.printed_name(o), o, include))
+            .collect::<Vec<_>>(),
     })
 }
 

@@ -50,10 +50,11 @@ pub fn definitions(columns: &[Column]) -> Value {
     Value::Array(defs)
 }
 
-/// One table row: the cells, and the object as PartialObjectMetadata (what kubectl asks
-/// for with `includeObject=Metadata`, its default) or in full (`includeObject=Object`).
-pub fn row(columns: &[Column], obj: &Value, include: IncludeObject) -> Value {
-    let mut cells = vec![obj["metadata"]["name"].clone()];
+/// One table row: the cells (the NAME cell is `name`), and the object as
+/// PartialObjectMetadata (what kubectl asks for with `includeObject=Metadata`, its
+/// default) or in full (`includeObject=Object`).
+pub fn row(columns: &[Column], name: Value, obj: &Value, include: IncludeObject) -> Value {
+    let mut cells = vec![name];
     cells.extend(columns.iter().map(|c| (c.cell)(obj)));
     let object = match include {
         IncludeObject::None => Value::Null,

@@ -29,6 +29,22 @@ impl Strategy for StorageClass {
             immutable(new, old, p, f, errs);
         }
     }
+    /// Upstream's printer marks the default class.
+    fn printed_name(&self, obj: &Value) -> Value {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let annotations = &obj["metadata"]["annotations"];
+        let default = [
+            "storageclass.kubernetes.io/is-default-class",
+            "storageclass.beta.kubernetes.io/is-default-class",
+        ]
+        .iter()
+        .any(|a| annotations[*a] == "true");
+        if default {
+            json!(format!("{name} (default)"))
+        } else {
+            json!(name)
+        }
+    }
     fn columns(&self) -> &'static [Column] {
         static C: &[Column] = &[
             Column {

@@ -104,6 +104,12 @@ pub trait Strategy: Sync {
         crate::table::CREATED_AT
     }
 
+    /// The NAME cell of the server-side table: the object's name, unless the kind's
+    /// upstream printer says more (StorageClass: `local-path (default)`).
+    fn printed_name(&self, obj: &Value) -> Value {
+        obj["metadata"]["name"].clone()
+    }
+
     /// The autoscaling/v1 Scale view of an object (kinds with a `scale` subresource):
     /// desired replicas, current replicas, and the pods' label selector as text.
     fn scale(&self, obj: &Value) -> (i64, i64, String) {
