@@ -156,6 +156,11 @@ impl<K: Cached> Cache<K> {
         table.iter().filter(|o| keep(o)).cloned().collect()
     }
 
+    /// Whether the cache holds a complete list.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
     /// Resolves once the cache holds a complete list.
     pub async fn wait_until_ready(&self) {
         let mut ready = self.ready.clone();

@@ -120,15 +120,21 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         metrics,
         access_log,
     );
-    let control = async {
-        // The CRDs first: the Gateway informers wait for them.
+    // The Gateway API's CRDs, installed beside the Ingresses' work (credentials that
+    // may not install them leave Ingresses served); the loop below hears when its
+    // caches are complete.
+    let gateway_api = async {
         until_done("installing the Gateway API", || gateway::install(&client)).await;
+        gateways.wait_until_ready().await;
+        changed.notify_one();
+        std::future::pending::<()>().await
+    };
+    let control = async {
         futures::join!(
             ingresses.wait_until_ready(),
             services.wait_until_ready(),
             slices.wait_until_ready(),
             secrets.wait_until_ready(),
-            gateways.wait_until_ready(),
         );
         until_done("registering the IngressClass", || {
             register_class(&client, &config.class)
@@ -152,9 +158,13 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
                 tls::Certificates::new(ours.iter().map(|i| &**i), all_secrets.iter().map(|s| &**s));
             let snapshot = gateways.snapshot();
             let world = snapshot.world(&all_secrets, &index, config.status_ip);
-            ports.sync(&gateway::plan::ports(&world), &proxy, &acceptor);
-            let plan =
-                gateway::plan::Plan::new(&world, &|port, protocol| ports.listening(port, protocol));
+            // Routes judged against Gateways not listed yet would lose their status.
+            let plan = if gateways.is_ready() {
+                ports.sync(&gateway::plan::ports(&world), &proxy, &acceptor);
+                gateway::plan::Plan::new(&world, &|port, protocol| ports.listening(port, protocol))
+            } else {
+                gateway::plan::Plan::default()
+            };
             for (host, key) in &plan.certificates {
                 certificates.add_listener(host, key.clone());
             }
@@ -179,6 +189,7 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         _ = slices_informer.run() => {}
         _ = secrets_informer.run() => {}
         _ = gateways.run() => {}
+        _ = gateway_api => {}
         _ = control => {}
         _ = serve::serve(listener, proxy.clone(), None) => {}
         _ = serve::serve(https_listener, proxy.clone(), Some(acceptor.clone())) => {}

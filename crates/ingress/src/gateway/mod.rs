@@ -125,6 +125,17 @@ impl Informers {
         );
     }
 
+    /// Whether every Gateway API cache holds a complete list: routes judged against
+    /// Gateways not yet listed would lose their status for a moment.
+    pub fn is_ready(&self) -> bool {
+        self.classes.cache().is_ready()
+            && self.gateways.cache().is_ready()
+            && self.http_routes.cache().is_ready()
+            && self.grpc_routes.cache().is_ready()
+            && self.grants.cache().is_ready()
+            && self.namespaces.cache().is_ready()
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             classes: self.classes.cache().state(),

@@ -320,7 +320,10 @@ fn claims_bind_to_volumes_pods_keep_data_and_claims_in_use_are_protected() {
     );
     // Printed as upstream's printer does.
     let classes = s.ok(&["get", "storageclass", "standard"]);
-    assert!(classes.contains("standard (default)   example.com/none"), "{classes}");
+    assert!(
+        classes.contains("standard (default)   example.com/none"),
+        "{classes}"
+    );
     s.ok_stdin(&["apply", "-f", "-"], &claim("defaulted", "1Gi", None));
     assert_eq!(
         s.get_json(&["pvc", "defaulted"])["spec"]["storageClassName"],
