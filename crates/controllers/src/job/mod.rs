@@ -23,7 +23,7 @@
 
 pub mod indexes;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,10 @@ pub struct JobController {
     /// removed after a status write the Job cache has not seen yet, and a pass reading
     /// that older status would not count them and start pods beyond `completions`.
     written: Mutex<HashMap<String, Arc<Job>>>,
+    /// Pods counted and released (their finalizer removal acknowledged), by Job, until
+    /// the pod cache shows them without the finalizer: a pass in between must not count
+    /// them again (upstream's finalizer expectations).
+    released: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl JobController {
@@ -144,6 +148,7 @@ impl JobController {
             events,
             backoff: Mutex::default(),
             written: Mutex::default(),
+            released: Mutex::default(),
         });
         jobs.add_handler(Arc::new(JobEvents(controller.clone())));
         pods.add_handler(Arc::new(PodEvents(controller.clone())));
@@ -162,6 +167,7 @@ impl EventHandler<Job> for JobEvents {
         self.0.expectations.forget(&key);
         self.0.backoff.locked().remove(&key);
         self.0.written.locked().remove(&key);
+        self.0.released.locked().remove(&key);
         // Its pods' finalizers must go.
         self.0.queue.add(key);
     }
@@ -513,10 +519,21 @@ impl JobController {
         // 1. Count finished pods: record their UIDs, release them, then count them.
         let mut uncounted = status.uncounted_terminated_pods.take().unwrap_or_default();
         let mut recorded = false;
+        let released: HashSet<String> = {
+            let mut all = self.released.locked();
+            let mine = all.entry(key.to_string()).or_default();
+            // Those the cache shows released (or gone) need no more watching.
+            let holding: HashSet<String> = (pods.iter())
+                .filter(|p| has_finalizer(p))
+                .filter_map(|p| p.uid())
+                .collect();
+            mine.retain(|uid| holding.contains(uid));
+            mine.clone()
+        };
         for pod in pods.iter().filter(|p| has_finalizer(p)) {
             let uid = pod.uid().unwrap_or_default();
             let lists = [&uncounted.succeeded, &uncounted.failed];
-            if lists.into_iter().flatten().flatten().any(|u| *u == uid) {
+            if released.contains(&uid) || lists.into_iter().flatten().flatten().any(|u| *u == uid) {
                 continue;
             }
             // A finished Job lets go of every pod; still-running ones count as failed.
@@ -545,6 +562,8 @@ impl JobController {
                 .filter(|p| has_finalizer(p) && counted.contains(&p.uid().unwrap_or_default())),
         )
         .await?;
+        (self.released.locked().entry(key.to_string()).or_default())
+            .extend(counted.iter().cloned());
         let completions = spec.completions;
         let mut completed = indexes::parse(
             status.completed_indexes.as_deref().unwrap_or_default(),
