@@ -26,8 +26,17 @@ use crate::rpc_error;
 /// What a pull came to: how long it took, or the error to report.
 type Pulled = Result<Duration, String>;
 
-/// Pulls started ahead of their containers, by image.
-pub(super) type Prefetched = std::collections::HashMap<String, JoinHandle<Pulled>>;
+/// What was learned of an image before the sandbox was made, for the container start
+/// to use instead of asking again.
+pub(super) enum Early {
+    /// The node has it.
+    Present,
+    /// It was missing: its pull.
+    Pulling(JoinHandle<Pulled>),
+}
+
+/// The images of a new pod as seen before its sandbox was made.
+pub(super) type Prefetched = std::collections::HashMap<String, Early>;
 
 /// The pull policy of a container: `IfNotPresent` for tagged images, `Always` for
 /// `:latest` and untagged ones, unless it names one.
@@ -182,7 +191,7 @@ impl Worker {
     }
 
     /// Starts pulling the images of `pod`'s containers that the node lacks and may
-    /// pull (not `Never`, not backing off), each once.
+    /// pull (not `Never`, not backing off), each once, and notes those it has.
     pub(super) async fn prefetch(&mut self, pod: &Pod) {
         let wanted: Vec<String> = (pod.spec.iter())
             .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
@@ -196,12 +205,15 @@ impl Worker {
                     .pulls
                     .get(&image)
                     .is_some_and(|b| b.waiting(now).is_some())
-                || self.present(&image).await
             {
                 continue;
             }
-            let pull = self.pull(pod, &image);
-            self.prefetched.insert(image, tokio::spawn(pull.run()));
+            let early = if self.present(&image).await {
+                Early::Present
+            } else {
+                Early::Pulling(tokio::spawn(self.pull(pod, &image).run()))
+            };
+            self.prefetched.insert(image, early);
         }
     }
 
@@ -214,7 +226,12 @@ impl Worker {
         container: &Container,
     ) -> Result<(), (String, String)> {
         let image = container.image.clone().unwrap_or_default();
-        let present = self.present(&image).await;
+        let early = self.prefetched.remove(&image);
+        let present = match &early {
+            Some(Early::Present) => true,
+            Some(Early::Pulling(_)) => false,
+            None => self.present(&image).await,
+        };
         match policy(container).as_str() {
             "Never" if present => return Ok(()),
             "Never" => {
@@ -223,15 +240,15 @@ impl Worker {
                     format!("Container image \"{image}\" is not present with pull policy of Never"),
                 ));
             }
-            // Present, unless the image's early pull is still under way.
-            "IfNotPresent" if present && !self.prefetched.contains_key(&image) => {
-                return self.already_present(pod, &image);
-            }
+            "IfNotPresent" if present => return self.already_present(pod, &image),
             _ => {}
         }
         let now = Instant::now();
-        let early = self.prefetched.remove(&image);
-        if early.is_none()
+        let pulling = match early {
+            Some(Early::Pulling(task)) => Some(task),
+            _ => None,
+        };
+        if pulling.is_none()
             && self
                 .pulls
                 .entry(image.clone())
@@ -244,7 +261,7 @@ impl Worker {
                 format!("Back-off pulling image \"{image}\""),
             ));
         }
-        let pulled = match early {
+        let pulled = match pulling {
             Some(task) => task
                 .await
                 .unwrap_or_else(|err| Err(format!("the pull failed: {err}"))),
