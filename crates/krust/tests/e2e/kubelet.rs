@@ -883,3 +883,94 @@ fn a_final_delete_that_fails_is_tried_again() {
     });
     assert!(node_deletes() >= 2, "the delete was tried again");
 }
+
+/// A container whose start was lost — created, never started, because the runtime died
+/// during the start — is replaced by a new instance that runs, as upstream's kubelet
+/// does for containers in the created state. Here the lost start is made by hand: a
+/// newer instance of the pod's container is created through CRI and left unstarted.
+#[test]
+fn a_container_created_but_never_started_is_replaced_by_one_that_runs() {
+    use krust_cri::api::{
+        ContainerConfig, ContainerFilter, ContainerMetadata, CreateContainerRequest, ImageSpec,
+        LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+        ListContainersRequest, PodSandboxConfig, PodSandboxStatusRequest,
+    };
+    let s = Server::with_agent(&["--cluster-cidr=10.53.0.0/16"]);
+    create(&s, pod("lost", "busybox", &["sleep", "3600"]));
+    s.ok(&["wait", "--for=condition=Ready", "pod/lost", "--timeout=60s"]);
+    let first = container_status(&s, "lost")["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let socket = krust_cri::containerd::default_dir(&s.data_dir()).join("containerd.sock");
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let created = tokio.block_on(async {
+        let mut cri = krust_cri::Runtime::connect(&socket.display().to_string())
+            .await
+            .unwrap()
+            .runtime;
+        let running = cri
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    id: first.clone(),
+                    ..ContainerFilter::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .containers
+            .remove(0);
+        let config = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: "c".into(),
+                attempt: 1,
+            }),
+            image: Some(ImageSpec {
+                image: "busybox".into(),
+                ..ImageSpec::default()
+            }),
+            command: vec!["sleep".into(), "3600".into()],
+            labels: running.labels,
+            annotations: running.annotations,
+            // containerd 1.6 dies on a container without its Linux part.
+            linux: Some(LinuxContainerConfig {
+                resources: Some(LinuxContainerResources::default()),
+                security_context: Some(LinuxContainerSecurityContext::default()),
+            }),
+            ..ContainerConfig::default()
+        };
+        // containerd names the container after its sandbox's metadata.
+        let sandbox = cri
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: running.pod_sandbox_id.clone(),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap();
+        cri.create_container(CreateContainerRequest {
+            pod_sandbox_id: running.pod_sandbox_id,
+            config: Some(config),
+            sandbox_config: Some(PodSandboxConfig {
+                metadata: sandbox.metadata,
+                ..PodSandboxConfig::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id
+    });
+    let replaced = wait_for("a new instance running", DEADLINE, || {
+        let status = container_status(&s, "lost");
+        let id = status["containerID"].as_str().unwrap_or_default();
+        let new = !id.ends_with(&first) && !id.ends_with(&created);
+        (new && status["state"]["running"].is_object()).then_some(status)
+    });
+    assert_eq!(replaced["ready"], true, "{replaced}");
+    s.ok(&["delete", "pod", "lost", "--timeout=60s"]);
+}

@@ -621,10 +621,11 @@ fn a_statefulsets_pods_keep_their_own_provisioned_data_across_deletion() {
         assert_eq!(claim["status"]["phase"], "Bound", "{claim}");
         assert_eq!(claim["spec"]["storageClassName"], "local-path");
         volumes.push(claim["spec"]["volumeName"].as_str().unwrap().to_string());
-        assert_eq!(
-            read(&format!("db-{ordinal}"), "id"),
-            format!("db-{ordinal}\n")
-        );
+        // Running is not yet the shell's first line: its write may still be coming.
+        let (pod, id) = (format!("db-{ordinal}"), format!("db-{ordinal}\n"));
+        wait_for("the pod wrote its name", DEADLINE, || {
+            (read(&pod, "id") == id).then_some(())
+        });
     }
     volumes.sort();
     volumes.dedup();

@@ -599,7 +599,16 @@ impl Worker {
                 };
                 restart.then_some(i.attempt + 1)
             }
-            Some(_) => None,
+            // Created but never started (its start was lost: the runtime died during
+            // it), or in an unknown state: upstream's kubelet always runs a new
+            // instance, whatever the restart policy, stopping an unknown one first so
+            // that two never run. A created one stays until its sandbox goes.
+            Some(i) => {
+                if i.state == ContainerState::ContainerUnknown as i32 {
+                    self.stop(Some(pod), &name, &i.id, grace_period(pod)).await;
+                }
+                Some(i.attempt + 1)
+            }
         };
         if let Some(current) = &current {
             self.observed
@@ -610,7 +619,8 @@ impl Worker {
             self.observed.waiting.remove(&name);
             return;
         };
-        if let Some(previous) = &current {
+        let previous = current.as_ref().filter(|i| i.exited());
+        if let Some(previous) = previous {
             let backoff = self.restarts.entry(name.clone()).or_default();
             if let Some(left) = backoff.waiting(now) {
                 self.observed.waiting.insert(
@@ -650,7 +660,7 @@ impl Worker {
             Ok(()) => true,
             Err((reason, _)) => reason == POST_START_HOOK_ERROR,
         };
-        if ran && current.is_some() {
+        if ran && previous.is_some() {
             // The next exit waits: 10 s, then doubling.
             self.restarts.entry(name.clone()).or_default().fail(now);
         }
@@ -693,11 +703,7 @@ impl Worker {
             .insert(container.name.clone(), (verdict.started, verdict.ready));
         if let Some(message) = verdict.kill {
             self.event(pod, EventType::Normal, "Killing", message);
-            let grace = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-                .unwrap_or(30);
+            let grace = grace_period(pod);
             self.stop(Some(pod), &container.name, &instance.id, grace)
                 .await;
             self.changed_at = Instant::now();
@@ -868,11 +874,7 @@ impl Worker {
                     "FailedPostStartHook",
                     "PostStartHook failed".into(),
                 );
-                let grace = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .unwrap_or(30);
+                let grace = grace_period(pod);
                 self.stop(None, &container.name, &created, grace).await;
                 return Err((POST_START_HOOK_ERROR.into(), message));
             }
@@ -916,6 +918,13 @@ impl Worker {
 
 /// The waiting reason of a container whose postStart hook failed.
 const POST_START_HOOK_ERROR: &str = "PostStartHookError";
+
+/// The pod's `terminationGracePeriodSeconds` (upstream's default: 30).
+fn grace_period(pod: &Pod) -> i64 {
+    (pod.spec.as_ref())
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+}
 
 /// The spec of a pod's (init or ephemeral) container by name.
 fn spec_container(pod: &Pod, name: &str) -> Option<Container> {
