@@ -14,6 +14,9 @@ use krust_client::connect;
 use krust_cri::containerd::{Containerd, Layout, default_dir};
 use krust_cri::image;
 
+/// The cluster DNS address of the default service range (k3s's).
+const DEFAULT_CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 43, 0, 10);
+
 /// Where a node's `registries.yaml` is looked for: krust's, then k3s's.
 const REGISTRIES_PATHS: [&str; 2] = [
     "/etc/krust/registries.yaml",
@@ -33,9 +36,10 @@ pub struct AgentArgs {
     /// unix:///run/containerd/containerd.sock).
     #[arg(long)]
     container_runtime_endpoint: Option<String>,
-    /// The cluster DNS service's address, given to ClusterFirst pods.
-    #[arg(long, default_value = "10.43.0.10")]
-    pub(crate) cluster_dns: Ipv4Addr,
+    /// The cluster DNS service's address, given to ClusterFirst pods (default: the
+    /// tenth address of the service range, as k3s; 10.43.0.10 for a lone agent).
+    #[arg(long)]
+    pub(crate) cluster_dns: Option<Ipv4Addr>,
     #[arg(long, default_value = "cluster.local")]
     pub(crate) cluster_domain: String,
     /// The port of the kubelet's HTTPS server (logs, exec, attach, port-forward); 0
@@ -287,7 +291,7 @@ pub async fn run_with_kubeconfig(
         node_name: node_name.clone(),
         node_ip,
         data_dir: agent_dir,
-        cluster_dns: args.cluster_dns,
+        cluster_dns: args.cluster_dns.unwrap_or(DEFAULT_CLUSTER_DNS),
         cluster_domain: args.cluster_domain.clone(),
         fallback_pod_cidr,
         pod_mtu: krust_net::cluster::pod_mtu(args.flannel_backend, node_ip),

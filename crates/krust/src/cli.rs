@@ -174,8 +174,28 @@ impl Cli {
     }
 }
 
-async fn server(args: ServerArgs) -> Result<()> {
+/// The tenth address of the service range: the cluster DNS Service's, as k3s derives
+/// it when `--cluster-dns` is not given.
+fn tenth_address(service_cidr: &str) -> Result<std::net::Ipv4Addr> {
+    let range: krust_api::cidr::Ipv4Cidr = service_cidr
+        .parse()
+        .with_context(|| format!("invalid service CIDR {service_cidr}"))?;
+    let ip = std::net::Ipv4Addr::from(u32::from(range.network()) + 10);
+    anyhow::ensure!(
+        range.contains(ip),
+        "the service CIDR {service_cidr} has no tenth address for the cluster DNS"
+    );
+    Ok(ip)
+}
+
+async fn server(mut args: ServerArgs) -> Result<()> {
     let started = std::time::Instant::now();
+    // The agent's pods and the DNS server agree on one address.
+    let cluster_dns = match args.agent.cluster_dns {
+        Some(ip) => ip,
+        None => tenth_address(&args.api.service_cidr)?,
+    };
+    args.agent.cluster_dns = Some(cluster_dns);
     let apiserver = apiserver::start(&args.api).await?;
     // Every component reaches the apiserver like any client, through its HTTPS port,
     // as its own user with only the permissions upstream grants that role.
@@ -201,7 +221,7 @@ async fn server(args: ServerArgs) -> Result<()> {
     let instance = args.agent.node_name();
     if let Some(config) = args.dns.config(
         node_ip,
-        args.agent.cluster_dns,
+        cluster_dns,
         &args.agent.cluster_domain,
         instance.clone(),
     ) {

@@ -75,8 +75,8 @@ fn pods_resolve_services_through_the_cluster_dns_and_other_names_upstream() {
     let upstream = Upstream::start();
     let s = Server::with_agent(&[
         "--cluster-cidr=10.79.0.0/16",
+        // No --cluster-dns: the tenth address of the service range, as k3s.
         "--service-cidr=10.99.0.0/16",
-        "--cluster-dns=10.99.0.10",
         "--nftables-table=krust-test-dns",
         &format!("--dns-port={}", free_port()),
         &format!("--dns-upstream=127.0.0.1:{}", upstream.port),
