@@ -40,6 +40,8 @@ enum Command {
     Dns(crate::dns::DnsCommand),
     /// Run the Ingress controller alone against an apiserver.
     Ingress(crate::ingress::IngressCommand),
+    /// Walk the chain of an object (or the cluster) and name the first broken link.
+    Doctor(crate::doctor::DoctorCommand),
     /// Simulate nodes whose pods run without containers (for scale work and demos).
     Sim(crate::sim::SimArgs),
     /// Manage the bootstrap tokens agents join with.
@@ -145,6 +147,7 @@ impl Cli {
             Command::Proxy(args) => crate::proxy::run(args).await,
             Command::Dns(args) => crate::dns::run(args).await,
             Command::Ingress(args) => crate::ingress::run(args).await,
+            Command::Doctor(args) => crate::doctor::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
             Command::Token(command) => crate::token::run(command).await,
             Command::Images(ImagesCommand::Import { files, data_dir }) => {

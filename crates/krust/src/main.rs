@@ -7,6 +7,7 @@ mod apiserver;
 mod cli;
 mod controller_manager;
 mod dns;
+mod doctor;
 mod ingress;
 mod join;
 mod proxy;

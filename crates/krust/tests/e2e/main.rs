@@ -20,6 +20,7 @@ mod custom_resources;
 mod daemonsets;
 mod disruption;
 mod dns;
+mod doctor;
 mod durability;
 mod encryption;
 mod endpoints;

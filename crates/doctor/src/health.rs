@@ -1,0 +1,165 @@
+//! `krust doctor` without a target: the cluster's own parts — the apiserver, the
+//! leading controller manager and scheduler, every node, the DNS and the Ingress class.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::networking::v1::IngressClass;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use kube::api::ListParams;
+
+use crate::report::{Link, Owner, Report, State};
+use crate::{Context, Error, facts, node};
+
+/// The components elected through Leases in kube-system, upstream's names.
+const LEADERS: [(&str, Owner); 2] = [
+    ("kube-controller-manager", Owner::ControllerManager),
+    ("kube-scheduler", Owner::Scheduler),
+];
+
+pub async fn examine(client: &kube::Client) -> Result<Report, Error> {
+    let ctx = Context {
+        client: client.clone(),
+        namespace: "kube-system".into(),
+    };
+    let mut links = vec![apiserver(client).await];
+    for (name, owner) in LEADERS {
+        links.push(leader(&ctx, name, owner).await?);
+    }
+    let nodes = ctx
+        .cluster::<Node>()
+        .list(&ListParams::default())
+        .await?
+        .items;
+    if nodes.is_empty() {
+        links.push(
+            Link::new(
+                "nodes",
+                Owner::Kubelet,
+                State::Broken,
+                "no node has joined: pods cannot run",
+            )
+            .next("krust agent --server https://<server>:6443 --token <token>"),
+        );
+    }
+    for n in &nodes {
+        links.push(node::examine(&ctx, n).await?);
+    }
+    links.push(dns(&ctx).await?);
+    links.push(ingress_class(&ctx).await?);
+    Ok(Report::new("cluster".into(), links))
+}
+
+/// `/readyz` with its checks: the apiserver and its store answer.
+async fn apiserver(client: &kube::Client) -> Link {
+    let request = http::Request::get("/readyz?verbose")
+        .body(Vec::new())
+        .expect("static request");
+    match client.request_text(request).await {
+        Ok(text) => {
+            let checks = text.lines().filter(|l| l.starts_with("[+]")).count();
+            let evidence = match checks {
+                0 => "ready".to_string(),
+                n => format!("ready ({n} checks pass)"),
+            };
+            Link::ok("apiserver", Owner::Apiserver, evidence)
+        }
+        Err(err) => Link::new(
+            "apiserver",
+            Owner::Apiserver,
+            State::Broken,
+            format!("/readyz: {err}"),
+        )
+        .next("kubectl get --raw '/readyz?verbose'"),
+    }
+}
+
+/// Who holds a component's Lease, and whether it still renews it.
+async fn leader(ctx: &Context, name: &str, owner: Owner) -> Result<Link, Error> {
+    let lease = ctx.namespaced::<Lease>().get_opt(name).await?;
+    let spec = lease.and_then(|l| l.spec).unwrap_or_default();
+    let subject = format!("{name} leader");
+    let (Some(holder), Some(renewed)) = (spec.holder_identity.clone(), spec.renew_time.clone())
+    else {
+        return Ok(Link::new(
+            subject,
+            owner,
+            State::Broken,
+            format!("no one holds the Lease kube-system/{name}"),
+        )
+        .next(format!("kubectl get lease -n kube-system {name} -o yaml")));
+    };
+    let age = Timestamp::now().duration_since(renewed.0);
+    let duration = SignedDuration::from_secs(spec.lease_duration_seconds.unwrap_or(15).into());
+    Ok(if age > duration {
+        Link::new(
+            subject,
+            owner,
+            State::Broken,
+            format!(
+                "{holder} last renewed {}s ago (lease {}s): no one leads",
+                age.as_secs(),
+                duration.as_secs()
+            ),
+        )
+        .since(Some(renewed.0))
+    } else {
+        Link::ok(
+            subject,
+            owner,
+            format!("{holder}, renewed {}s ago", age.as_secs()),
+        )
+    })
+}
+
+/// The cluster DNS answers while its Service has ready endpoints.
+async fn dns(ctx: &Context) -> Result<Link, Error> {
+    let ready = facts::ready_endpoints(&ctx.client, "kube-system", "kube-dns").await?;
+    Ok(if ready.is_empty() {
+        Link::new(
+            "cluster DNS",
+            Owner::Dns,
+            State::Broken,
+            "kube-system/kube-dns has no ready endpoints: names do not resolve",
+        )
+        .next(facts::DNS_ENDPOINTS)
+    } else {
+        Link::ok(
+            "cluster DNS",
+            Owner::Dns,
+            format!("kube-dns served by {}", ready.join(", ")),
+        )
+    })
+}
+
+/// Ingresses without a class go to the default one, if there is one.
+async fn ingress_class(ctx: &Context) -> Result<Link, Error> {
+    let classes = ctx
+        .cluster::<IngressClass>()
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let default = classes.iter().find(|c| {
+        c.annotations()
+            .get("ingressclass.kubernetes.io/is-default-class")
+            .is_some_and(|v| v == "true")
+    });
+    Ok(match default {
+        Some(c) => Link::ok(
+            "ingress",
+            Owner::Ingress,
+            format!("default IngressClass {}", c.name_any()),
+        ),
+        None if classes.is_empty() => Link::new(
+            "ingress",
+            Owner::Ingress,
+            State::Waiting,
+            "no IngressClass: Ingresses are not served",
+        ),
+        None => Link::ok(
+            "ingress",
+            Owner::Ingress,
+            format!("{} IngressClasses, none the default", classes.len()),
+        ),
+    })
+}

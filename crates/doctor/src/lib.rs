@@ -1,0 +1,102 @@
+//! `krust doctor`: the troubleshooting table of the architecture, made executable.
+//!
+//! Given a target (a workload, pod, Service, Ingress or node), the doctor walks the
+//! chain that target depends on through the API only, as an operator would with
+//! kubectl — Deployment → ReplicaSet → Pods → scheduling → node → volumes → sandbox →
+//! image → containers → readiness → EndpointSlices → Service → DNS → Ingress — and
+//! reports each link with its state, the component that owns it and the evidence,
+//! ending with the first broken link and the next command to run. Without a target it
+//! checks the cluster's own parts. It never reads the store or another component's
+//! memory: whatever it knows, `kubectl` could know.
+
+mod facts;
+pub mod health;
+mod ingress;
+mod node;
+mod pod;
+pub mod render;
+pub mod report;
+mod service;
+pub mod target;
+mod workload;
+
+pub use report::{Link, Owner, Report, State};
+pub use target::Target;
+
+/// Why the doctor could not examine a target (not a broken link: those are reported).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{kind} {name:?} not found in namespace {namespace:?}")]
+    NotFound {
+        kind: &'static str,
+        name: String,
+        namespace: String,
+    },
+    #[error("{0}")]
+    Target(#[from] target::ParseError),
+    #[error("asking the apiserver: {0}")]
+    Api(#[from] kube::Error),
+}
+
+/// Walks the chain of `target` (in `namespace` for namespaced kinds).
+pub async fn examine(
+    client: &kube::Client,
+    namespace: &str,
+    target: &Target,
+) -> Result<Report, Error> {
+    let ctx = Context {
+        client: client.clone(),
+        namespace: namespace.to_string(),
+    };
+    let links = match target {
+        Target::Workload(kind, name) => vec![workload::examine(&ctx, *kind, name).await?],
+        Target::Pod(name) => vec![pod::examine_named(&ctx, name).await?],
+        Target::Service(name) => vec![service::examine(&ctx, name).await?],
+        Target::Ingress(name) => vec![ingress::examine(&ctx, name).await?],
+        Target::Node(name) => vec![node::examine_named(&ctx, name).await?],
+    };
+    Ok(Report::new(target.to_string(), links))
+}
+
+/// What every walker needs: the client and the namespace of the target.
+pub(crate) struct Context {
+    pub client: kube::Client,
+    pub namespace: String,
+}
+
+impl Context {
+    pub fn namespaced<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        kube::Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    pub fn cluster<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        kube::Api::all(self.client.clone())
+    }
+
+    /// The object `name` of kind `K`, or [`Error::NotFound`].
+    pub async fn get<K>(&self, kind: &'static str, name: &str) -> Result<K, Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        self.namespaced::<K>()
+            .get_opt(name)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                kind,
+                name: name.to_string(),
+                namespace: self.namespace.clone(),
+            })
+    }
+}

@@ -1,0 +1,208 @@
+//! A Service's links: its selector and ports against the pods, its ready endpoints,
+//! and its DNS name.
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ListParams;
+
+use crate::report::{Link, Owner, State};
+use crate::{Context, Error, facts, pod};
+
+/// How many not-ready pods behind a Service are walked in full.
+const PODS_SHOWN: usize = 3;
+
+pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
+    let svc: Service = ctx.get("service", name).await?;
+    let spec = svc.spec.clone().unwrap_or_default();
+    let ns = &ctx.namespace;
+    let kind = spec.type_.clone().unwrap_or_else(|| "ClusterIP".into());
+    let ip = spec.cluster_ip.clone().unwrap_or_default();
+    let subject = format!("service/{name}");
+    if kind == "ExternalName" {
+        let to = spec.external_name.unwrap_or_default();
+        return Ok(Link::ok(
+            subject,
+            Owner::Dns,
+            format!("ExternalName: a CNAME to {to}"),
+        ));
+    }
+    let mut links = Vec::new();
+    let Some(selector) = spec.selector.clone().filter(|s| !s.is_empty()) else {
+        let link = Link::ok(
+            subject,
+            Owner::Manifest,
+            "no selector: its endpoints are managed by hand",
+        );
+        return Ok(link.with(vec![
+            endpoints(ctx, name, &[]).await?,
+            dns(ctx, name, &ip).await?,
+        ]));
+    };
+    let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let selector = selector.join(",");
+    let pods = ctx
+        .namespaced::<Pod>()
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    if pods.is_empty() {
+        links.push(
+            Link::new(
+                "selector",
+                Owner::Manifest,
+                State::Broken,
+                format!("{selector} matches no pods in namespace {ns}"),
+            )
+            .next(format!("kubectl get pods -n {ns} --show-labels")),
+        );
+    } else {
+        links.push(Link::ok(
+            "selector",
+            Owner::Manifest,
+            format!("{selector} matches {} pods", pods.len()),
+        ));
+        for port in spec.ports.iter().flatten() {
+            links.extend(target_port(port, &pods));
+        }
+    }
+    links.push(endpoints(ctx, name, &pods).await?);
+    links.push(dns(ctx, name, &ip).await?);
+    let ports: Vec<String> = (spec.ports.iter().flatten())
+        .map(|p| {
+            let target = match &p.target_port {
+                Some(IntOrString::Int(n)) => n.to_string(),
+                Some(IntOrString::String(s)) => s.clone(),
+                None => p.port.to_string(),
+            };
+            format!(
+                "{}→{target}/{}",
+                p.port,
+                p.protocol.as_deref().unwrap_or("TCP")
+            )
+        })
+        .collect();
+    let evidence = format!("{kind} {ip}, ports {}", ports.join(", "));
+    Ok(Link::ok(subject, Owner::Manifest, evidence).with(links))
+}
+
+/// Whether the selected pods' containers have the port a Service port sends to: a
+/// named target must name a container port; a number is checked only against pods
+/// that declare ports (declaring is optional).
+fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pods: &[Pod]) -> Option<Link> {
+    let declared: Vec<(Option<String>, i32)> = (pods.iter())
+        .flat_map(|p| p.spec.iter().flat_map(|s| &s.containers))
+        .flat_map(|c| c.ports.iter().flatten())
+        .map(|p| (p.name.clone(), p.container_port))
+        .collect();
+    let listing: Vec<String> = declared
+        .iter()
+        .map(|(n, p)| {
+            n.as_ref()
+                .map(|n| format!("{n}={p}"))
+                .unwrap_or(p.to_string())
+        })
+        .collect();
+    let subject = format!("port {}: targetPort", port.port);
+    match port
+        .target_port
+        .clone()
+        .unwrap_or(IntOrString::Int(port.port))
+    {
+        IntOrString::String(name) if !declared.iter().any(|(n, _)| n.as_deref() == Some(&name)) => {
+            Some(Link::new(
+                subject,
+                Owner::Manifest,
+                State::Broken,
+                format!(
+                    "{name:?} names no container port of the selected pods (they declare: {})",
+                    or_none(&listing)
+                ),
+            ))
+        }
+        IntOrString::Int(n) if !declared.is_empty() && !declared.iter().any(|(_, p)| *p == n) => {
+            Some(Link::new(
+                subject,
+                Owner::Manifest,
+                State::Broken,
+                format!(
+                    "no container of the selected pods declares port {n} (they declare: {})",
+                    listing.join(", ")
+                ),
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn or_none(list: &[String]) -> String {
+    if list.is_empty() {
+        "none".into()
+    } else {
+        list.join(", ")
+    }
+}
+
+/// The Service's ready endpoints, from its EndpointSlices; when none is ready, the
+/// pods that are not, walked.
+async fn endpoints(ctx: &Context, name: &str, pods: &[Pod]) -> Result<Link, Error> {
+    let ready = facts::ready_endpoints(&ctx.client, &ctx.namespace, name).await?;
+    if !ready.is_empty() {
+        return Ok(Link::ok(
+            "endpoints",
+            Owner::ControllerManager,
+            format!("{} ready: {}", ready.len(), ready.join(", ")),
+        ));
+    }
+    let not_ready: Vec<&Pod> = pods.iter().filter(|p| !pod_ready(p)).collect();
+    let mut walked = Vec::new();
+    for p in not_ready.iter().take(PODS_SHOWN) {
+        walked.push(pod::examine(ctx, p).await?);
+    }
+    let evidence = match pods.len() {
+        0 => "no ready endpoints: no pods selected".to_string(),
+        n => format!(
+            "no ready endpoints: {} of {n} pods not ready; connections are refused",
+            not_ready.len()
+        ),
+    };
+    let owner = if pods.is_empty() {
+        Owner::Manifest
+    } else {
+        Owner::Application
+    };
+    Ok(Link::new("endpoints", owner, State::Broken, evidence)
+        .next(format!(
+            "kubectl get endpointslices -n {} -l kubernetes.io/service-name={name}",
+            ctx.namespace
+        ))
+        .with(walked))
+}
+
+pub fn pod_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().map(|s| &s.conditions);
+    conditions
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The Service's name in the cluster DNS: answered while the DNS Service has ready
+/// endpoints.
+async fn dns(ctx: &Context, name: &str, ip: &str) -> Result<Link, Error> {
+    let fqdn = format!("{name}.{}.svc.cluster.local", ctx.namespace);
+    let serving = !facts::ready_endpoints(&ctx.client, "kube-system", "kube-dns")
+        .await?
+        .is_empty();
+    Ok(if serving {
+        Link::ok("DNS name", Owner::Dns, format!("{fqdn} → {ip}"))
+    } else {
+        Link::new(
+            "DNS name",
+            Owner::Dns,
+            State::Broken,
+            format!("{fqdn}: the cluster DNS (kube-system/kube-dns) has no ready endpoints"),
+        )
+        .next(facts::DNS_ENDPOINTS)
+    })
+}

@@ -1,0 +1,334 @@
+//! `krust doctor` on a real cluster: each link of the chains broken on purpose — an
+//! unschedulable pod, a bad image, a crashing container, a failing readiness probe, a
+//! Service selector typo, a wrong targetPort, a missing ConfigMap, a Pending claim, a
+//! quota that refuses pods, an Ingress to a missing Service, a cordoned node — and the
+//! doctor names the component and the evidence; a healthy workload and the cluster's own
+//! parts come out ok.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::{Server, free_port, wait_for};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn doctor(s: &Server, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_krust"))
+        .arg("doctor")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(s.kubeconfig())
+        .output()
+        .expect("running krust doctor")
+}
+
+/// The report of `krust doctor -o json TARGET`, and whether the command failed.
+fn report(s: &Server, args: &[&str]) -> (Value, bool) {
+    let mut all = vec!["-o", "json"];
+    all.extend_from_slice(args);
+    let out = doctor(s, &all);
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: {e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (report, !out.status.success())
+}
+
+/// Waits until the doctor's first finding for `target` is in `state`, from `owner`,
+/// with `evidence` in its text (and the command fails exactly when it is broken);
+/// returns that finding.
+fn names(s: &Server, target: &[&str], state: &str, owner: &str, evidence: &str) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let (report, failed) = report(s, target);
+        let first = &report["first"];
+        let text = first["evidence"].as_str().unwrap_or_default();
+        if first["state"] == state
+            && first["owner"] == owner
+            && text.contains(evidence)
+            && failed == (state == "broken")
+        {
+            return first.clone();
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{target:?}: no {state} link from {owner} saying {evidence:?}; first: {first:#}\nlast report:\n{report:#}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn apply(s: &Server, obj: Value) {
+    s.ok_stdin(&["apply", "-f", "-"], &obj.to_string());
+}
+
+fn deployment(name: &str, container: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"terminationGracePeriodSeconds": 0, "automountServiceAccountToken": false,
+                    "containers": [container]}}}})
+}
+
+fn sleeper(extra: Value) -> Value {
+    let mut c = json!({"name": "c", "image": "busybox", "command": ["sleep", "3600"]});
+    c.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    c
+}
+
+#[test]
+fn the_doctor_names_the_broken_link_of_each_chain() {
+    // With the cluster DNS and the Ingress controller, which the doctor checks too.
+    let s = Server::with_agent(&[
+        "--cluster-cidr=10.49.0.0/16",
+        &format!("--dns-port={}", free_port()),
+        &format!("--ingress-http-port={}", free_port()),
+    ]);
+    // Healthy: a web server behind a Service with a named port.
+    let web = sleeper(
+        json!({"command": ["sh", "-c", "exec httpd -f -p 8080 -h /"],
+        "ports": [{"name": "http", "containerPort": 8080}]}),
+    );
+    apply(&s, deployment("web", web));
+    // Broken, each in one link.
+    apply(
+        &s,
+        deployment(
+            "huge",
+            sleeper(json!({"resources": {"requests": {"cpu": "500"}}})),
+        ),
+    );
+    apply(
+        &s,
+        deployment(
+            "badimg",
+            sleeper(json!({"image": "nonexistent.invalid/x:1"})),
+        ),
+    );
+    apply(
+        &s,
+        deployment(
+            "crash",
+            sleeper(json!({"command": ["sh", "-c", "echo boom; exit 3"]})),
+        ),
+    );
+    apply(
+        &s,
+        deployment(
+            "unready",
+            sleeper(json!({"readinessProbe":
+        {"exec": {"command": ["false"]}, "periodSeconds": 1}})),
+        ),
+    );
+    for (name, selector, target) in [
+        ("typo", "wbe", json!("http")),
+        ("wrongport", "web", json!("htp")),
+    ] {
+        apply(
+            &s,
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"selector": {"app": selector}, "ports": [{"port": 80, "targetPort": target}]}}),
+        );
+    }
+    apply(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nocm"},
+        "spec": {"terminationGracePeriodSeconds": 0, "automountServiceAccountToken": false,
+            "containers": [sleeper(json!({"volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}))],
+            "volumes": [{"name": "cfg", "configMap": {"name": "missing"}}]}}),
+    );
+    apply(
+        &s,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "orphan"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "no-such-class",
+            "resources": {"requests": {"storage": "1Mi"}}}}),
+    );
+    apply(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nopvc"},
+        "spec": {"terminationGracePeriodSeconds": 0, "automountServiceAccountToken": false,
+            "containers": [sleeper(json!({"volumeMounts": [{"name": "data", "mountPath": "/data"}]}))],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "orphan"}}]}}),
+    );
+    s.ok(&["create", "namespace", "limited"]);
+    s.ok(&[
+        "create",
+        "quota",
+        "one-pod",
+        "-n",
+        "limited",
+        "--hard=pods=1",
+    ]);
+    let mut capped = deployment("capped", sleeper(json!({})));
+    capped["metadata"]["namespace"] = json!("limited");
+    capped["spec"]["replicas"] = json!(2);
+    apply(&s, capped);
+    apply(
+        &s,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "shop"},
+        "spec": {"rules": [{"host": "shop.example", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "no-such-service", "port": {"number": 80}}}}]}}]}}),
+    );
+
+    // The table of the architecture, row by row.
+    let first = names(
+        &s,
+        &["deploy/huge"],
+        "broken",
+        "scheduler",
+        "Insufficient cpu",
+    );
+    assert_eq!(first["subject"], "scheduled");
+    let first = names(
+        &s,
+        &["deploy/badimg"],
+        "broken",
+        "kubelet/registry",
+        "ImagePull",
+    );
+    assert_eq!(
+        first["subject"],
+        "container c: image nonexistent.invalid/x:1"
+    );
+    let first = names(
+        &s,
+        &["deploy/crash"],
+        "broken",
+        "application",
+        "CrashLoopBackOff",
+    );
+    assert!(
+        first["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("last exit code 3"),
+        "{first}"
+    );
+    assert!(
+        first["next"].as_str().unwrap().contains("--previous"),
+        "{first}"
+    );
+    names(
+        &s,
+        &["deploy/unready"],
+        "broken",
+        "application",
+        "Readiness probe failed",
+    );
+    names(
+        &s,
+        &["svc/typo"],
+        "broken",
+        "manifest",
+        "app=wbe matches no pods",
+    );
+    names(
+        &s,
+        &["svc/wrongport"],
+        "broken",
+        "manifest",
+        "\"htp\" names no container port",
+    );
+    names(
+        &s,
+        &["pod/nocm"],
+        "broken",
+        "storage",
+        "configmap \"missing\" not found",
+    );
+    let first = names(&s, &["pod/nopvc"], "broken", "storage", "Pending");
+    assert_eq!(first["subject"], "persistentvolumeclaim/orphan");
+    names(
+        &s,
+        &["deploy/capped", "-n", "limited"],
+        "broken",
+        "quota",
+        "exceeded quota",
+    );
+    names(
+        &s,
+        &["ingress/shop"],
+        "broken",
+        "manifest",
+        "\"no-such-service\" not found",
+    );
+
+    // Healthy: every link ok, exit 0, and the text tree names the links.
+    s.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    let missing = doctor(&s, &["svc/web"]);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("service \"web\" not found in namespace \"default\""),
+        "a missing target is an error, not a report: {missing:?}"
+    );
+    s.ok(&[
+        "expose",
+        "deployment",
+        "web",
+        "--port=80",
+        "--target-port=http",
+    ]);
+    let (svc, failed) = wait_for("svc/web ok", DEADLINE, || {
+        let (r, failed) = report(&s, &["svc/web"]);
+        (r["state"] == "ok").then_some((r, failed))
+    });
+    assert!(!failed, "{svc:#}");
+    let subjects: Vec<&str> = svc["links"][0]["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(subjects, ["selector", "endpoints", "DNS name"]);
+    let text = doctor(&s, &["deploy/web"]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.starts_with("ok deployment/web\n"), "{text}");
+    assert!(text.ends_with("Every link is ok.\n"), "{text}");
+
+    // A cordoned node: waiting, with the command that undoes it.
+    let node = s.get_json(&["nodes"])["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.ok(&["cordon", &node]);
+    let first = names(
+        &s,
+        &[&format!("node/{node}")],
+        "waiting",
+        "node",
+        "cordoned",
+    );
+    assert_eq!(first["next"], format!("kubectl uncordon {node}"));
+    s.ok(&["uncordon", &node]);
+
+    // The cluster itself: apiserver, leaders, the node, DNS, Ingress — all ok.
+    let (cluster, failed) = report(&s, &[]);
+    assert!(!failed, "{cluster:#}");
+    let subjects: Vec<&str> = cluster["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        subjects,
+        [
+            "apiserver",
+            "kube-controller-manager leader",
+            "kube-scheduler leader",
+            &format!("node/{node}"),
+            "cluster DNS",
+            "ingress"
+        ]
+    );
+    s.delete_all_pods();
+}
