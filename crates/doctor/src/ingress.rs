@@ -96,7 +96,7 @@ pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
 }
 
 /// The IngressClass that takes the Ingress: the one it names, else the default.
-async fn class(ctx: &Context, named: Option<&str>) -> Result<Link, Error> {
+pub async fn class(ctx: &Context, named: Option<&str>) -> Result<Link, Error> {
     let classes = ctx
         .cluster::<IngressClass>()
         .list(&Default::default())
@@ -141,7 +141,11 @@ async fn class(ctx: &Context, named: Option<&str>) -> Result<Link, Error> {
 }
 
 /// A route's backend Service (and port), walked; what a client then gets if broken.
-async fn backend(ctx: &Context, route: String, backend: &IngressBackend) -> Result<Link, Error> {
+pub async fn backend(
+    ctx: &Context,
+    route: String,
+    backend: &IngressBackend,
+) -> Result<Link, Error> {
     let Some(svc) = &backend.service else {
         return Ok(Link::ok(route, Owner::Manifest, "a resource backend"));
     };

@@ -18,6 +18,7 @@ pub mod render;
 pub mod report;
 mod service;
 pub mod target;
+mod url;
 mod workload;
 
 pub use report::{Link, Owner, Report, State};
@@ -54,6 +55,7 @@ pub async fn examine(
         Target::Service(name) => vec![service::examine(&ctx, name).await?],
         Target::Ingress(name) => vec![ingress::examine(&ctx, name).await?],
         Target::Node(name) => vec![node::examine_named(&ctx, name).await?],
+        Target::Url(uri) => vec![url::examine(client, uri).await?],
     };
     Ok(Report::new(target.to_string(), links))
 }

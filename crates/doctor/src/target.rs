@@ -30,6 +30,9 @@ pub enum Target {
     Service(String),
     Ingress(String),
     Node(String),
+    /// A URL, resolved as a client's request would be: an Ingress rule's host and
+    /// path, a Service's DNS name, a cluster IP or a pod IP.
+    Url(http::Uri),
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -48,6 +51,13 @@ impl FromStr for Target {
     type Err = ParseError;
 
     fn from_str(s: &str) -> Result<Self, ParseError> {
+        if s.starts_with("http://") || s.starts_with("https://") {
+            let uri: http::Uri = s.parse().map_err(|_| ParseError::Shape(s.to_string()))?;
+            return match uri.host() {
+                Some(_) => Ok(Target::Url(uri)),
+                None => Err(ParseError::Shape(s.to_string())),
+            };
+        }
         let (kind, name) = s
             .split_once('/')
             .filter(|(k, n)| !k.is_empty() && !n.is_empty() && !n.contains('/'))
@@ -78,6 +88,7 @@ impl fmt::Display for Target {
             Target::Service(name) => write!(f, "service/{name}"),
             Target::Ingress(name) => write!(f, "ingress/{name}"),
             Target::Node(name) => write!(f, "node/{name}"),
+            Target::Url(uri) => write!(f, "{uri}"),
         }
     }
 }
@@ -95,6 +106,10 @@ mod tests {
         assert_eq!("svc/db".parse(), Ok(Target::Service("db".into())));
         assert_eq!("no/n1".parse(), Ok(Target::Node("n1".into())));
         assert_eq!(deploy.to_string(), "deployment/web");
+        let url = "http://shop.example/cart?id=1".parse::<Target>().unwrap();
+        assert!(
+            matches!(&url, Target::Url(u) if u.host() == Some("shop.example") && u.path() == "/cart")
+        );
     }
 
     #[test]

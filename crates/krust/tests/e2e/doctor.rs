@@ -170,6 +170,16 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
     capped["metadata"]["namespace"] = json!("limited");
     capped["spec"]["replicas"] = json!(2);
     apply(&s, capped);
+    s.ok(&["create", "namespace", "strict"]);
+    s.ok(&[
+        "label",
+        "namespace",
+        "strict",
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    let mut refused = deployment("refused", sleeper(json!({})));
+    refused["metadata"]["namespace"] = json!("strict");
+    apply(&s, refused);
     apply(
         &s,
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "shop"},
@@ -259,6 +269,29 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         "manifest",
         "\"no-such-service\" not found",
     );
+    names(
+        &s,
+        &["deploy/refused", "-n", "strict"],
+        "broken",
+        "admission",
+        "violates PodSecurity",
+    );
+    // URLs, resolved as a client's request would be.
+    let first = names(
+        &s,
+        &["http://shop.example/cart"],
+        "broken",
+        "manifest",
+        "requests get 503",
+    );
+    assert_eq!(first["subject"], "shop.example/");
+    names(
+        &s,
+        &["http://nothing.example/"],
+        "broken",
+        "manifest",
+        "answers 404",
+    );
 
     // Healthy: every link ok, exit 0, and the text tree names the links.
     s.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
@@ -288,6 +321,11 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         .map(|l| l["subject"].as_str().unwrap())
         .collect();
     assert_eq!(subjects, ["selector", "endpoints", "DNS name"]);
+    let (url, failed) = report(&s, &["http://web.default.svc.cluster.local/"]);
+    assert!(
+        !failed && url["links"][0]["subject"] == "service/web",
+        "{url:#}"
+    );
     let text = doctor(&s, &["deploy/web"]);
     assert!(text.status.success());
     let text = String::from_utf8_lossy(&text.stdout);
