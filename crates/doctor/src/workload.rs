@@ -30,7 +30,13 @@ pub async fn examine(ctx: &Context, kind: WorkloadKind, name: &str) -> Result<Li
             let ready = st.ready_replicas.unwrap_or(0);
             let link = progress(format!("statefulset/{name}"), want, ready, "statefulset");
             let creation = refusals(ctx, &sts, &format!("statefulset/{name}")).await?;
-            with_pods(ctx, link, creation, Some(&spec.selector), &sts).await
+            let pods = Pods {
+                selector: Some(&spec.selector),
+                owners: uids([&sts]),
+                ready,
+                want: want.max(st.replicas),
+            };
+            with_pods(ctx, link, creation, pods).await
         }
         WorkloadKind::DaemonSet => {
             let ds: DaemonSet = ctx.get("daemonset", name).await?;
@@ -45,7 +51,13 @@ pub async fn examine(ctx: &Context, kind: WorkloadKind, name: &str) -> Result<Li
                 "daemonset",
             );
             let creation = refusals(ctx, &ds, &format!("daemonset/{name}")).await?;
-            with_pods(ctx, link, creation, Some(&spec.selector), &ds).await
+            let pods = Pods {
+                selector: Some(&spec.selector),
+                owners: uids([&ds]),
+                ready: st.number_ready,
+                want: st.desired_number_scheduled.max(st.current_number_scheduled),
+            };
+            with_pods(ctx, link, creation, pods).await
         }
         WorkloadKind::Job => job(ctx, name).await,
     }
@@ -140,19 +152,14 @@ async fn deployment(ctx: &Context, name: &str) -> Result<Link, Error> {
             ));
         }
     }
-    let owners: Vec<Option<&str>> = owned.iter().map(|rs| rs.meta().uid.as_deref()).collect();
-    let pods = ctx
-        .namespaced::<Pod>()
-        .list(&selected(Some(&spec.selector)))
-        .await?
-        .items;
-    let pods: Vec<Pod> = pods
-        .into_iter()
-        .filter(|p| owners.iter().any(|o| owned_by(p.meta(), *o)))
-        .collect();
-    link.links.extend(creation);
-    link.links.extend(pod_links(ctx, &pods, want).await?);
-    Ok(link)
+    // Old ReplicaSets' pods count too: a rollout that does not finish leaves them.
+    let pods = Pods {
+        selector: Some(&spec.selector),
+        owners: uids(owned.iter().copied()),
+        ready: st.ready_replicas.unwrap_or(0),
+        want: want.max(st.replicas.unwrap_or(0)),
+    };
+    with_pods(ctx, link, creation, pods).await
 }
 
 async fn job(ctx: &Context, name: &str) -> Result<Link, Error> {
@@ -183,31 +190,115 @@ async fn job(ctx: &Context, name: &str) -> Result<Link, Error> {
         Link::new(subject, Owner::ControllerManager, State::Waiting, counts)
     };
     let creation = refusals(ctx, &job, &format!("job/{name}")).await?;
-    with_pods(ctx, link, creation, spec.selector.as_ref(), &job).await
+    // Succeeded pods are done, not waiting; a finished Job's failed tries are history.
+    let done = st.succeeded.unwrap_or(0) + st.ready.unwrap_or(0);
+    let finished = link.state == State::Ok;
+    let pods = Pods {
+        selector: spec.selector.as_ref(),
+        owners: uids([&job]),
+        ready: done,
+        want: if finished {
+            done
+        } else {
+            st.succeeded.unwrap_or(0) + st.active.unwrap_or(0) + st.failed.unwrap_or(0)
+        },
+    };
+    with_pods(ctx, link, creation, pods).await
 }
 
-/// The pods `owner` selects and owns, after what refused their creation.
-async fn with_pods<K: Resource>(
+/// A workload's pods as its controller counts them, and how to find them.
+struct Pods<'a> {
+    selector: Option<&'a LabelSelector>,
+    /// The objects that own them: the workload, or a Deployment's ReplicaSets.
+    owners: Vec<String>,
+    /// Ready (for a Job, done) as the controller's status counts them.
+    ready: i32,
+    /// How many there are or should be.
+    want: i32,
+}
+
+fn uids<'a, K: Resource + 'a>(owners: impl IntoIterator<Item = &'a K>) -> Vec<String> {
+    owners
+        .into_iter()
+        .filter_map(|o| o.meta().uid.clone())
+        .collect()
+}
+
+/// The workload's link with what refused its pods, the ready pods counted and those
+/// not ready walked (the first few).
+async fn with_pods(
     ctx: &Context,
     mut link: Link,
     creation: Vec<Link>,
-    selector: Option<&LabelSelector>,
-    owner: &K,
+    pods: Pods<'_>,
 ) -> Result<Link, Error> {
-    let uid = owner.meta().uid.as_deref();
-    let pods = ctx
-        .namespaced::<Pod>()
-        .list(&selected(selector))
-        .await?
-        .items;
-    let pods: Vec<Pod> = pods
-        .into_iter()
-        .filter(|p| owned_by(p.meta(), uid))
-        .collect();
     link.links.extend(creation);
-    let want = pods.len() as i32;
-    link.links.extend(pod_links(ctx, &pods, want).await?);
+    if pods.ready > 0 {
+        link.links.push(Link::ok(
+            "pods",
+            Owner::Kubelet,
+            format!("{} ready", pods.ready),
+        ));
+    }
+    if pods.ready >= pods.want {
+        // The controller counts them all ready: no pod needs reading.
+        return Ok(link);
+    }
+    let not_ready = not_ready(ctx, &pods).await?;
+    for p in not_ready.iter().take(PODS_SHOWN) {
+        link.links.push(pod::examine(ctx, p).await?);
+    }
+    if not_ready.len() > PODS_SHOWN {
+        link.links.push(Link::new(
+            "pods",
+            Owner::Kubelet,
+            State::Waiting,
+            "and more not ready",
+        ));
+    }
+    if not_ready.is_empty() {
+        let missing = pods.want - pods.ready;
+        link.links.push(Link::new(
+            "pods",
+            Owner::ControllerManager,
+            State::Waiting,
+            format!("{missing} not created or not counted yet"),
+        ));
+    }
     Ok(link)
+}
+
+/// Up to one more than [`PODS_SHOWN`] of the workload's pods that are not ready: those
+/// not running first (the usual suspects, and few: one field-selected list), then
+/// running ones page by page only if more are needed — a workload of 10,000 pods is
+/// not read whole to find the one that fails.
+async fn not_ready(ctx: &Context, pods: &Pods<'_>) -> Result<Vec<Pod>, Error> {
+    let api = ctx.namespaced::<Pod>();
+    let ours = |p: &Pod| pods.owners.iter().any(|uid| owned_by(p.meta(), Some(uid)));
+    let params = selected(pods.selector).fields("status.phase!=Running,status.phase!=Succeeded");
+    let mut found: Vec<Pod> = api
+        .list(&params)
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| ours(p))
+        .collect();
+    let mut params = selected(pods.selector)
+        .fields("status.phase=Running")
+        .limit(500);
+    while found.len() <= PODS_SHOWN {
+        let page = api.list(&params).await?;
+        found.extend(
+            page.items
+                .into_iter()
+                .filter(|p| ours(p) && !service::pod_ready(p)),
+        );
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    Ok(found)
 }
 
 /// Pod creations the controller reported as refused (FailedCreate: quota, admission,
@@ -241,44 +332,6 @@ async fn refusals<K: Resource>(ctx: &Context, obj: &K, subject: &str) -> Result<
         .since(at)
         .next(format!("kubectl describe {} -n {}", subject, ctx.namespace)),
     ])
-}
-
-/// The pods: those not ready walked (the first few), the ready ones counted.
-async fn pod_links(ctx: &Context, pods: &[Pod], want: i32) -> Result<Vec<Link>, Error> {
-    let finished =
-        |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
-    let (ready, not_ready): (Vec<&Pod>, Vec<&Pod>) = pods
-        .iter()
-        .partition(|p| service::pod_ready(p) || finished(p));
-    let mut links = Vec::new();
-    if !ready.is_empty() {
-        links.push(Link::ok(
-            "pods",
-            Owner::Kubelet,
-            format!("{} ready or completed", ready.len()),
-        ));
-    }
-    for p in not_ready.iter().take(PODS_SHOWN) {
-        links.push(pod::examine(ctx, p).await?);
-    }
-    if not_ready.len() > PODS_SHOWN {
-        let more = not_ready.len() - PODS_SHOWN;
-        links.push(Link::new(
-            "pods",
-            Owner::Kubelet,
-            State::Waiting,
-            format!("{more} more not ready"),
-        ));
-    }
-    if pods.is_empty() && want > 0 {
-        links.push(Link::new(
-            "pods",
-            Owner::ControllerManager,
-            State::Waiting,
-            "no pods yet",
-        ));
-    }
-    Ok(links)
 }
 
 fn selected(selector: Option<&LabelSelector>) -> ListParams {
