@@ -42,12 +42,42 @@ pub async fn examine(client: &kube::Client) -> Result<Report, Error> {
             .next("krust agent --server https://<server>:6443 --token <token>"),
         );
     }
-    for n in &nodes {
-        links.push(node::examine(&ctx, n).await?);
-    }
+    links.extend(nodes_links(&ctx, &nodes).await?);
     links.push(dns(&ctx).await?);
     links.push(ingress_class(&ctx).await?);
     Ok(Report::new("cluster".into(), links))
+}
+
+/// How many nodes that are not healthy are walked in full.
+const NODES_SHOWN: usize = 10;
+
+/// The healthy nodes counted, the others walked (the first few).
+async fn nodes_links(ctx: &Context, nodes: &[Node]) -> Result<Vec<Link>, Error> {
+    let renewals = node::renewals(ctx).await?;
+    let walked: Vec<Link> = (nodes.iter())
+        .map(|n| node::examine(n, renewals.get(&n.name_any()).copied()))
+        .collect();
+    let (healthy, sick): (Vec<Link>, Vec<Link>) =
+        walked.into_iter().partition(|l| l.worst() == State::Ok);
+    let mut links = Vec::new();
+    if !healthy.is_empty() {
+        links.push(Link::ok(
+            "nodes",
+            Owner::Kubelet,
+            format!("{} Ready and healthy", healthy.len()),
+        ));
+    }
+    let more = sick.len().saturating_sub(NODES_SHOWN);
+    links.extend(sick.into_iter().take(NODES_SHOWN));
+    if more > 0 {
+        links.push(Link::new(
+            "nodes",
+            Owner::Node,
+            State::Waiting,
+            format!("and {more} more not healthy"),
+        ));
+    }
+    Ok(links)
 }
 
 /// `/readyz` with its checks: the apiserver and its store answer.

@@ -1,5 +1,7 @@
 //! A node's links: the kubelet reporting (Ready, heartbeats), pressure, cordon, taints.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -26,10 +28,28 @@ pub async fn examine_named(ctx: &Context, name: &str) -> Result<Link, Error> {
             name: name.to_string(),
             namespace: String::new(),
         })?;
-    examine(ctx, &node).await
+    let lease = leases(ctx).get_opt(name).await?;
+    Ok(examine(&node, lease.and_then(renewed)))
 }
 
-pub async fn examine(ctx: &Context, node: &Node) -> Result<Link, Error> {
+/// When each node's kubelet last renewed its Lease, in one list.
+pub async fn renewals(ctx: &Context) -> Result<HashMap<String, Timestamp>, Error> {
+    let listed = leases(ctx).list(&Default::default()).await?.items;
+    Ok((listed.into_iter())
+        .filter_map(|l| Some((l.metadata.name.clone()?, renewed(l)?)))
+        .collect())
+}
+
+fn leases(ctx: &Context) -> kube::Api<Lease> {
+    kube::Api::namespaced(ctx.client.clone(), "kube-node-lease")
+}
+
+fn renewed(lease: Lease) -> Option<Timestamp> {
+    lease.spec?.renew_time.map(|t| t.0)
+}
+
+/// A node's links; `renewed` is when its kubelet last renewed its Lease.
+pub fn examine(node: &Node, renewed: Option<Timestamp>) -> Link {
     let name = node.name_any();
     let describe = format!("kubectl describe node {name}");
     let status = node.status.clone().unwrap_or_default();
@@ -73,13 +93,8 @@ pub async fn examine(ctx: &Context, node: &Node) -> Result<Link, Error> {
             "no Ready condition yet",
         ),
     });
-    let leases = kube::Api::<Lease>::namespaced(ctx.client.clone(), "kube-node-lease");
-    if let Some(renewed) = leases
-        .get_opt(&name)
-        .await?
-        .and_then(|l| l.spec?.renew_time)
-    {
-        let age = Timestamp::now().duration_since(renewed.0);
+    if let Some(renewed) = renewed {
+        let age = Timestamp::now().duration_since(renewed);
         if age > SILENT {
             links.push(
                 Link::new(
@@ -88,7 +103,7 @@ pub async fn examine(ctx: &Context, node: &Node) -> Result<Link, Error> {
                     State::Broken,
                     format!("the kubelet last renewed its Lease {}s ago", age.as_secs()),
                 )
-                .since(Some(renewed.0)),
+                .since(Some(renewed)),
             );
         }
     }
@@ -151,5 +166,5 @@ pub async fn examine(ctx: &Context, node: &Node) -> Result<Link, Error> {
         [] => "healthy".to_string(),
         some => some.join(", "),
     };
-    Ok(Link::new(format!("node/{name}"), Owner::Node, State::Ok, evidence).with(links))
+    Link::new(format!("node/{name}"), Owner::Node, State::Ok, evidence).with(links)
 }

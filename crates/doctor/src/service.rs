@@ -11,6 +11,9 @@ use crate::{Context, Error, facts, pod};
 /// How many not-ready pods behind a Service are walked in full.
 const PODS_SHOWN: usize = 3;
 
+/// How many of a Service's pods are read to check its ports and readiness.
+const SAMPLE: u32 = 100;
+
 pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
     let svc: Service = ctx.get("service", name).await?;
     let spec = svc.spec.clone().unwrap_or_default();
@@ -40,11 +43,13 @@ pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
     };
     let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let selector = selector.join(",");
-    let pods = ctx
-        .namespaced::<Pod>()
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
+    // A sample: enough to check ports and find a pod that is not ready, without
+    // reading 10,000.
+    let params = ListParams::default().labels(&selector).limit(SAMPLE);
+    let listed = ctx.namespaced::<Pod>().list(&params).await?;
+    let more = listed.metadata.continue_.is_some_and(|c| !c.is_empty());
+    let pods = listed.items;
+    let count = format!("{}{}", pods.len(), if more { "+" } else { "" });
     if pods.is_empty() {
         links.push(
             Link::new(
@@ -59,7 +64,7 @@ pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
         links.push(Link::ok(
             "selector",
             Owner::Manifest,
-            format!("{selector} matches {} pods", pods.len()),
+            format!("{selector} matches {count} pods"),
         ));
         for port in spec.ports.iter().flatten() {
             links.extend(target_port(port, &pods));
@@ -158,12 +163,10 @@ async fn endpoints(ctx: &Context, name: &str, pods: &[Pod]) -> Result<Link, Erro
     for p in not_ready.iter().take(PODS_SHOWN) {
         walked.push(pod::examine(ctx, p).await?);
     }
-    let evidence = match pods.len() {
-        0 => "no ready endpoints: no pods selected".to_string(),
-        n => format!(
-            "no ready endpoints: {} of {n} pods not ready; connections are refused",
-            not_ready.len()
-        ),
+    let evidence = if pods.is_empty() {
+        "no ready endpoints: no pods selected"
+    } else {
+        "no ready endpoints: none of the selected pods is ready; connections are refused"
     };
     let owner = if pods.is_empty() {
         Owner::Manifest

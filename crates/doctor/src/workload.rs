@@ -270,8 +270,8 @@ async fn with_pods(
 
 /// Up to one more than [`PODS_SHOWN`] of the workload's pods that are not ready: those
 /// not running first (the usual suspects, and few: one field-selected list), then
-/// running ones page by page only if more are needed — a workload of 10,000 pods is
-/// not read whole to find the one that fails.
+/// running ones page by page only while the controller's count says more are not
+/// ready — a workload of 10,000 pods is not read whole to find the one that fails.
 async fn not_ready(ctx: &Context, pods: &Pods<'_>) -> Result<Vec<Pod>, Error> {
     let api = ctx.namespaced::<Pod>();
     let ours = |p: &Pod| pods.owners.iter().any(|uid| owned_by(p.meta(), Some(uid)));
@@ -286,7 +286,9 @@ async fn not_ready(ctx: &Context, pods: &Pods<'_>) -> Result<Vec<Pod>, Error> {
     let mut params = selected(pods.selector)
         .fields("status.phase=Running")
         .limit(500);
-    while found.len() <= PODS_SHOWN {
+    // The controller's count says how many there are to find.
+    let missing = usize::try_from(pods.want - pods.ready).unwrap_or(0);
+    while found.len() < missing.min(PODS_SHOWN + 1) {
         let page = api.list(&params).await?;
         found.extend(
             page.items

@@ -363,7 +363,7 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
             "apiserver",
             "kube-controller-manager leader",
             "kube-scheduler leader",
-            &format!("node/{node}"),
+            "nodes",
             "cluster DNS",
             "ingress"
         ]
