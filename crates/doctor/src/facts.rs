@@ -69,20 +69,70 @@ macro_rules! condition {
     };
 }
 
-/// The address of each ready endpoint of the Service `name` in `namespace`, from its
-/// EndpointSlices.
+/// Ready endpoints of a Service, as far as they were read.
+pub struct Ready {
+    pub addresses: Vec<String>,
+    /// More slices were left unread: there may be more.
+    pub more: bool,
+}
+
+impl Ready {
+    pub fn none(&self) -> bool {
+        self.addresses.is_empty()
+    }
+}
+
+/// `3 ready: a, b, c` (`120+ ready: a, b, c, d, e, …` when more were left unread).
+impl std::fmt::Display for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN: usize = 5;
+        let plus = if self.more { "+" } else { "" };
+        let shown = self
+            .addresses
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let ellipsis = if self.addresses.len() > SHOWN || self.more {
+            ", …"
+        } else {
+            ""
+        };
+        write!(f, "{}{plus} ready: {shown}{ellipsis}", self.addresses.len())
+    }
+}
+
+/// The ready endpoints of the Service `name` in `namespace`, from its EndpointSlices,
+/// read a few slices at a time until one is ready (a Service of 10,000 pods is not
+/// read whole to learn that it has some).
 pub async fn ready_endpoints(
     client: &kube::Client,
     namespace: &str,
     name: &str,
-) -> Result<Vec<String>, Error> {
-    let params = ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+) -> Result<Ready, Error> {
     let api = kube::Api::<EndpointSlice>::namespaced(client.clone(), namespace);
-    let slices = api.list(&params).await?.items;
-    Ok((slices.into_iter().flat_map(|s| s.endpoints))
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-        .filter_map(|e| e.addresses.into_iter().next())
-        .collect())
+    let mut params = ListParams::default()
+        .labels(&format!("kubernetes.io/service-name={name}"))
+        .limit(10);
+    let mut addresses = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        addresses.extend(
+            (page.items.into_iter().flat_map(|s| s.endpoints))
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+                .filter_map(|e| e.addresses.into_iter().next()),
+        );
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) if addresses.is_empty() => params = params.continue_token(&token),
+            rest => {
+                return Ok(Ready {
+                    addresses,
+                    more: rest.is_some(),
+                });
+            }
+        }
+    }
 }
 
 /// Where to look when the cluster DNS has no ready endpoints.

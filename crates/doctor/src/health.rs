@@ -145,7 +145,7 @@ async fn leader(ctx: &Context, name: &str, owner: Owner) -> Result<Link, Error> 
 /// The cluster DNS answers while its Service has ready endpoints.
 async fn dns(ctx: &Context) -> Result<Link, Error> {
     let ready = facts::ready_endpoints(&ctx.client, "kube-system", "kube-dns").await?;
-    Ok(if ready.is_empty() {
+    Ok(if ready.none() {
         Link::new(
             "cluster DNS",
             Owner::Dns,
@@ -154,11 +154,7 @@ async fn dns(ctx: &Context) -> Result<Link, Error> {
         )
         .next(facts::DNS_ENDPOINTS)
     } else {
-        Link::ok(
-            "cluster DNS",
-            Owner::Dns,
-            format!("kube-dns served by {}", ready.join(", ")),
-        )
+        Link::ok("cluster DNS", Owner::Dns, format!("kube-dns: {ready}"))
     })
 }
 

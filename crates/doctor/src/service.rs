@@ -151,11 +151,11 @@ fn or_none(list: &[String]) -> String {
 /// pods that are not, walked.
 async fn endpoints(ctx: &Context, name: &str, pods: &[Pod]) -> Result<Link, Error> {
     let ready = facts::ready_endpoints(&ctx.client, &ctx.namespace, name).await?;
-    if !ready.is_empty() {
+    if !ready.none() {
         return Ok(Link::ok(
             "endpoints",
             Owner::ControllerManager,
-            format!("{} ready: {}", ready.len(), ready.join(", ")),
+            ready.to_string(),
         ));
     }
     let not_ready: Vec<&Pod> = pods.iter().filter(|p| !pod_ready(p)).collect();
@@ -196,7 +196,7 @@ async fn dns(ctx: &Context, name: &str, ip: &str) -> Result<Link, Error> {
     let fqdn = format!("{name}.{}.svc.cluster.local", ctx.namespace);
     let serving = !facts::ready_endpoints(&ctx.client, "kube-system", "kube-dns")
         .await?
-        .is_empty();
+        .none();
     Ok(if serving {
         Link::ok("DNS name", Owner::Dns, format!("{fqdn} → {ip}"))
     } else {

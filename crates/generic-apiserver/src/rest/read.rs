@@ -152,21 +152,25 @@ async fn list_paged(
         ));
     }
     let mut items = Vec::new();
-    let more = loop {
-        let want = if limit == 0 { 0 } else { limit - items.len() };
+    // As upstream's etcd3 store: a page the selector thins out is followed by one twice
+    // its size, up to 10,000, so a selective list costs a few round trips, not one per
+    // `limit` objects read.
+    let mut page_size = limit;
+    let more = 'pages: loop {
         let page = call
             .scope
             .store
             .range(RangeRequest {
                 prefix: prefix.clone(),
                 start_after: start_after.clone(),
-                limit: want,
+                limit: page_size,
                 revision,
             })
             .await
             .map_err(store_error)?;
         revision = page.revision;
-        for kv in &page.kvs {
+        let read = page.kvs.len();
+        for (i, kv) in page.kvs.iter().enumerate() {
             start_after = Some(kv.key.clone());
             let Some(obj) = call.resource_cache()?.decode_stored(kv) else {
                 continue;
@@ -174,10 +178,14 @@ async fn list_paged(
             if filter.matches(&obj) {
                 items.push(obj.json);
             }
+            if limit > 0 && items.len() >= limit {
+                break 'pages page.more || i + 1 < read;
+            }
         }
-        if !page.more || (limit > 0 && items.len() >= limit) {
-            break page.more;
+        if !page.more {
+            break false;
         }
+        page_size = (page_size * 2).min(MAX_PAGE);
     };
     let next = if more {
         start_after.map(|start| {
@@ -198,6 +206,9 @@ async fn list_paged(
         next,
     ))
 }
+
+/// The largest page a paged list reads from the store at once (upstream's `maxLimit`).
+const MAX_PAGE: usize = 10_000;
 
 fn encode_token(t: &ContinueToken) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
