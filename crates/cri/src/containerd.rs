@@ -141,6 +141,7 @@ impl Containerd {
         registries.write(&layout.dir.join("certs.d"))?;
         std::fs::write(&config, layout.config(sandbox_image, registries))
             .map_err(|e| Error::io(format!("writing {}", config.display()), e))?;
+        crate::netns::share_namespace_dir()?;
         let socket = layout.socket();
         if answers(&socket).await {
             tracing::info!(socket = %socket.display(), "adopting the containerd already running");

@@ -13,6 +13,7 @@ pub mod client;
 pub mod containerd;
 pub mod image;
 pub mod metrics;
+pub mod netns;
 pub mod registries;
 
 pub use client::Runtime;

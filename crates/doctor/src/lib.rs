@@ -18,6 +18,7 @@ pub mod render;
 pub mod report;
 mod service;
 pub mod target;
+pub mod timeline;
 mod url;
 mod workload;
 
@@ -35,6 +36,8 @@ pub enum Error {
     },
     #[error("{0}")]
     Target(#[from] target::ParseError),
+    #[error("a timeline is of a workload or a pod, not {0}")]
+    Timeline(String),
     #[error("asking the apiserver: {0}")]
     Api(#[from] kube::Error),
 }

@@ -336,7 +336,8 @@ async fn refusals<K: Resource>(ctx: &Context, obj: &K, subject: &str) -> Result<
     ])
 }
 
-fn selected(selector: Option<&LabelSelector>) -> ListParams {
+/// A list of what `selector` selects (everything without one).
+pub(crate) fn selected(selector: Option<&LabelSelector>) -> ListParams {
     let parsed = selector.cloned().map(kube::core::Selector::try_from);
     match parsed {
         Some(Ok(selector)) => ListParams::default().labels_from(&selector),
@@ -344,7 +345,8 @@ fn selected(selector: Option<&LabelSelector>) -> ListParams {
     }
 }
 
-fn owned_by(
+/// Whether the object of `meta` is controlled by the object with `uid`.
+pub(crate) fn owned_by(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     uid: Option<&str>,
 ) -> bool {

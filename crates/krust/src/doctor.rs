@@ -16,6 +16,10 @@ pub struct DoctorCommand {
     /// The target's namespace (default: the kubeconfig context's, else `default`).
     #[arg(short, long)]
     namespace: Option<String>,
+    /// Instead of the chain: how long each step of the TARGET's latest rollout took
+    /// (created → scheduled → image → started → ready), pod by pod.
+    #[arg(long, requires = "target")]
+    timeline: bool,
     /// `text` (a tree; coloured on a terminal) or `json`.
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -40,6 +44,15 @@ pub async fn run(args: DoctorCommand) -> Result<()> {
         .namespace
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = krust_client::connect::client(config)?;
+    if args.timeline {
+        let target = args.target.as_ref().context("--timeline needs a TARGET")?;
+        let timeline = krust_doctor::timeline::examine(&client, &namespace, target).await?;
+        match args.output {
+            Output::Json => println!("{}", k8s_openapi::serde_json::to_string_pretty(&timeline)?),
+            Output::Text => print!("{}", krust_doctor::timeline::text(&timeline)),
+        }
+        return Ok(());
+    }
     let report = match &args.target {
         Some(target) => krust_doctor::examine(&client, &namespace, target).await?,
         None => krust_doctor::health::examine(&client).await?,

@@ -326,6 +326,24 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         !failed && url["links"][0]["subject"] == "service/web",
         "{url:#}"
     );
+    // The rollout's timeline: every step of the one pod happened, none before creation.
+    let (timeline, failed) = report(&s, &["--timeline", "deploy/web"]);
+    assert!(!failed, "{timeline:#}");
+    let pods = timeline["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{timeline:#}");
+    let steps = pods[0]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    assert!(
+        steps.iter().all(|s| s.as_i64().is_some_and(|s| s >= 0)),
+        "{timeline:#}"
+    );
+    assert!(timeline["slowest"][0].is_string(), "{timeline:#}");
+    let table = doctor(&s, &["--timeline", "deploy/web"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.starts_with("timeline of deployment/web: 1 pods\n"),
+        "{table}"
+    );
     let text = doctor(&s, &["deploy/web"]);
     assert!(text.status.success());
     let text = String::from_utf8_lossy(&text.stdout);

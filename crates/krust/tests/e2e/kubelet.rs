@@ -58,6 +58,14 @@ fn pods_run_on_the_local_node_through_containerd() {
         (ready && node["spec"]["podCIDR"].is_string()).then_some(node)
     });
     assert_eq!(node["spec"]["podCIDR"], "10.61.0.0/24");
+    // Pods' network namespaces go into /run/netns as a shared mount of its own (as
+    // iproute2 makes it), so that a later `ip netns add` hides none of them.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let netns = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/run/netns"))
+        .expect("/run/netns is a mount of its own");
+    assert!(netns.contains(" shared:"), "{netns}");
     assert!(
         node["status"]["nodeInfo"]["containerRuntimeVersion"]
             .as_str()

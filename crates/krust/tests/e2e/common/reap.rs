@@ -45,13 +45,19 @@ pub fn reap_node(data_dir: &Path) {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
-    for id in ids.lines().filter(|l| !l.is_empty()) {
+    let ids: Vec<&str> = ids.lines().filter(|l| !l.is_empty()).collect();
+    // The pods' network namespaces, as their sandboxes' OCI specs name them:
+    // containerd, killed with its containers, never removes their mounts.
+    let namespaces =
+        sandbox_namespaces(&containerd.join("state/io.containerd.runtime.v2.task/k8s.io"));
+    for id in &ids {
         let _ = Command::new("runc")
             .arg("--root")
             .arg(&runc_root)
             .args(["delete", "--force", id])
             .status();
     }
+    remove_namespace_mounts(&namespaces);
     let _ = Command::new("pkill")
         .args(["-KILL", "-f"])
         .arg(containerd.display().to_string())
@@ -82,5 +88,38 @@ pub fn reap_node(data_dir: &Path) {
                 .status();
             delete_nft_table(&krust_net::cluster::egress_table(range));
         }
+    }
+}
+
+/// The network namespace files (under /run/netns) that the bundles in `tasks` join.
+fn sandbox_namespaces(tasks: &Path) -> Vec<String> {
+    let bundles = std::fs::read_dir(tasks).into_iter().flatten().flatten();
+    bundles
+        .filter_map(|b| std::fs::read(b.path().join("config.json")).ok())
+        .filter_map(|spec| serde_json::from_slice::<Value>(&spec).ok())
+        .flat_map(|spec| {
+            spec["linux"]["namespaces"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|ns| ns["type"] == "network")
+        .filter_map(|ns| {
+            ns["path"]
+                .as_str()
+                .map(|p| p.replacen("/var/run/", "/run/", 1))
+        })
+        .filter(|p| p.starts_with("/run/netns/"))
+        .collect()
+}
+
+/// Unmounts and removes `files` (network namespaces under /run/netns).
+fn remove_namespace_mounts(files: &[String]) {
+    for file in files {
+        let _ = Command::new("umount")
+            .arg(file)
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_file(file);
     }
 }
