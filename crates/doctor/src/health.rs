@@ -21,6 +21,7 @@ pub async fn examine(client: &kube::Client) -> Result<Report, Error> {
     let ctx = Context {
         client: client.clone(),
         namespace: "kube-system".into(),
+        probe: false,
     };
     let mut links = vec![apiserver(client).await];
     for (name, owner) in LEADERS {

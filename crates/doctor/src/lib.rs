@@ -14,6 +14,8 @@ pub mod health;
 mod ingress;
 mod node;
 mod pod;
+mod policy;
+mod probe;
 pub mod render;
 pub mod report;
 mod service;
@@ -47,10 +49,12 @@ pub async fn examine(
     client: &kube::Client,
     namespace: &str,
     target: &Target,
+    options: Options,
 ) -> Result<Report, Error> {
     let ctx = Context {
         client: client.clone(),
         namespace: namespace.to_string(),
+        probe: options.probe,
     };
     let links = match target {
         Target::Workload(kind, name) => vec![workload::examine(&ctx, *kind, name).await?],
@@ -58,18 +62,36 @@ pub async fn examine(
         Target::Service(name) => vec![service::examine(&ctx, name).await?],
         Target::Ingress(name) => vec![ingress::examine(&ctx, name).await?],
         Target::Node(name) => vec![node::examine_named(&ctx, name).await?],
-        Target::Url(uri) => vec![url::examine(client, uri).await?],
+        Target::Url(uri) => vec![url::examine(&ctx, uri).await?],
     };
     Ok(Report::new(target.to_string(), links))
 }
 
-/// What every walker needs: the client and the namespace of the target.
+/// How far the doctor goes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Besides reading the API, connect, resolve and request along the data path
+    /// from where the doctor runs (a node).
+    pub probe: bool,
+}
+
+/// What every walker needs: the client, the namespace of the target, the options.
 pub(crate) struct Context {
     pub client: kube::Client,
     pub namespace: String,
+    pub probe: bool,
 }
 
 impl Context {
+    /// The same walk in another namespace.
+    pub fn in_namespace(&self, namespace: &str) -> Context {
+        Context {
+            client: self.client.clone(),
+            namespace: namespace.to_string(),
+            probe: self.probe,
+        }
+    }
+
     pub fn namespaced<K>(&self) -> kube::Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,

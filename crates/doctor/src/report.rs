@@ -41,6 +41,8 @@ pub enum Owner {
     Dns,
     /// The Service proxy's rules on the nodes.
     Proxy,
+    /// The NetworkPolicies the nodes enforce.
+    NetworkPolicy,
     /// The Ingress controller.
     Ingress,
 }
@@ -69,6 +71,7 @@ impl Owner {
             Owner::Application => "application",
             Owner::Dns => "DNS",
             Owner::Proxy => "proxy",
+            Owner::NetworkPolicy => "network policy",
             Owner::Ingress => "ingress controller",
         }
     }

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ListParams;
 
 use crate::report::{Link, Owner, State};
-use crate::{Context, Error, facts, pod};
+use crate::{Context, Error, facts, pod, policy, probe};
 
 /// How many not-ready pods behind a Service are walked in full.
 const PODS_SHOWN: usize = 3;
@@ -36,10 +36,15 @@ pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
             Owner::Manifest,
             "no selector: its endpoints are managed by hand",
         );
-        return Ok(link.with(vec![
-            endpoints(ctx, name, &[]).await?,
+        let ready = facts::ready_endpoints(&ctx.client, ns, name).await?;
+        let mut links = vec![
+            endpoints(ctx, name, &ready, &[]).await?,
             dns(ctx, name, &ip).await?,
-        ]));
+        ];
+        if ctx.probe && !ready.none() {
+            links.extend(probe::service(ctx, name, &spec, &ready.addresses, None).await?);
+        }
+        return Ok(link.with(links));
     };
     let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let selector = selector.join(",");
@@ -66,12 +71,18 @@ pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
             Owner::Manifest,
             format!("{selector} matches {count} pods"),
         ));
-        for port in spec.ports.iter().flatten() {
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        for port in ports {
             links.extend(target_port(port, &pods));
         }
+        links.extend(policy::ingress(ctx, &pods[0], ports).await?);
     }
-    links.push(endpoints(ctx, name, &pods).await?);
+    let ready = facts::ready_endpoints(&ctx.client, ns, name).await?;
+    links.push(endpoints(ctx, name, &ready, &pods).await?);
     links.push(dns(ctx, name, &ip).await?);
+    if ctx.probe && !ready.none() {
+        links.extend(probe::service(ctx, name, &spec, &ready.addresses, pods.first()).await?);
+    }
     let ports: Vec<String> = (spec.ports.iter().flatten())
         .map(|p| {
             let target = match &p.target_port {
@@ -149,8 +160,12 @@ fn or_none(list: &[String]) -> String {
 
 /// The Service's ready endpoints, from its EndpointSlices; when none is ready, the
 /// pods that are not, walked.
-async fn endpoints(ctx: &Context, name: &str, pods: &[Pod]) -> Result<Link, Error> {
-    let ready = facts::ready_endpoints(&ctx.client, &ctx.namespace, name).await?;
+async fn endpoints(
+    ctx: &Context,
+    name: &str,
+    ready: &facts::Ready,
+    pods: &[Pod],
+) -> Result<Link, Error> {
     if !ready.none() {
         return Ok(Link::ok(
             "endpoints",

@@ -55,6 +55,7 @@ pub async fn examine(
     let ctx = Context {
         client: client.clone(),
         namespace: namespace.to_string(),
+        probe: false,
     };
     let pods = match target {
         Target::Pod(name) => vec![ctx.get::<Pod>("pod", name).await?],

@@ -317,6 +317,7 @@ async fn refusals<K: Resource>(ctx: &Context, obj: &K, subject: &str) -> Result<
     {
         Owner::Quota
     } else if message.contains("admission webhook")
+        || message.contains("failed calling webhook")
         || message.contains("PodSecurity")
         || message.contains("forbidden")
     {

@@ -2,11 +2,11 @@
 //! (or, without a target, the cluster's own parts) through the API and names the first
 //! broken link. Exits 1 when a link is broken.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use krust_doctor::{State, Target};
+use krust_doctor::{Report, State, Target};
 
 #[derive(Args, Debug)]
 pub struct DoctorCommand {
@@ -20,6 +20,14 @@ pub struct DoctorCommand {
     /// (created → scheduled → image → started → ready), pod by pod.
     #[arg(long, requires = "target")]
     timeline: bool,
+    /// Also test the data path from this machine (a node): resolve the Service's name
+    /// through the cluster DNS, connect to its cluster IP and ready endpoints, send a
+    /// URL's request through the Ingress controller.
+    #[arg(long)]
+    probe: bool,
+    /// Keep examining, and show the chain again whenever it changes (Ctrl-C ends).
+    #[arg(short, long, conflicts_with = "timeline")]
+    watch: bool,
     /// `text` (a tree; coloured on a terminal) or `json`.
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -53,20 +61,56 @@ pub async fn run(args: DoctorCommand) -> Result<()> {
         }
         return Ok(());
     }
-    let report = match &args.target {
-        Some(target) => krust_doctor::examine(&client, &namespace, target).await?,
-        None => krust_doctor::health::examine(&client).await?,
+    let options = krust_doctor::Options { probe: args.probe };
+    let examine = || async {
+        match &args.target {
+            Some(target) => krust_doctor::examine(&client, &namespace, target, options).await,
+            None => krust_doctor::health::examine(&client).await,
+        }
     };
-    match args.output {
-        Output::Json => println!("{}", k8s_openapi::serde_json::to_string_pretty(&report)?),
+    let terminal = std::io::stdout().is_terminal();
+    if !args.watch {
+        let report = examine().await?;
+        show(&report, args.output, terminal, false)?;
+        if report.state == State::Broken {
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
+    // On a terminal the screen is redrawn each time (the ages move on); piped, a report
+    // is written only when something in it changed.
+    let mut shown = None;
+    loop {
+        let report = examine().await?;
+        let now = k8s_openapi::serde_json::to_value(&report)?;
+        if terminal || shown.as_ref() != Some(&now) {
+            show(&report, args.output, terminal, true)?;
+            shown = Some(now);
+        }
+        tokio::time::sleep(WATCH_INTERVAL).await;
+    }
+}
+
+/// How often `--watch` examines the target again.
+const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn show(report: &Report, output: Output, terminal: bool, redraw: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if redraw && terminal {
+        // Home, then clear the screen.
+        write!(out, "\x1b[H\x1b[2J")?;
+    }
+    match output {
+        Output::Json => writeln!(
+            out,
+            "{}",
+            k8s_openapi::serde_json::to_string_pretty(report)?
+        )?,
         Output::Text => {
-            let colour = std::io::stdout().is_terminal();
             let now = k8s_openapi::jiff::Timestamp::now();
-            print!("{}", krust_doctor::render::text(&report, colour, now));
+            write!(out, "{}", krust_doctor::render::text(report, terminal, now))?;
         }
     }
-    if report.state == State::Broken {
-        std::process::exit(1);
-    }
+    out.flush()?;
     Ok(())
 }

@@ -43,7 +43,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("dns", &["api", "client"]),
     ("ingress", &["api", "client"]),
     ("sim", &["api", "client"]),
-    ("doctor", &[]),
+    ("doctor", &["client"]),
 ];
 
 /// Workspace crate (without the `krust-` prefix) → the workspace crates it depends on.

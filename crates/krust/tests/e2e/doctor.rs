@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::{Server, free_port, wait_for};
+use crate::webhooks::hook_server;
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -86,10 +87,13 @@ fn sleeper(extra: Value) -> Value {
 #[test]
 fn the_doctor_names_the_broken_link_of_each_chain() {
     // With the cluster DNS and the Ingress controller, which the doctor checks too.
+    let ingress_port = free_port();
     let s = Server::with_agent(&[
         "--cluster-cidr=10.49.0.0/16",
+        // The Service proxy too: the probes go through its rules.
+        "--nftables-table=krust-test-doctor",
         &format!("--dns-port={}", free_port()),
-        &format!("--ingress-http-port={}", free_port()),
+        &format!("--ingress-http-port={ingress_port}"),
     ]);
     // Healthy: a web server behind a Service with a named port.
     let web = sleeper(
@@ -186,6 +190,72 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         "spec": {"rules": [{"host": "shop.example", "http": {"paths": [{"path": "/", "pathType": "Prefix",
             "backend": {"service": {"name": "no-such-service", "port": {"number": 80}}}}]}}]}}),
     );
+    let mut picky = deployment("picky", sleeper(json!({})));
+    picky["spec"]["template"]["spec"]["nodeSelector"] = json!({"disktype": "ssd"});
+    apply(&s, picky);
+    // Pods that run and are ready but listen nowhere: only a probe finds the refused
+    // port behind their Ingress (a 502).
+    apply(&s, deployment("quiet", sleeper(json!({}))));
+    apply(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "quiet"},
+        "spec": {"selector": {"app": "quiet"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
+    );
+    for (name, service) in [("quiet", "quiet"), ("unready", "unready")] {
+        apply(
+            &s,
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name},
+            "spec": {"rules": [{"host": format!("{name}.example"), "http": {"paths": [{"path": "/",
+                "pathType": "Prefix", "backend": {"service": {"name": service, "port": {"number": 80}}}}]}}]}}),
+        );
+    }
+    apply(
+        &s,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "unready"},
+        "spec": {"selector": {"app": "unready"}, "ports": [{"port": 80}]}}),
+    );
+    // Pods behind a Service in a namespace whose policy admits nothing.
+    s.ok(&["create", "namespace", "fenced"]);
+    let mut fenced = deployment("web", sleeper(json!({})));
+    fenced["metadata"]["namespace"] = json!("fenced");
+    apply(&s, fenced);
+    s.ok(&["expose", "deployment", "web", "-n", "fenced", "--port=80"]);
+    apply(
+        &s,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "deny-all", "namespace": "fenced"}, "spec": {"podSelector": {}}}),
+    );
+    // Webhooks that refuse a Deployment's pods, and one that never answers.
+    let hooks = hook_server::start();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for (namespace, url, bundle) in [
+        (
+            "hooked",
+            format!("https://127.0.0.1:{}/validate", hooks.port),
+            hooks.ca_bundle(),
+        ),
+        (
+            "stalled",
+            format!("https://{}/validate", silent.local_addr().unwrap()),
+            hooks.ca_bundle(),
+        ),
+    ] {
+        s.ok(&["create", "namespace", namespace]);
+        apply(
+            &s,
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": namespace},
+            "webhooks": [{"name": "check.hooks.example.com", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "timeoutSeconds": 1, "failurePolicy": "Fail",
+                "clientConfig": {"url": url, "caBundle": bundle},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]}),
+        );
+        let mut hooked = deployment("hooked", sleeper(json!({})));
+        hooked["metadata"]["namespace"] = json!(namespace);
+        hooked["spec"]["template"]["metadata"]["labels"]["refuse"] = json!("yes");
+        apply(&s, hooked);
+    }
 
     // The table of the architecture, row by row.
     let first = names(
@@ -196,6 +266,13 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         "Insufficient cpu",
     );
     assert_eq!(first["subject"], "scheduled");
+    names(
+        &s,
+        &["deploy/picky"],
+        "broken",
+        "scheduler",
+        "didn't match Pod's node affinity/selector",
+    );
     let first = names(
         &s,
         &["deploy/badimg"],
@@ -276,6 +353,34 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         "admission",
         "violates PodSecurity",
     );
+    names(
+        &s,
+        &["deploy/hooked", "-n", "hooked"],
+        "broken",
+        "admission",
+        "admission webhook \"check.hooks.example.com\" denied the request: labelled refuse",
+    );
+    names(
+        &s,
+        &["deploy/hooked", "-n", "stalled"],
+        "broken",
+        "admission",
+        "failed calling webhook \"check.hooks.example.com\"",
+    );
+    let first = names(
+        &s,
+        &["svc/web", "-n", "fenced"],
+        "broken",
+        "network policy",
+        "deny-all isolates the pods for ingress and admits nothing",
+    );
+    assert!(
+        first["next"]
+            .as_str()
+            .unwrap()
+            .contains("describe networkpolicy"),
+        "{first}"
+    );
     // URLs, resolved as a client's request would be.
     let first = names(
         &s,
@@ -291,6 +396,41 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         "broken",
         "manifest",
         "answers 404",
+    );
+    // An Ingress to pods that are not ready: the probe that fails is named, not the 503.
+    names(
+        &s,
+        &["http://unready.example/"],
+        "broken",
+        "application",
+        "Readiness probe failed",
+    );
+    // Ready pods that refuse the port: all is well in the API; the probes find the
+    // refused connection, and the Ingress's 502 it causes.
+    s.ok(&["rollout", "status", "deployment/quiet", "--timeout=60s"]);
+    let quiet = format!("http://quiet.example:{ingress_port}/");
+    let (calm, failed) = report(&s, &[&quiet]);
+    assert!(!failed && calm["state"] == "ok", "{calm:#}");
+    let first = names(
+        &s,
+        &["--probe", &quiet],
+        "broken",
+        "application",
+        "connection refused: nothing listens on port 8080",
+    );
+    assert!(
+        first["subject"]
+            .as_str()
+            .unwrap()
+            .starts_with("probe: endpoint 10.49."),
+        "{first}"
+    );
+    let (probed, _) = report(&s, &["--probe", &quiet]);
+    let request = &probed["links"][0]["links"][2];
+    assert_eq!(request["state"], "broken", "{probed:#}");
+    assert!(
+        request["evidence"].as_str().unwrap().starts_with("502"),
+        "{probed:#}"
     );
 
     // Healthy: every link ok, exit 0, and the text tree names the links.
@@ -326,6 +466,43 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         !failed && url["links"][0]["subject"] == "service/web",
         "{url:#}"
     );
+    // A typo in a name of the cluster DNS.
+    let first = names(
+        &s,
+        &["http://wbe.default.svc.cluster.local/"],
+        "broken",
+        "DNS",
+        "NXDOMAIN: no Service \"wbe\" in namespace \"default\"",
+    );
+    assert!(
+        first["evidence"]
+            .as_str()
+            .unwrap()
+            .ends_with("did you mean web?"),
+        "{first}"
+    );
+    // The probes along the healthy path: every ready endpoint and the cluster IP accept
+    // a connection from the node, the cluster DNS answers the name with the cluster IP.
+    let probed = wait_for("svc/web probed ok", DEADLINE, || {
+        let (r, failed) = report(&s, &["--probe", "svc/web"]);
+        (r["state"] == "ok" && !failed).then_some(r)
+    });
+    let probes: Vec<&str> = probed["links"][0]["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["subject"].as_str()?.strip_prefix("probe: "))
+        .collect();
+    assert_eq!(probes.len(), 3, "{probed:#}");
+    assert!(
+        probes[0].starts_with("endpoint 10.49.") && probes[0].ends_with(":8080"),
+        "{probes:?}"
+    );
+    assert!(
+        probes[1].starts_with("cluster IP 10.43.") && probes[1].ends_with(":80"),
+        "{probes:?}"
+    );
+    assert_eq!(probes[2], "DNS web.default.svc.cluster.local");
     // The rollout's timeline: every step of the one pod happened, none before creation.
     let (timeline, failed) = report(&s, &["--timeline", "deploy/web"]);
     assert!(!failed, "{timeline:#}");
@@ -365,6 +542,15 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
     );
     assert_eq!(first["next"], format!("kubectl uncordon {node}"));
     s.ok(&["uncordon", &node]);
+    s.ok(&["taint", "node", &node, "dedicated=db:NoSchedule"]);
+    names(
+        &s,
+        &[&format!("node/{node}")],
+        "waiting",
+        "node",
+        "tainted dedicated=db:NoSchedule",
+    );
+    s.ok(&["taint", "node", &node, "dedicated-"]);
 
     // The cluster itself: apiserver, leaders, the node, DNS, Ingress — all ok.
     let (cluster, failed) = report(&s, &[]);

@@ -4,7 +4,7 @@
 //! namespaceSelector, with upstream's refusal and failure messages, failurePolicy,
 //! dry run and DELETE reviews.
 
-mod hook_server;
+pub(crate) mod hook_server;
 
 use crate::common;
 use crate::common::{AuditLog, Server};

@@ -12,7 +12,8 @@
 //!   labelled `ask-skip`;
 //! - `/validate`: refuses objects with a `forbidden` data key (403, "forbidden key"),
 //!   the deletion of objects named `keep` and connections asking for a terminal
-//!   (`tty`, "no terminals here"), and otherwise warns "checked by hook"
+//!   (`tty`, "no terminals here"), objects labelled `refuse` ("labelled refuse"),
+//!   and otherwise warns "checked by hook"
 //!   and adds the audit annotation `verdict: allowed` (and one with an invalid key).
 
 use base64::Engine;
@@ -109,6 +110,10 @@ fn answer(seen: &Seen) -> (u16, Value) {
         _ if request["operation"] == "CONNECT" && request["object"]["tty"] == true => json!({
             "uid": uid, "allowed": false,
             "status": {"code": 403, "reason": "Forbidden", "message": "no terminals here"},
+        }),
+        _ if request["object"]["metadata"]["labels"]["refuse"].is_string() => json!({
+            "uid": uid, "allowed": false,
+            "status": {"code": 403, "reason": "Forbidden", "message": "labelled refuse"},
         }),
         _ if request["object"]["data"]["forbidden"].is_string() => json!({
             "uid": uid, "allowed": false,
