@@ -23,7 +23,7 @@ use crate::authz::{self, Attributes, Target};
 use crate::first_byte::FirstByteDeadline;
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
-use crate::{Api, audit, discovery, rest};
+use crate::{Api, audit, discovery, health, rest};
 
 /// Builds the TLS acceptor: our serving certificate, client certificates optional but
 /// verified against the cluster CA when present.
@@ -352,7 +352,7 @@ async fn handle(
                 (Ok(_), None) => {
                     let accept = parts.headers.get(http::header::ACCEPT);
                     let accept = accept.and_then(|v| v.to_str().ok());
-                    Ok(non_resource(api, &parts.method, &path, accept))
+                    Ok(non_resource(api, &parts.method, &path, parts.uri.query(), accept).await)
                 }
                 (Ok(_), Some(Err(e))) => Err(e),
                 (Ok(_), Some(Ok(info))) => {
@@ -590,7 +590,13 @@ async fn read_body(body: RequestBody) -> Result<Bytes, ApiError> {
 }
 
 /// Discovery, version, health, metrics and OpenAPI.
-fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) -> Response {
+async fn non_resource(
+    api: &Api,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    accept: Option<&str>,
+) -> Response {
     if method != Method::GET && method != Method::HEAD {
         return response::error(&ApiError::method_not_allowed(method.as_str(), path));
     }
@@ -600,15 +606,20 @@ fn non_resource(api: &Api, method: &Method, path: &str, accept: Option<&str>) ->
             .with_remote(api.aggregator.all())
     };
     match parts.as_slice() {
-        ["healthz" | "livez" | "readyz", ..] => {
-            response::full(StatusCode::OK, "ok", "text/plain; charset=utf-8")
+        [endpoint @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 1 => {
+            let check = rest.first().copied();
+            let (code, body) = health::serve(endpoint, check, query, &*api.scope.store).await;
+            response::full(code, body, "text/plain; charset=utf-8")
         }
         ["version"] => response::json(StatusCode::OK, &crate::version_info()),
-        ["metrics"] => response::full(
-            StatusCode::OK,
-            api.scope.metrics.render(api.inflight.in_use()),
-            "text/plain; version=0.0.4; charset=utf-8",
-        ),
+        ["metrics"] => {
+            api.scope.metrics.read_store(&*api.scope.store).await;
+            response::full(
+                StatusCode::OK,
+                api.scope.metrics.render(api.inflight.in_use()),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        }
         ["api"] => match discovery::wants_aggregated(accept) {
             Some(ct) => response::full(
                 StatusCode::OK,

@@ -23,7 +23,7 @@ pub async fn examine(client: &kube::Client) -> Result<Report, Error> {
         namespace: "kube-system".into(),
         probe: false,
     };
-    let mut links = vec![apiserver(client).await];
+    let mut links = vec![apiserver(client).await, store(client).await];
     for (name, owner) in LEADERS {
         links.push(leader(&ctx, name, owner).await?);
     }
@@ -83,10 +83,7 @@ async fn nodes_links(ctx: &Context, nodes: &[Node]) -> Result<Vec<Link>, Error> 
 
 /// `/readyz` with its checks: the apiserver and its store answer.
 async fn apiserver(client: &kube::Client) -> Link {
-    let request = http::Request::get("/readyz?verbose")
-        .body(Vec::new())
-        .expect("static request");
-    match client.request_text(request).await {
+    match get_text(client, "/readyz?verbose").await {
         Ok(text) => {
             let checks = text.lines().filter(|l| l.starts_with("[+]")).count();
             let evidence = match checks {
@@ -103,6 +100,76 @@ async fn apiserver(client: &kube::Client) -> Link {
         )
         .next("kubectl get --raw '/readyz?verbose'"),
     }
+}
+
+/// How many times the store's readiness check is timed (the fastest counts: the
+/// others include scheduling noise).
+const STORE_READS: usize = 3;
+
+/// The store: whether it answers (`/readyz/etcd`), how fast, and its size and revisions
+/// from the apiserver's metrics.
+async fn store(client: &kube::Client) -> Link {
+    let mut fastest = None;
+    for _ in 0..STORE_READS {
+        let started = std::time::Instant::now();
+        if let Err(err) = get_text(client, "/readyz/etcd").await {
+            return Link::new(
+                "store",
+                Owner::Store,
+                State::Broken,
+                format!("the apiserver cannot read its store: {err}"),
+            )
+            .next("kubectl get --raw '/readyz?verbose'");
+        }
+        let took = started.elapsed();
+        fastest = Some(fastest.map_or(took, |f: std::time::Duration| f.min(took)));
+    }
+    let took = fastest.unwrap_or_default();
+    let mut evidence = format!("a read answers in {:.1} ms", took.as_secs_f64() * 1000.0);
+    if let Ok(metrics) = get_text(client, "/metrics").await {
+        let value = |name| metric(&metrics, name);
+        if let Some(size) = value("apiserver_storage_size_bytes") {
+            evidence.push_str(&format!("; {:.1} MiB", size / (1024.0 * 1024.0)));
+        }
+        if let (Some(current), Some(compacted)) = (
+            value("etcd_debugging_mvcc_current_revision"),
+            value("etcd_debugging_mvcc_compact_revision"),
+        ) {
+            evidence.push_str(&format!(
+                " at revision {current}, history compacted to {compacted}"
+            ));
+        }
+    }
+    if took > SLOW_STORE {
+        return Link::new(
+            "store",
+            Owner::Store,
+            State::Broken,
+            format!(
+                "slow: {evidence} (over {} ms: writes and watches lag)",
+                SLOW_STORE.as_millis()
+            ),
+        )
+        .next("check the store's disk (fsync latency) or etcd members' health");
+    }
+    Link::ok("store", Owner::Store, evidence)
+}
+
+/// A store read slower than this makes every write and watch lag behind.
+const SLOW_STORE: std::time::Duration = std::time::Duration::from_millis(500);
+
+async fn get_text(client: &kube::Client, path: &str) -> Result<String, kube::Error> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .expect("static request");
+    client.request_text(request).await
+}
+
+/// The value of an unlabelled sample `name` in Prometheus's text format.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Who holds a component's Lease, and whether it still renews it.
@@ -189,4 +256,17 @@ async fn ingress_class(ctx: &Context) -> Result<Link, Error> {
             format!("{} IngressClasses, none the default", classes.len()),
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric;
+
+    #[test]
+    fn unlabelled_samples_are_read_by_their_whole_name() {
+        let text =
+            "# HELP x\napiserver_storage_size_bytes_total 1\napiserver_storage_size_bytes 4096\n";
+        assert_eq!(metric(text, "apiserver_storage_size_bytes"), Some(4096.0));
+        assert_eq!(metric(text, "etcd_debugging_mvcc_current_revision"), None);
+    }
 }

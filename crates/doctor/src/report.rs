@@ -20,6 +20,8 @@ pub enum Owner {
     /// The object as written (a selector or port that matches nothing).
     Manifest,
     Apiserver,
+    /// The store behind the apiserver: embedded, or etcd.
+    Store,
     /// Admission: PodSecurity, webhooks, policies that refuse writes.
     Admission,
     /// ResourceQuota and LimitRange refusing objects.
@@ -59,6 +61,7 @@ impl Owner {
         match self {
             Owner::Manifest => "manifest",
             Owner::Apiserver => "apiserver",
+            Owner::Store => "store",
             Owner::Admission => "admission",
             Owner::Quota => "quota",
             Owner::ControllerManager => "controller-manager",

@@ -14,6 +14,7 @@ pub mod cel;
 pub mod compactor;
 pub mod encryption;
 pub mod first_byte;
+pub mod health;
 pub mod json;
 pub mod loopback;
 pub mod metrics;

@@ -38,6 +38,37 @@ pub struct Metrics {
     /// Requests and watch streams abandoned because their handler panicked.
     pub panics: Counter,
     process: ProcessGauges,
+    store: StoreGauges,
+}
+
+/// The store's size and revisions, read when the metrics are rendered: upstream's
+/// `apiserver_storage_size_bytes`, and etcd's own revision gauges (the embedded store
+/// stands where etcd does).
+#[derive(Default)]
+struct StoreGauges {
+    size: Gauge,
+    current_revision: Gauge,
+    compacted_revision: Gauge,
+}
+
+impl StoreGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "apiserver_storage_size_bytes",
+            "Size of the storage database file physically allocated in bytes.",
+            self.size.clone(),
+        );
+        registry.register(
+            "etcd_debugging_mvcc_current_revision",
+            "The current revision of the store.",
+            self.current_revision.clone(),
+        );
+        registry.register(
+            "etcd_debugging_mvcc_compact_revision",
+            "The revision of the last compaction in the store.",
+            self.compacted_revision.clone(),
+        );
+    }
 }
 
 /// The process's gauges, read when the metrics are rendered.
@@ -122,6 +153,8 @@ impl Metrics {
         );
         let process = ProcessGauges::default();
         process.register(&mut registry);
+        let store = StoreGauges::default();
+        store.register(&mut registry);
         Metrics {
             registry,
             requests,
@@ -129,6 +162,7 @@ impl Metrics {
             inflight,
             panics,
             process,
+            store,
         }
     }
 
@@ -146,6 +180,20 @@ impl Metrics {
                 resource: resource.into(),
             })
             .observe(seconds);
+    }
+
+    /// Reads the store's size and revisions into their gauges (a store that fails to
+    /// answer leaves them as they were).
+    pub async fn read_store(&self, store: &dyn krust_store::Store) {
+        if let Ok(size) = store.size().await {
+            self.store.size.set(i64::try_from(size).unwrap_or(i64::MAX));
+        }
+        if let Ok(revision) = store.current_revision().await {
+            self.store.current_revision.set(revision);
+        }
+        if let Ok(revision) = store.compacted_revision().await {
+            self.store.compacted_revision.set(revision);
+        }
     }
 
     /// The exposition text, with the in-flight gauges read at this moment as

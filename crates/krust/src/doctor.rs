@@ -79,13 +79,28 @@ pub async fn run(args: DoctorCommand) -> Result<()> {
     }
     // On a terminal the screen is redrawn each time (the ages move on); piped, a report
     // is written only when something in it changed.
+    // A target that does not exist yet (or an apiserver that does not answer) is said,
+    // and watched for.
     let mut shown = None;
+    let mut failing = None;
     loop {
-        let report = examine().await?;
-        let now = k8s_openapi::serde_json::to_value(&report)?;
-        if terminal || shown.as_ref() != Some(&now) {
-            show(&report, args.output, terminal, true)?;
-            shown = Some(now);
+        match examine().await {
+            Ok(report) => {
+                failing = None;
+                let now = k8s_openapi::serde_json::to_value(&report)?;
+                if terminal || shown.as_ref() != Some(&now) {
+                    show(&report, args.output, terminal, true)?;
+                    shown = Some(now);
+                }
+            }
+            Err(err) => {
+                let said = err.to_string();
+                if failing.as_ref() != Some(&said) {
+                    eprintln!("{said}");
+                    failing = Some(said);
+                    shown = None;
+                }
+            }
         }
         tokio::time::sleep(WATCH_INTERVAL).await;
     }

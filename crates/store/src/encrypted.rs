@@ -407,6 +407,10 @@ impl Store for EncryptedStore {
         self.inner.compacted_revision().await
     }
 
+    async fn size(&self) -> Result<u64> {
+        self.inner.size().await
+    }
+
     async fn stale(&self, key: &str) -> Result<bool> {
         let Some(rule) = rule_for(&self.rules, key) else {
             return Ok(false);

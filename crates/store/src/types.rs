@@ -174,6 +174,10 @@ pub trait Store: Send + Sync + 'static {
     /// The revision up to which history has been compacted (0 if never).
     async fn compacted_revision(&self) -> Result<Revision>;
 
+    /// The size of the database in bytes, as etcd reports `dbSize`: what the disk holds
+    /// and a backup copies, free pages included.
+    async fn size(&self) -> Result<u64>;
+
     /// Whether the key's stored value should be written again even when it does not
     /// change: an encrypting store says so for values sealed with an older key, which
     /// is how a write of an unchanged object (`kubectl replace`) rotates it.

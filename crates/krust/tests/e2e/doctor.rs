@@ -5,11 +5,14 @@
 //! doctor names the component and the evidence; a healthy workload and the cluster's own
 //! parts come out ok.
 
-use std::process::{Command, Output};
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::agent::{EdgeDir, join_edge};
 use crate::common::{Server, free_port, wait_for};
 use crate::webhooks::hook_server;
 
@@ -565,6 +568,7 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         subjects,
         [
             "apiserver",
+            "store",
             "kube-controller-manager leader",
             "kube-scheduler leader",
             "nodes",
@@ -572,5 +576,109 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
             "ingress"
         ]
     );
+    let store = cluster["links"][1]["evidence"].as_str().unwrap();
+    assert!(
+        store.starts_with("a read answers in ")
+            && store.contains(" MiB at revision ")
+            && store.contains("history compacted to "),
+        "{store}"
+    );
     s.delete_all_pods();
+}
+
+#[test]
+fn the_doctor_watches_a_rollout_and_names_a_node_under_disk_pressure_or_gone_silent() {
+    // A threshold no disk can meet: the server's node is under disk pressure from the
+    // start; pods run on a second node, which then goes silent.
+    let s = Server::with_agent(&[
+        "--cluster-cidr=10.47.0.0/16",
+        "--eviction-hard=nodefs.available<99.999%",
+        "--housekeeping-interval=1s",
+    ]);
+    let node = wait_for("the server's node", DEADLINE, || {
+        let nodes = s.get_json(&["nodes"]);
+        Some(nodes["items"][0]["metadata"]["name"].as_str()?.to_string())
+    });
+    names(
+        &s,
+        &[&format!("node/{node}")],
+        "broken",
+        "node",
+        "KubeletHasDiskPressure: kubelet has disk pressure",
+    );
+    let edge_dir = EdgeDir::new();
+    let (edge, _) = join_edge(&s, edge_dir.path());
+
+    // --watch: a report each time the chain changes, while the rollout goes on (the
+    // readiness delay keeps it waiting a few seconds), until it is ok.
+    let mut watching = Command::new(env!("CARGO_BIN_EXE_krust"))
+        .args([
+            "doctor",
+            "--watch",
+            "-o",
+            "json",
+            "deploy/watched",
+            "--kubeconfig",
+        ])
+        .arg(s.kubeconfig())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("krust doctor --watch");
+    let stdout = watching.stdout.take().unwrap();
+    let (tx, reports) = mpsc::channel();
+    std::thread::spawn(move || {
+        for report in serde_json::Deserializer::from_reader(stdout).into_iter::<Value>() {
+            if report.is_ok_and(|r| tx.send(r).is_ok()) {
+                continue;
+            }
+            return;
+        }
+    });
+    apply(
+        &s,
+        deployment(
+            "watched",
+            sleeper(json!({"readinessProbe":
+                {"exec": {"command": ["true"]}, "initialDelaySeconds": 3, "periodSeconds": 1}})),
+        ),
+    );
+    let mut states = Vec::new();
+    while states.last() != Some(&"ok".to_string()) {
+        let report = reports
+            .recv_timeout(DEADLINE)
+            .unwrap_or_else(|e| panic!("no report from --watch ({e}); states so far {states:?}"));
+        states.push(report["state"].as_str().unwrap().to_string());
+    }
+    let _ = watching.kill();
+    let _ = watching.wait();
+    let mut stderr = String::new();
+    watching
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("deployment \"watched\" not found"),
+        "a target not there yet is said, then watched for: {stderr}"
+    );
+    assert!(
+        states.len() >= 2 && states[0] == "waiting",
+        "reports while the rollout went on: {states:?}"
+    );
+    let on = s.get_json(&["pods", "-l", "app=watched"])["items"][0]["spec"]["nodeName"].clone();
+    assert_eq!(on, "edge");
+
+    // The second node's agent dies: its kubelet no longer reports.
+    drop(edge);
+    let first = names(&s, &["node/edge"], "broken", "kubelet", "the kubelet");
+    assert!(
+        ["Ready", "heartbeat"].contains(&first["subject"].as_str().unwrap()),
+        "{first}"
+    );
+    let (cluster, failed) = report(&s, &[]);
+    assert!(failed, "{cluster:#}");
+    // The pods on the silent node cannot be ended through it: its directory's reaper
+    // ends them (EdgeDir, dropped last).
 }

@@ -67,6 +67,8 @@ pub struct EmbeddedStore {
     // Dropped first: stops and joins the committer, which holds another `Arc<Shared>`.
     committer: CommitterHandle,
     shared: Arc<Shared>,
+    /// The redb file.
+    path: std::path::PathBuf,
 }
 
 /// State shared by the store handle, the committer thread and blocking read tasks.
@@ -108,7 +110,11 @@ impl EmbeddedStore {
             hub: WatchHub::new(options.watch_buffer),
         });
         let committer = CommitterHandle::spawn(Arc::clone(&shared))?;
-        Ok(EmbeddedStore { committer, shared })
+        Ok(EmbeddedStore {
+            committer,
+            shared,
+            path: path.to_owned(),
+        })
     }
 }
 
@@ -214,5 +220,12 @@ impl Store for EmbeddedStore {
 
     async fn compacted_revision(&self) -> Result<Revision> {
         Ok(self.shared.read_index().compacted())
+    }
+
+    async fn size(&self) -> Result<u64> {
+        let meta = std::fs::metadata(&self.path).map_err(|e| {
+            StoreError::Backend(format!("reading the size of {}: {e}", self.path.display()))
+        })?;
+        Ok(meta.len())
     }
 }

@@ -30,7 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions, WatchClient};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, Identity, MaintenanceClient, TlsOptions, WatchClient,
+};
 
 use crate::{
     KeyValue, RangeRequest, RangeResponse, Result, Revision, Store, StoreError, Txn, TxnResult,
@@ -86,6 +88,7 @@ fn read_pem(what: &'static str, path: &Path) -> Result<Vec<u8>, EtcdError> {
 pub struct EtcdStore {
     kv: Arc<Kv>,
     watch: WatchClient,
+    maintenance: MaintenanceClient,
 }
 
 impl EtcdStore {
@@ -124,6 +127,7 @@ impl EtcdStore {
             watch: client
                 .watch_client()
                 .max_decoding_message_size(MAX_RESPONSE_BYTES),
+            maintenance: client.maintenance_client(),
         };
         let revision = store
             .kv
@@ -184,5 +188,13 @@ impl Store for EtcdStore {
 
     async fn compacted_revision(&self) -> Result<Revision> {
         self.kv.compacted_revision().await
+    }
+
+    /// The database size of the member the client asks (members' sizes differ only by
+    /// their free pages).
+    async fn size(&self) -> Result<u64> {
+        let status = self.maintenance.clone().status().await;
+        let status = status.map_err(|e| StoreError::Backend(format!("etcd status: {e}")))?;
+        Ok(u64::try_from(status.db_size()).unwrap_or(0))
     }
 }
