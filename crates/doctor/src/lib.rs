@@ -1,15 +1,17 @@
 //! `krust doctor`: the troubleshooting table of the architecture, made executable.
 //!
-//! Given a target (a workload, pod, Service, Ingress or node), the doctor walks the
-//! chain that target depends on through the API only, as an operator would with
-//! kubectl — Deployment → ReplicaSet → Pods → scheduling → node → volumes → sandbox →
-//! image → containers → readiness → EndpointSlices → Service → DNS → Ingress — and
-//! reports each link with its state, the component that owns it and the evidence,
-//! ending with the first broken link and the next command to run. Without a target it
-//! checks the cluster's own parts. It never reads the store or another component's
-//! memory: whatever it knows, `kubectl` could know.
+//! Given a target (a workload, pod, Service, Ingress, HTTPRoute, node or URL), the
+//! doctor walks the chain that target depends on through the API, as an operator would
+//! with kubectl — Deployment → ReplicaSet → Pods → scheduling → node → volumes → sandbox
+//! → image → containers → readiness → NetworkPolicy → EndpointSlices → Service → DNS →
+//! Ingress or Gateway route — and reports each link with its state, the component that
+//! owns it and the evidence, ending with the first broken link and the next command to
+//! run. Without a target it checks the cluster's own parts. It never reads the store or another component's
+//! memory: whatever it knows, `kubectl` could know. With [`Options::probe`] it also
+//! tries the data path (DNS, connections, requests) from the machine it runs on.
 
 mod facts;
+mod gateway;
 pub mod health;
 mod ingress;
 mod node;
@@ -61,6 +63,7 @@ pub async fn examine(
         Target::Pod(name) => vec![pod::examine_named(&ctx, name).await?],
         Target::Service(name) => vec![service::examine(&ctx, name).await?],
         Target::Ingress(name) => vec![ingress::examine(&ctx, name).await?],
+        Target::Route(name) => vec![gateway::examine(&ctx, name).await?],
         Target::Node(name) => vec![node::examine_named(&ctx, name).await?],
         Target::Url(uri) => vec![url::examine(&ctx, uri).await?],
     };

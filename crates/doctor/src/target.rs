@@ -29,6 +29,8 @@ pub enum Target {
     Pod(String),
     Service(String),
     Ingress(String),
+    /// A Gateway API HTTPRoute.
+    Route(String),
     Node(String),
     /// A URL, resolved as a client's request would be: an Ingress rule's host and
     /// path, a Service's DNS name, a cluster IP or a pod IP.
@@ -38,11 +40,11 @@ pub enum Target {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ParseError {
     #[error(
-        "a target is KIND/NAME (deploy/web, pod/web-0, svc/web, ingress/web, node/n1), not {0:?}"
+        "a target is KIND/NAME (deploy/web, pod/web-0, svc/web, ingress/web, httproute/web, node/n1), not {0:?}"
     )]
     Shape(String),
     #[error(
-        "the doctor examines deployments, statefulsets, daemonsets, jobs, pods, services, ingresses and nodes, not {0:?}"
+        "the doctor examines deployments, statefulsets, daemonsets, jobs, pods, services, ingresses, httproutes and nodes, not {0:?}"
     )]
     Kind(String),
 }
@@ -74,6 +76,7 @@ impl FromStr for Target {
             "po" | "pod" | "pods" => Ok(Target::Pod(name)),
             "svc" | "service" | "services" => Ok(Target::Service(name)),
             "ing" | "ingress" | "ingresses" => Ok(Target::Ingress(name)),
+            "httproute" | "httproutes" => Ok(Target::Route(name)),
             "no" | "node" | "nodes" => Ok(Target::Node(name)),
             _ => Err(ParseError::Kind(kind)),
         }
@@ -87,6 +90,7 @@ impl fmt::Display for Target {
             Target::Pod(name) => write!(f, "pod/{name}"),
             Target::Service(name) => write!(f, "service/{name}"),
             Target::Ingress(name) => write!(f, "ingress/{name}"),
+            Target::Route(name) => write!(f, "httproute/{name}"),
             Target::Node(name) => write!(f, "node/{name}"),
             Target::Url(uri) => write!(f, "{uri}"),
         }

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use crate::report::{Link, Owner, State};
-use crate::{Context, Error, ingress, pod, probe, service};
+use crate::{Context, Error, gateway, ingress, pod, probe, service};
 
 pub async fn examine(ctx: &Context, uri: &http::Uri) -> Result<Link, Error> {
     let client = &ctx.client;
@@ -50,6 +50,11 @@ pub async fn examine(ctx: &Context, uri: &http::Uri) -> Result<Link, Error> {
         .list(&ListParams::default())
         .await?;
     let Some((found, rule_host, path)) = route(&ingresses.items, host, uri.path()) else {
+        let https = uri.scheme_str() == Some("https");
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        if let Some(link) = gateway::route_for(ctx, host, port, uri.path()).await? {
+            return Ok(link);
+        }
         if let Some((name, namespace)) = cluster_name {
             return no_such_service(ctx, host, &name, &namespace).await;
         }
@@ -57,7 +62,7 @@ pub async fn examine(ctx: &Context, uri: &http::Uri) -> Result<Link, Error> {
             format!("{host}{}", uri.path()),
             Owner::Manifest,
             State::Broken,
-            "no Ingress rule matches this host and path: the Ingress controller answers 404",
+            "no Ingress rule and no HTTPRoute matches this host and path: the controller answers 404",
         )
         .next("kubectl get ingress -A"));
     };

@@ -1,4 +1,4 @@
-//! `krust doctor [TARGET]`: walks the chain of a workload, pod, Service, Ingress or node
+//! `krust doctor [TARGET]`: walks the chain of a workload, pod, Service, Ingress, route or node
 //! (or, without a target, the cluster's own parts) through the API and names the first
 //! broken link. Exits 1 when a link is broken.
 
@@ -11,7 +11,8 @@ use krust_doctor::{Report, State, Target};
 #[derive(Args, Debug)]
 pub struct DoctorCommand {
     /// What to examine: deploy/NAME, sts/NAME, ds/NAME, job/NAME, pod/NAME, svc/NAME,
-    /// ingress/NAME or node/NAME; without it, the cluster itself.
+    /// ingress/NAME, httproute/NAME, node/NAME or a URL (http://web.example/cart);
+    /// without it, the cluster itself.
     target: Option<Target>,
     /// The target's namespace (default: the kubeconfig context's, else `default`).
     #[arg(short, long)]

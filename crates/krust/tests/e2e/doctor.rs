@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::agent::{EdgeDir, join_edge};
 use crate::common::{Server, free_port, wait_for};
+use crate::gateway::gateway_api;
 use crate::webhooks::hook_server;
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -469,6 +470,51 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
         !failed && url["links"][0]["subject"] == "service/web",
         "{url:#}"
     );
+    // Gateway API routes, as targets and as URLs on a listener's port.
+    gateway_api(&s);
+    let gateway_port = free_port();
+    apply(
+        &s,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw"},
+        "spec": {"gatewayClassName": "krust",
+            "listeners": [{"name": "http", "protocol": "HTTP", "port": gateway_port}]}}),
+    );
+    for (name, path, backend) in [
+        ("gw-web", "/", "web"),
+        ("gw-broken", "/broken", "no-such-service"),
+    ] {
+        apply(
+            &s,
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": name},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["gw.example"],
+                "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
+                    "backendRefs": [{"name": backend, "port": 80}]}]}}),
+        );
+    }
+    let first = names(
+        &s,
+        &["httproute/gw-broken"],
+        "broken",
+        "manifest",
+        "ResolvedRefs=False: BackendNotFound",
+    );
+    assert_eq!(first["subject"], "attached to gateway/gw");
+    names(
+        &s,
+        &[&format!("http://gw.example:{gateway_port}/broken/x")],
+        "broken",
+        "manifest",
+        "BackendNotFound",
+    );
+    let file = format!("http://gw.example:{gateway_port}/etc/hostname");
+    let probed = wait_for("the route to web probed ok", DEADLINE, || {
+        let (r, failed) = report(&s, &["--probe", &file]);
+        (r["state"] == "ok" && !failed).then_some(r)
+    });
+    let route = &probed["links"][0];
+    assert_eq!(route["subject"], "httproute/gw-web", "{probed:#}");
+    let request = route["links"].as_array().unwrap().last().unwrap();
+    assert_eq!(request["evidence"], "answered 200 OK", "{probed:#}");
     // A typo in a name of the cluster DNS.
     let first = names(
         &s,

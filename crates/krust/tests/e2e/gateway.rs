@@ -29,7 +29,7 @@ fn condition(conditions: &Value, kind: &str) -> (String, String) {
 }
 
 /// The `krust` GatewayClass once it is accepted (the CRDs are then served).
-fn gateway_api(s: &Server) -> Value {
+pub(crate) fn gateway_api(s: &Server) -> Value {
     wait_for("the krust GatewayClass accepted", DEADLINE, || {
         let out = s.kubectl(&["get", "gatewayclass", "krust", "-o", "json"]);
         let class: Value = serde_json::from_slice(&out.stdout).ok()?;
