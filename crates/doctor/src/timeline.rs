@@ -1,7 +1,8 @@
 //! `krust doctor --timeline TARGET`: how long each step of the latest rollout took,
 //! pod by pod, from what the API keeps — the pod's creation, its `PodScheduled`
-//! condition, the kubelet's `Pulled` event, its containers' start and its `Ready`
-//! condition — and which step was slowest. The API keeps times to the second.
+//! condition, its `PodReadyToStartContainers` condition (the sandbox and its network),
+//! the kubelet's `Pulled` event, its containers' start and its `Ready` condition — and
+//! which step was slowest. The API keeps times to the second.
 
 use std::collections::HashMap;
 
@@ -17,7 +18,7 @@ use crate::workload::{owned_by, selected};
 use crate::{Context, Error, condition, facts};
 
 /// The steps of a pod's start, in order.
-pub const STEPS: [&str; 4] = ["scheduled", "image", "started", "ready"];
+pub const STEPS: [&str; 5] = ["scheduled", "sandbox", "image", "started", "ready"];
 
 /// How many pods of a rollout are read.
 const PODS: u32 = 500;
@@ -176,6 +177,7 @@ fn timeline(pod: &Pod, pulled: &HashMap<String, Timestamp>) -> Option<PodTimelin
         .min();
     let times = [
         true_since("PodScheduled"),
+        true_since("PodReadyToStartContainers"),
         pod.metadata
             .uid
             .as_ref()
@@ -183,6 +185,8 @@ fn timeline(pod: &Pod, pulled: &HashMap<String, Timestamp>) -> Option<PodTimelin
         started,
         true_since("Ready"),
     ];
+    // Steps can overlap (the kubelet pulls a new pod's images while its sandbox is
+    // made): one that ended before the step before it took no time of its own.
     let mut before = created;
     let steps = times
         .iter()
@@ -192,7 +196,7 @@ fn timeline(pod: &Pod, pulled: &HashMap<String, Timestamp>) -> Option<PodTimelin
                 .duration_since(before)
                 .max(SignedDuration::ZERO)
                 .as_secs();
-            before = at;
+            before = before.max(at);
             Some(took)
         })
         .collect();

@@ -18,7 +18,7 @@ pub struct DoctorCommand {
     #[arg(short, long)]
     namespace: Option<String>,
     /// Instead of the chain: how long each step of the TARGET's latest rollout took
-    /// (created → scheduled → image → started → ready), pod by pod.
+    /// (created → scheduled → sandbox → image → started → ready), pod by pod.
     #[arg(long, requires = "target")]
     timeline: bool,
     /// Also test the data path from this machine (a node): resolve the Service's name

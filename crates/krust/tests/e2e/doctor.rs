@@ -558,7 +558,7 @@ fn the_doctor_names_the_broken_link_of_each_chain() {
     let pods = timeline["pods"].as_array().unwrap();
     assert_eq!(pods.len(), 1, "{timeline:#}");
     let steps = pods[0]["steps"].as_array().unwrap();
-    assert_eq!(steps.len(), 4);
+    assert_eq!(steps.len(), 5);
     assert!(
         steps.iter().all(|s| s.as_i64().is_some_and(|s| s >= 0)),
         "{timeline:#}"
