@@ -380,20 +380,19 @@ pub fn calculate_status(
         .filter(|c| c.type_ != "ReplicaFailure")
         .collect();
     if let Some(err) = manage_err {
-        let previous = old
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "ReplicaFailure");
-        conditions.push(ReplicaSetCondition {
+        // A standing failure is kept as first written, as upstream does: each failed
+        // create names another pod, and a message rewritten every pass would be a status
+        // change, whose event brings the ReplicaSet straight back past its backoff.
+        let previous = (old.conditions.iter().flatten())
+            .find(|c| c.type_ == "ReplicaFailure")
+            .cloned();
+        conditions.push(previous.unwrap_or_else(|| ReplicaSetCondition {
             type_: "ReplicaFailure".into(),
             status: "True".into(),
             reason: Some("FailedCreate".into()),
             message: Some(err.to_string()),
-            last_transition_time: previous
-                .and_then(|c| c.last_transition_time.clone())
-                .or(Some(Time(now))),
-        });
+            last_transition_time: Some(Time(now)),
+        }));
     }
     ReplicaSetStatus {
         replicas: pods.len() as i32,
@@ -528,5 +527,29 @@ mod tests {
             "b is ready for 4 s of 10"
         );
         assert_eq!(status.observed_generation, Some(4));
+    }
+
+    #[test]
+    fn a_standing_failure_is_kept_as_first_written_and_cleared_on_success() {
+        use crate::pods::tests::ts;
+        let refused = |pod: &str| Error::InvalidSpec {
+            object: format!("pod {pod}"),
+            reason: "exceeded quota".into(),
+        };
+        let mut rs = ReplicaSet::default();
+        let first = calculate_status(&rs, &[], Some(&refused("web-1")), ts(1));
+        rs.status = Some(first.clone());
+        let again = calculate_status(&rs, &[], Some(&refused("web-2")), ts(9));
+        assert_eq!(
+            again.conditions, first.conditions,
+            "no status change to wake on"
+        );
+        let message = first.conditions.as_ref().unwrap()[0]
+            .message
+            .clone()
+            .unwrap();
+        assert!(message.contains("web-1"), "{message}");
+        rs.status = Some(again);
+        assert_eq!(calculate_status(&rs, &[], None, ts(10)).conditions, None);
     }
 }
