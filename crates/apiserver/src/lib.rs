@@ -31,7 +31,7 @@ pub use krust_generic_apiserver::{
     audit, auth, authz, encryption, loopback, metrics, outbound, pki, request, response, rest,
     table, token_file, tokens, validation, watch_cache, webhook,
 };
-use krust_generic_apiserver::{cel, compactor, first_byte, health, json, recover, schema};
+use krust_generic_apiserver::{cel, compactor, health, json, recover, schema};
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use krust_api::status::ApiError;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use rustls::server::WebPkiClientVerifier;
@@ -20,10 +20,10 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::auth::{Credentials, User};
 use crate::authz::{self, Attributes, Target};
-use crate::first_byte::FirstByteDeadline;
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
 use crate::{Api, audit, discovery, health, rest};
+use krust_httpstream::serving::{self, FirstByteDeadline};
 
 /// Builds the TLS acceptor: our serving certificate, client certificates optional but
 /// verified against the cluster CA when present.
@@ -119,9 +119,6 @@ impl InflightLimits {
 /// headers (HTTP/1): kube-apiserver's `ReadHeaderTimeout`, so that slow or silent
 /// clients ("slow loris") give their connection back.
 const READ_HEADER_TIMEOUT: Duration = Duration::from_secs(32);
-/// HTTP/2 connections whose peer stops answering pings are closed.
-const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
-const H2_PING_TIMEOUT: Duration = Duration::from_secs(15);
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
@@ -200,16 +197,7 @@ pub async fn serve(
             // not guessed from the first bytes: that read would wait for ever on a
             // client that sends none.
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(READ_HEADER_TIMEOUT);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(H2_PING_INTERVAL)
-                .keep_alive_timeout(H2_PING_TIMEOUT);
+            let builder = serving::builder(READ_HEADER_TIMEOUT);
             let builder = if h2 {
                 builder.http2_only()
             } else {

@@ -13,7 +13,6 @@ pub mod authz;
 pub mod cel;
 pub mod compactor;
 pub mod encryption;
-pub mod first_byte;
 pub mod health;
 pub mod json;
 pub mod loopback;

@@ -1,14 +1,38 @@
-//! A connection that must say something soon: its first byte has to arrive within a
-//! deadline, or reads fail with `TimedOut`. hyper's HTTP/1 header timeout starts only
-//! once a request begins, so a client that completes TLS and then sends nothing would
-//! otherwise hold its connection for ever (Go's `ReadHeaderTimeout` covers it).
+//! Serving connections that cannot be held for ever by a client that says nothing or
+//! says it too slowly: [`builder`] gives hyper's server its header deadline and HTTP/2
+//! pings, and [`FirstByteDeadline`] fails a connection whose first byte does not come
+//! in time. hyper's HTTP/1 header timeout starts only once a request begins, so a client
+//! that completes TLS and then sends nothing would otherwise hold its connection for
+//! ever (Go's `ReadHeaderTimeout` covers it).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
+
+/// HTTP/2 connections whose peer stops answering pings are closed.
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A connection builder whose HTTP/1 requests must bring their headers within
+/// `header_timeout`, and whose idle HTTP/2 peers are pinged.
+pub fn builder(header_timeout: Duration) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_PING_INTERVAL)
+        .keep_alive_timeout(H2_PING_TIMEOUT);
+    builder
+}
 
 pub struct FirstByteDeadline<T> {
     io: T,

@@ -57,6 +57,9 @@ pub struct Config {
     pub metrics_address: Option<SocketAddr>,
     /// Where one line per request goes (`-`: standard output); none without.
     pub access_log: Option<std::path::PathBuf>,
+    /// How long a client may take for its TLS handshake, its first byte and each
+    /// request's headers.
+    pub client_header_timeout: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +121,7 @@ pub async fn run(client: Client, config: Config) -> Result<(), Error> {
         tls.clone(),
         ingress_ports,
         metrics,
-        access_log,
+        (access_log, config.client_header_timeout),
     );
     // The Gateway API's CRDs, installed beside the Ingresses' work (credentials that
     // may not install them leave Ingresses served); the loop below hears when its

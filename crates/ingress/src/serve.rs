@@ -25,6 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use krust_api::sync::{Unpoisoned, UnpoisonedRw};
+use krust_httpstream::serving::{self, FirstByteDeadline};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -82,6 +83,9 @@ pub struct Proxy {
     canary_turn: AtomicUsize,
     metrics: Metrics,
     access_log: Option<AccessLog>,
+    /// How long a client may take for its TLS handshake, its first byte and each
+    /// request's headers (ingress-nginx's `client-header-timeout`).
+    header_timeout: Duration,
 }
 
 impl Proxy {
@@ -90,13 +94,14 @@ impl Proxy {
         tls: Arc<Resolver>,
         (http_port, https_port): (u16, u16),
         metrics: Metrics,
-        access_log: Option<AccessLog>,
+        (access_log, header_timeout): (Option<AccessLog>, Duration),
     ) -> Arc<Proxy> {
         Arc::new(Proxy {
             routes,
             tls,
             http_port,
             https_port,
+            header_timeout,
             clients: Mutex::default(),
             next: AtomicUsize::new(0),
             canary_turn: AtomicUsize::new(0),
@@ -107,7 +112,10 @@ impl Proxy {
 }
 
 /// Serves `listener` until the future is dropped: plain HTTP, or HTTPS through
-/// `tls` (HTTP/2 or HTTP/1.1, as the client's ALPN chooses).
+/// `tls` (HTTP/2 or HTTP/1.1, as the client's ALPN chooses). A client that does not
+/// finish its TLS handshake, send its first byte or a request's headers within the
+/// header timeout loses its connection, so that silent or slow clients ("slow loris")
+/// cannot hold connections for ever.
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, tls: Option<TlsAcceptor>) {
     let port = listener.local_addr().map_or(0, |a| a.port());
     loop {
@@ -125,25 +133,32 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, tls: Option<TlsAcce
         let (proxy, tls) = (proxy.clone(), tls.clone());
         tokio::spawn(async move {
             let secure = tls.is_some();
+            let within = proxy.header_timeout;
             let service = hyper::service::service_fn(move |req| {
                 let proxy = proxy.clone();
                 async move { Ok::<_, Infallible>(proxy.handle(req, peer, secure, port).await) }
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let builder = serving::builder(within);
             let served = match tls {
                 None => {
+                    let io = FirstByteDeadline::new(stream, within);
                     builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(TokioIo::new(io), service)
                         .await
                 }
-                Some(tls) => match tls.accept(stream).await {
-                    Ok(stream) => {
+                Some(tls) => match tokio::time::timeout(within, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => {
+                        let io = FirstByteDeadline::new(stream, within);
                         builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(TokioIo::new(io), service)
                             .await
                     }
-                    Err(err) => {
+                    Ok(Err(err)) => {
                         tracing::debug!(%peer, error = %err, "ingress TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "ingress TLS handshake timed out");
                         return;
                     }
                 },

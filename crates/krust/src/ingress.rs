@@ -31,6 +31,11 @@ pub struct IngressArgs {
     /// format (`-`: standard output); no access log without it.
     #[arg(long)]
     ingress_access_log: Option<std::path::PathBuf>,
+    /// How long a client may take for its TLS handshake, its first byte and each
+    /// request's headers before its connection is closed (ingress-nginx's
+    /// `client-header-timeout`).
+    #[arg(long, default_value = "60s", value_parser = crate::cli::parse_duration)]
+    ingress_client_header_timeout: std::time::Duration,
 }
 
 impl IngressArgs {
@@ -43,6 +48,7 @@ impl IngressArgs {
             status_ip: node_ip,
             metrics_address: self.ingress_metrics_address.0,
             access_log: self.ingress_access_log.clone(),
+            client_header_timeout: self.ingress_client_header_timeout,
         })
     }
 }

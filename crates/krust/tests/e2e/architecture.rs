@@ -41,7 +41,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("proxy", &["api", "client", "net"]),
     ("dns", &["api", "client"]),
-    ("ingress", &["api", "client"]),
+    ("ingress", &["api", "client", "httpstream"]),
     ("sim", &["api", "client"]),
     ("doctor", &["client"]),
 ];
@@ -157,7 +157,7 @@ const APISERVER_LAYERS: &[(&str, &[&str])] = &[
             "cel",
             "compactor",
             "encryption",
-            "first_byte",
+            "health",
             "json",
             "loopback",
             "metrics",

@@ -423,3 +423,46 @@ async fn grpc_backends_are_reached_over_http2() {
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
 }
+
+/// Whether the server closed `stream` (EOF or reset) before the client's own read
+/// timeout, reading whatever it sent first.
+fn closed_by_server(mut stream: TcpStream) -> Result<(), std::io::Error> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[test]
+fn clients_that_say_nothing_or_too_slowly_lose_their_connection() {
+    let (port, https) = (free_port(), free_port());
+    let _s = Server::start_with(&[
+        &format!("--ingress-http-port={port}"),
+        &format!("--ingress-https-port={https}"),
+        "--ingress-client-header-timeout=1s",
+    ]);
+    wait_for("the Ingress listener", Duration::from_secs(60), || {
+        (request(port, "nothing.example", "/", &[]).0 == 404).then_some(())
+    });
+    let connect = |port: u16| TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // Nothing at all, on HTTP and before a TLS handshake.
+    for port in [port, https] {
+        closed_by_server(connect(port))
+            .unwrap_or_else(|e| panic!("a silent client on port {port} kept its connection: {e}"));
+    }
+    // Headers begun and never finished.
+    let mut slow = connect(port);
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: nothing.example\r\n")
+        .unwrap();
+    closed_by_server(slow).expect("a client whose headers never end kept its connection");
+    // A client that speaks in time is served.
+    assert_eq!(request(port, "nothing.example", "/", &[]).0, 404);
+}
