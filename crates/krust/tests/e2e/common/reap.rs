@@ -82,6 +82,9 @@ pub fn reap_node(data_dir: &Path) {
     if let Some(range) = node_range(data_dir) {
         delete_nft_table(&krust_net::policy::table(range));
         if range.to_string() != DEFAULT_NODE_RANGE {
+            // A pod deleted just before its server stopped has no task left to name its
+            // namespace, and its teardown never ran: its address says whose it is.
+            remove_namespaces_in(range);
             let _ = Command::new("ip")
                 .args(["link", "del", &krust_net::bridge_name(range)])
                 .stderr(Stdio::null())
@@ -111,6 +114,29 @@ fn sandbox_namespaces(tasks: &Path) -> Vec<String> {
         })
         .filter(|p| p.starts_with("/run/netns/"))
         .collect()
+}
+
+/// Deletes the network namespaces under /run/netns that hold an address of `range`.
+fn remove_namespaces_in(range: krust_api::cidr::Ipv4Cidr) {
+    let names = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten();
+    for name in names.map(|e| e.file_name().to_string_lossy().into_owned()) {
+        let out = Command::new("ip")
+            .args(["-n", &name, "-4", "-o", "addr", "show"])
+            .stderr(Stdio::null())
+            .output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        let ours = text.unwrap_or_default().split_whitespace().any(|word| {
+            (word.split('/').next())
+                .and_then(|a| a.parse().ok())
+                .is_some_and(|ip| range.contains(ip))
+        });
+        if ours {
+            let _ = Command::new("ip").args(["netns", "delete", &name]).status();
+        }
+    }
 }
 
 /// Unmounts and removes `files` (network namespaces under /run/netns).
