@@ -295,6 +295,8 @@ impl ResourceCache {
                     .collect()
             })
             .unwrap_or_default();
+        // Served as kube-apiserver writes it: in Go's field order.
+        krust_apimachinery::protobuf::go_order(&mut value);
         let json = Bytes::from(serde_json::to_vec(&value).ok()?);
         Some(CachedObject {
             namespace,

@@ -10,11 +10,13 @@
 //! reads the protobuf wire format; `error` holds the errors.
 //!
 //! Encoding protobuf is not needed: clients that send it also accept JSON responses.
+//! The same table gives [`go_order`]: a built-in object's JSON in Go's field order.
 
 mod descriptor;
 mod envelope;
 mod error;
 mod message;
+mod order;
 #[rustfmt::skip]
 mod table;
 mod wellknown;
@@ -29,3 +31,4 @@ mod tests;
 
 pub use envelope::decode;
 pub use error::{ProtobufError, WireError};
+pub use order::go_order;

@@ -256,6 +256,7 @@ pub async fn remove(call: &Call<'_>, name: &str, rev: Revision) -> Result<Value,
             let mut v: Value =
                 serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             v["metadata"]["resourceVersion"] = json!(revision.to_string());
+            krust_apimachinery::protobuf::go_order(&mut v);
             if let Some(storage) = call.scope.storage_of(call.kind) {
                 storage.release(call, &v).await;
             }

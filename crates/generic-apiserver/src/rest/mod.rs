@@ -546,6 +546,7 @@ impl Call<'_> {
         match result {
             TxnResult::Succeeded { revision, .. } => {
                 obj["metadata"]["resourceVersion"] = json!(revision.to_string());
+                krust_apimachinery::protobuf::go_order(&mut obj);
                 Ok((obj, revision))
             }
             TxnResult::Failed { current: None, .. } if compare != Compare::Absent => {

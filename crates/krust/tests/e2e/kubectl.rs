@@ -628,3 +628,54 @@ fn a_pod_gets_its_priority_from_its_priority_class() {
         (Some(10), Some("normal"))
     );
 }
+
+/// Objects, lists and watch events come out as kube-apiserver writes them: `kind` before
+/// `apiVersion`, then each struct's fields in Go's order, map keys sorted.
+#[test]
+fn objects_are_written_in_go_field_order() {
+    let s = Server::start();
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ordered", "labels": {"zeta": "1", "alpha": "2"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                "resources": {"limits": {"memory": "1Gi", "cpu": "1"}}}]}})
+        .to_string(),
+    );
+    let pod = s.ok(&["get", "--raw", "/api/v1/namespaces/default/pods/ordered"]);
+    assert!(
+        pod.starts_with(r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"ordered","namespace":"default","uid":""#),
+        "{pod}"
+    );
+    for (before, after) in [
+        (r#""metadata":"#, r#""spec":"#),
+        (r#""spec":"#, r#""status":"#),
+        (r#""resourceVersion":"#, r#""creationTimestamp":"#),
+        (r#""alpha":"2""#, r#""zeta":"1""#),
+        (r#""name":"c","image":"busybox""#, r#""resources":"#),
+        (r#""cpu":"1""#, r#""memory":"1Gi""#),
+    ] {
+        let (b, a) = (pod.find(before), pod.find(after));
+        assert!(
+            b.is_some() && a.is_some() && b < a,
+            "{before} before {after}: {pod}"
+        );
+    }
+    let list = s.ok(&["get", "--raw", "/api/v1/namespaces/default/pods"]);
+    assert!(
+        list.starts_with(r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"#)
+            && list.contains(
+                r#""items":[{"kind":"Pod","apiVersion":"v1","metadata":{"name":"ordered","#
+            ),
+        "{list}"
+    );
+    let service = s.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/services/kubernetes",
+    ]);
+    assert!(
+        service.starts_with(r#"{"kind":"Service","apiVersion":"v1","metadata":{"name":"kubernetes","namespace":"default","uid":""#),
+        "{service}"
+    );
+}
