@@ -94,7 +94,8 @@ async fn raw_get(h: &Harness, path: &str, user_agent: &str) -> String {
 async fn curl_and_pretty_get_indented_json_as_upstream() {
     let h = Harness::new().await;
     let path = "/api/v1/namespaces/default";
-    let indented = "{\n  \"apiVersion\": \"v1\",\n";
+    // Upstream's field order: kind, then apiVersion.
+    let indented = "{\n  \"kind\": \"Namespace\",\n  \"apiVersion\": \"v1\",\n";
     assert!(raw_get(&h, path, "curl/7.88.1").await.starts_with(indented));
     assert!(raw_get(&h, path, "Wget/1.21").await.starts_with(indented));
     assert!(
@@ -103,7 +104,10 @@ async fn curl_and_pretty_get_indented_json_as_upstream() {
             .starts_with(indented)
     );
     let compact = raw_get(&h, path, "kubectl/v1.33.1").await;
-    assert!(compact.starts_with("{\"apiVersion\":\"v1\","), "{compact}");
+    assert!(
+        compact.starts_with("{\"kind\":\"Namespace\",\"apiVersion\":\"v1\","),
+        "{compact}"
+    );
     let refused = raw_get(&h, &format!("{path}?pretty=false"), "curl/7.88.1").await;
-    assert!(refused.starts_with("{\"apiVersion\""), "{refused}");
+    assert!(refused.starts_with("{\"kind\""), "{refused}");
 }
