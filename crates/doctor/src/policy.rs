@@ -13,7 +13,7 @@ use krust_client::selector::Selector;
 use kube::ResourceExt;
 
 use crate::report::{Link, Owner, State};
-use crate::{Context, Error};
+use crate::{Context, Error, service};
 
 /// The ingress verdict for the pods a Service sends to (judged on `pod`, one of them),
 /// or `None` when no policy isolates them: then every peer may connect.
@@ -64,9 +64,9 @@ fn verdict(
             "{names} isolates the pods for ingress and admits nothing: connections from other pods are dropped"
         ));
     }
-    let declared = declared(pod);
+    let declared = service::declared(pod);
     let closed: Vec<String> = (ports.iter())
-        .filter_map(|p| target(p, &declared).map(|t| (p, t)))
+        .filter_map(|p| service::target(p, &declared).map(|t| (p, t)))
         .filter(|(p, t)| {
             let protocol = p.protocol.as_deref().unwrap_or("TCP");
             !rules
@@ -102,27 +102,6 @@ fn selects(policy: &NetworkPolicy, labels: &BTreeMap<String, String>) -> bool {
         .map(|s| s.pod_selector.clone().unwrap_or_default())
         .unwrap_or_default();
     Selector::parse(Some(&selector)).is_ok_and(|s| s.matches(labels))
-}
-
-/// The ports `pod`'s containers declare: (name, number).
-pub fn declared(pod: &Pod) -> Vec<(Option<&str>, i32)> {
-    let containers = pod.spec.iter().flat_map(|s| &s.containers);
-    (containers.flat_map(|c| c.ports.iter().flatten()))
-        .map(|p| (p.name.as_deref(), p.container_port))
-        .collect()
-}
-
-/// The container port a Service port sends to: a number, or a name resolved on the pod
-/// (`None` when the pod has no port of that name: the port link names that).
-pub fn target(port: &ServicePort, declared: &[(Option<&str>, i32)]) -> Option<i32> {
-    match port.target_port.clone() {
-        None => Some(port.port),
-        Some(IntOrString::Int(n)) => Some(n),
-        Some(IntOrString::String(name)) => declared
-            .iter()
-            .find(|(n, _)| *n == Some(name.as_str()))
-            .map(|(_, p)| *p),
-    }
 }
 
 /// Whether `rule` admits connections to `port` of `protocol` on the pod.

@@ -17,7 +17,7 @@ use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::timeout;
 
 use crate::report::{Link, Owner, State};
-use crate::{Context, Error, policy};
+use crate::{Context, Error, service};
 
 /// How long one probe waits for an answer.
 const PATIENCE: Duration = Duration::from_secs(2);
@@ -151,11 +151,11 @@ pub async fn service(
         .cluster_ip
         .as_deref()
         .and_then(|ip| ip.parse::<IpAddr>().ok());
-    let declared = pod.map(policy::declared).unwrap_or_default();
+    let declared = pod.map(service::declared).unwrap_or_default();
     let tcp =
         (spec.ports.iter().flatten()).filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP");
     for port in tcp {
-        let Some(target) = policy::target(port, &declared) else {
+        let Some(target) = service::target(port, &declared) else {
             continue;
         };
         let mut answered = false;

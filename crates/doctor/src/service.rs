@@ -1,7 +1,7 @@
 //! A Service's links: its selector and ports against the pods, its ready endpoints,
 //! and its DNS name.
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ListParams;
 
@@ -104,19 +104,10 @@ pub async fn examine(ctx: &Context, name: &str) -> Result<Link, Error> {
 /// Whether the selected pods' containers have the port a Service port sends to: a
 /// named target must name a container port; a number is checked only against pods
 /// that declare ports (declaring is optional).
-fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pods: &[Pod]) -> Option<Link> {
-    let declared: Vec<(Option<String>, i32)> = (pods.iter())
-        .flat_map(|p| p.spec.iter().flat_map(|s| &s.containers))
-        .flat_map(|c| c.ports.iter().flatten())
-        .map(|p| (p.name.clone(), p.container_port))
-        .collect();
-    let listing: Vec<String> = declared
-        .iter()
-        .map(|(n, p)| {
-            n.as_ref()
-                .map(|n| format!("{n}={p}"))
-                .unwrap_or(p.to_string())
-        })
+fn target_port(port: &ServicePort, pods: &[Pod]) -> Option<Link> {
+    let declared: Vec<(Option<&str>, i32)> = pods.iter().flat_map(declared).collect();
+    let listing: Vec<String> = (declared.iter())
+        .map(|(n, p)| n.map_or(p.to_string(), |n| format!("{n}={p}")))
         .collect();
     let subject = format!("port {}: targetPort", port.port);
     match port
@@ -124,7 +115,7 @@ fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pods: &[Pod]) -> 
         .clone()
         .unwrap_or(IntOrString::Int(port.port))
     {
-        IntOrString::String(name) if !declared.iter().any(|(n, _)| n.as_deref() == Some(&name)) => {
+        IntOrString::String(name) if !declared.iter().any(|(n, _)| *n == Some(name.as_str())) => {
             Some(Link::new(
                 subject,
                 Owner::Manifest,
@@ -147,6 +138,27 @@ fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pods: &[Pod]) -> 
             ))
         }
         _ => None,
+    }
+}
+
+/// The ports `pod`'s containers declare: (name, number).
+pub fn declared(pod: &Pod) -> Vec<(Option<&str>, i32)> {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    (containers.flat_map(|c| c.ports.iter().flatten()))
+        .map(|p| (p.name.as_deref(), p.container_port))
+        .collect()
+}
+
+/// The container port a Service port sends to: a number, or a name resolved on the pod
+/// (`None` when the pod has no port of that name: the port link names that).
+pub fn target(port: &ServicePort, declared: &[(Option<&str>, i32)]) -> Option<i32> {
+    match port.target_port.clone() {
+        None => Some(port.port),
+        Some(IntOrString::Int(n)) => Some(n),
+        Some(IntOrString::String(name)) => declared
+            .iter()
+            .find(|(n, _)| *n == Some(name.as_str()))
+            .map(|(_, p)| *p),
     }
 }
 
