@@ -411,6 +411,11 @@ impl Store for EncryptedStore {
         self.inner.size().await
     }
 
+    /// Values stay sealed in the copy: restoring it needs the same keys.
+    async fn snapshot(&self, dest: &std::path::Path) -> Result<u64> {
+        self.inner.snapshot(dest).await
+    }
+
     async fn stale(&self, key: &str) -> Result<bool> {
         let Some(rule) = rule_for(&self.rules, key) else {
             return Ok(false);

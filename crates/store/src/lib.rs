@@ -22,6 +22,7 @@ pub mod embedded;
 pub mod encrypted;
 mod error_chain;
 pub mod etcd;
+mod snapshot_file;
 mod types;
 
 pub use types::*;

@@ -178,6 +178,12 @@ pub trait Store: Send + Sync + 'static {
     /// and a backup copies, free pages included.
     async fn size(&self) -> Result<u64>;
 
+    /// Writes a consistent copy of the whole database to `dest` while serving, in the
+    /// backend's own format (a redb file; etcd's snapshot, which `etcdctl snapshot
+    /// restore` reads), and returns its size in bytes. `dest` appears complete or not at
+    /// all: the copy is written beside it and renamed.
+    async fn snapshot(&self, dest: &std::path::Path) -> Result<u64>;
+
     /// Whether the key's stored value should be written again even when it does not
     /// change: an encrypting store says so for values sealed with an older key, which
     /// is how a write of an unchanged object (`kubectl replace`) rotates it.

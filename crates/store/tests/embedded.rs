@@ -45,6 +45,12 @@ impl suite::Fixture for EmbeddedFixture {
     async fn open(&self) -> Arc<dyn Store> {
         self.open_embedded()
     }
+
+    /// The snapshot is a store file: opened where it lies.
+    async fn restore(&self, snapshot: &std::path::Path) -> (Arc<dyn Store>, Box<dyn Send>) {
+        let store = EmbeddedStore::open(snapshot).expect("opening the snapshot as a store");
+        (Arc::new(store), Box::new(()))
+    }
 }
 
 store_suite!(EmbeddedFixture::new());

@@ -45,6 +45,12 @@ impl suite::Fixture for EtcdFixture {
     async fn open(&self) -> Arc<dyn Store> {
         Arc::new(self.cluster.store(PREFIX).await)
     }
+
+    /// A new one-member cluster restored from the snapshot, as a server restoring does.
+    async fn restore(&self, snapshot: &Path) -> (Arc<dyn Store>, Box<dyn Send>) {
+        let cluster = EtcdCluster::restore(snapshot).await;
+        (Arc::new(cluster.store(PREFIX).await), Box::new(cluster))
+    }
 }
 
 store_suite!(EtcdFixture::start().await);

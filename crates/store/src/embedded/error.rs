@@ -57,6 +57,12 @@ pub(crate) enum BackendError {
     SpawnCommitter(#[source] std::io::Error),
     #[error("blocking read task failed")]
     Join(#[source] tokio::task::JoinError),
+    #[error("{action}")]
+    Io {
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl BackendError {
@@ -68,6 +74,11 @@ impl BackendError {
     /// A closure for `map_err` that wraps a redb table error with the table's name.
     pub(crate) fn table(table: &'static str) -> impl FnOnce(redb::TableError) -> Self {
         move |source| BackendError::Table { table, source }
+    }
+
+    /// A closure for `map_err` that wraps a file-system error with what was being done.
+    pub(crate) fn io(action: &'static str) -> impl FnOnce(std::io::Error) -> Self {
+        move |source| BackendError::Io { action, source }
     }
 
     /// The message with all its causes, `outer: inner: ...`.

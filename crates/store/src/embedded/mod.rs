@@ -6,12 +6,14 @@
 //! - `index`: the in-memory key → revisions index, rebuilt from history on open.
 //! - `committer`: the single writer thread that group-commits transactions.
 //! - `watch`: the live event hub and the per-watcher streams that replay history.
+//! - `backup`: a consistent copy of the file while serving (snapshots).
 //!
 //! Reads resolve their revision and the revisions of the keys they want in the index, then
 //! read those records from a redb snapshot: one B-tree point read per key, never a scan of
 //! history. Writes go through the committer, which makes each batch durable before anyone can
 //! observe it.
 
+mod backup;
 mod codec;
 mod committer;
 mod error;
@@ -227,5 +229,13 @@ impl Store for EmbeddedStore {
             StoreError::Backend(format!("reading the size of {}: {e}", self.path.display()))
         })?;
         Ok(meta.len())
+    }
+
+    async fn snapshot(&self, dest: &Path) -> Result<u64> {
+        let (db, dest) = (Arc::clone(&self.shared.db), dest.to_owned());
+        let size = tokio::task::spawn_blocking(move || backup::copy(&db, &dest))
+            .await
+            .map_err(BackendError::Join)??;
+        Ok(size)
     }
 }

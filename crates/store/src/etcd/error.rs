@@ -53,6 +53,26 @@ pub(crate) enum EtcdError {
     EventWithoutKey { prefix: String },
     #[error("etcd closed the watch stream on {prefix:?}")]
     WatchClosed { prefix: String },
+    #[error("restoring an etcd snapshot needs etcdutl or etcdctl on PATH (Debian: etcd-client)")]
+    NoRestoreTool,
+    #[error("running {tool}")]
+    RunTool {
+        tool: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{tool} could not restore {}: {output}", snapshot.display())]
+    Restore {
+        tool: &'static str,
+        snapshot: PathBuf,
+        output: String,
+    },
+    #[error("writing the snapshot {}", path.display())]
+    SnapshotFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl From<EtcdError> for StoreError {

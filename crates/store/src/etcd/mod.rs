@@ -5,6 +5,8 @@
 //! - `txn`: a store transaction as an etcd transaction, and its answer.
 //! - `compaction`: finding etcd's compacted revision, which etcd does not report.
 //! - `watch`: etcd watches as store watch streams.
+//! - `snapshot`: etcd's snapshot stream into a file.
+//! - `restore`: a snapshot made a new member's data with etcd's own tool.
 //! - `error`: failures with context, and etcd's revision errors.
 //!
 //! Revisions, create and mod revisions and versions are etcd's own, so a store revision can
@@ -20,6 +22,8 @@ mod compaction;
 mod error;
 mod keys;
 mod kv;
+pub mod restore;
+mod snapshot;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod txn;
@@ -196,5 +200,11 @@ impl Store for EtcdStore {
         let status = self.maintenance.clone().status().await;
         let status = status.map_err(|e| StoreError::Backend(format!("etcd status: {e}")))?;
         Ok(u64::try_from(status.db_size()).unwrap_or(0))
+    }
+
+    /// The snapshot of the member the client asks: the whole keyspace, other prefixes'
+    /// keys included, as `etcdctl snapshot save` takes it.
+    async fn snapshot(&self, dest: &Path) -> Result<u64> {
+        Ok(snapshot::save(&mut self.maintenance.clone(), dest).await?)
     }
 }

@@ -28,6 +28,10 @@ pub trait Fixture: Send + Sync {
     /// A store over this fixture's data. Called again after every store it returned was
     /// dropped, it must return a store over the same data.
     async fn open(&self) -> Arc<dyn Store>;
+
+    /// A store over the data of `snapshot` (a file [`Store::snapshot`] wrote), apart from
+    /// this fixture's, with whatever keeps it alive.
+    async fn restore(&self, snapshot: &std::path::Path) -> (Arc<dyn Store>, Box<dyn Send>);
 }
 
 /// Instantiates every suite test as a `#[tokio::test]` for a backend. `$fixture` is an
@@ -51,7 +55,10 @@ macro_rules! store_suite {
             concurrent_cas_has_one_winner_per_round,
             concurrent_creates_have_one_winner_and_cost_one_revision,
         );
-        $crate::store_suite!(@fixture $fixture; reopen_persists_everything);
+        $crate::store_suite!(@fixture $fixture;
+            reopen_persists_everything,
+            a_snapshot_taken_while_writing_restores_one_revision,
+        );
     };
     (@store $fixture:expr; $($name:ident),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -894,4 +901,61 @@ pub async fn reopen_persists_everything(fixture: &dyn Fixture) {
     assert_eq!(store.compacted_revision().await.unwrap(), revision);
     assert!(range_at(&*store, "/re/a", 0).await.is_empty());
     assert_eq!(put(&*store, "/re/a", "5").await.mod_revision, revision + 1);
+}
+
+/// A snapshot taken while writers write and delete is the store as of one revision: the
+/// restored store's revision is one the original passed, its keys are exactly the
+/// original's at that revision (with their metadata), and writing goes on from there.
+pub async fn a_snapshot_taken_while_writing_restores_one_revision(fixture: &dyn Fixture) {
+    let store = fixture.open().await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("snapshot");
+    let before = put(&*store, "/snap/before", "1").await;
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                for i in 0..150 {
+                    let key = format!("/snap/w{w}/{}", i % 40);
+                    if i % 7 == 6 {
+                        let _ = store.txn(txn(&key, Compare::Always, Op::Delete)).await;
+                    } else {
+                        put(&*store, &key, &format!("{i}")).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Once the writers are under way.
+    while current(&*store).await < before.mod_revision + 50 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let size = store.snapshot(&path).await.expect("snapshot");
+    assert_eq!(
+        size,
+        std::fs::metadata(&path).expect("the snapshot file").len()
+    );
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let last = current(&*store).await;
+
+    let (restored, _keep) = fixture.restore(&path).await;
+    let revision = current(&*restored).await;
+    assert!(
+        revision > before.mod_revision + 50 && revision <= last,
+        "restored at {revision}, outside ({}, {last}]",
+        before.mod_revision + 50
+    );
+    assert_eq!(
+        range_at(&*restored, "/snap/", 0).await,
+        range_at(&*store, "/snap/", revision).await,
+        "the restored keys are the original's at revision {revision}"
+    );
+    let next = put(&*restored, "/snap/after", "1").await;
+    assert_eq!(next.mod_revision, revision + 1);
+    assert!(
+        get(&*store, "/snap/after", 0).await.is_none(),
+        "the copies are apart"
+    );
 }

@@ -17,12 +17,7 @@ pub fn etcd_binary() -> PathBuf {
     if let Some(path) = std::env::var_os(ETCD_BIN_ENV) {
         return PathBuf::from(path);
     }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("etcd"))
-        .find(|candidate| candidate.is_file());
-    on_path.unwrap_or_else(|| {
+    crate::etcd::restore::on_path("etcd").unwrap_or_else(|| {
         panic!(
             "etcd is not installed: these tests run a real etcd server. Install it \
              (Debian: `apt-get install etcd-server`) or point {ETCD_BIN_ENV} at an etcd binary."
@@ -74,6 +69,10 @@ impl Member {
     pub fn client_url(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     pub fn peer_url(&self) -> String {

@@ -68,6 +68,30 @@ impl EtcdCluster {
         );
     }
 
+    /// A one-member plain-HTTP cluster over the data of an etcd snapshot, restored with
+    /// [`crate::etcd::restore`] as a server restoring a backup does.
+    pub async fn restore(snapshot: &Path) -> Self {
+        let mut cluster = Self::spawn(0, None, &std::env::temp_dir());
+        let member = Member::new("m0".into(), cluster._dir.path(), None);
+        crate::etcd::restore::restore(
+            snapshot,
+            &crate::etcd::restore::RestoredMember {
+                name: &member.name,
+                data_dir: member.data_dir(),
+                peer_url: &member.peer_url(),
+                cluster_token: &cluster.token,
+            },
+        )
+        .expect("restoring the etcd snapshot");
+        cluster.initial_cluster = format!("{}={}", member.name, member.peer_url());
+        cluster.members.push(member);
+        cluster.spawn_member(0);
+        if let Err(failure) = cluster.wait_ready_all().await {
+            panic!("the restored etcd member did not start: {failure}");
+        }
+        cluster
+    }
+
     fn spawn(size: usize, tls: Option<(ServerTls, EtcdTls)>, parent: &Path) -> Self {
         let dir = tempfile::tempdir_in(parent).expect("temporary directory for etcd");
         let (server_tls, client_tls) = tls.unzip();
