@@ -25,6 +25,7 @@ pub mod openapi;
 pub mod openapi_v2;
 pub mod resource_metrics;
 mod server;
+pub mod snapshots;
 
 // The generic layer, under the paths the rest of the crate and its users name.
 pub use krust_generic_apiserver::{
@@ -88,6 +89,8 @@ pub struct Config {
     /// More CAs whose client certificates authenticate, beside the cluster CA (upstream's
     /// `--client-ca-file`), as PEM.
     pub client_ca_file: Option<PathBuf>,
+    /// Where store snapshots go and their schedule; `None` offers none.
+    pub snapshots: Option<snapshots::Config>,
 }
 
 impl Config {
@@ -111,6 +114,7 @@ impl Config {
             join_secret: None,
             token_auth_file: None,
             client_ca_file: None,
+            snapshots: None,
         }
     }
 }
@@ -140,6 +144,8 @@ pub struct Api {
     /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` for agents
     /// that pin it by the hash in their join token.
     pub ca_bundle: String,
+    /// The store's snapshots, when this server keeps them.
+    pub snapshots: Option<Arc<snapshots::Snapshots>>,
 }
 
 /// The kinds compiled in: the registry's and apiextensions' own.
@@ -290,6 +296,10 @@ impl Api {
             }),
             aggregator: aggregator::Aggregator::new(&pki),
             ca_bundle: pki.ca_cert.clone(),
+            snapshots: config
+                .snapshots
+                .clone()
+                .map(|c| snapshots::Snapshots::new(c, scope.store.clone())),
         });
         bootstrap::run(&api, &pki, services.first_ip(), port).await?;
         authz::bootstrap_policy::reconcile(&scope)
@@ -358,6 +368,9 @@ pub async fn start(
             api.resource_metrics.clone(),
             config.metric_resolution,
         ));
+    }
+    if let Some(snapshots) = api.snapshots.clone() {
+        tokio::spawn(snapshots.run_schedule(api.clone()));
     }
     let task = tokio::spawn(server::serve(api, listener, acceptor, shutdown));
     tracing::info!(%addr, "apiserver listening");

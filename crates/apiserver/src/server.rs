@@ -337,6 +337,10 @@ async fn handle(
             }
             match (decision, parsed) {
                 (Err(e), _) => Err(e),
+                (Ok(_), None) if path == "/db/snapshots" || path.starts_with("/db/snapshots/") => {
+                    let body = std::mem::replace(&mut body, RequestBody::Read(Bytes::new()));
+                    db_snapshots(api, &parts.method, &path, body).await
+                }
                 (Ok(_), None) => {
                     let accept = parts.headers.get(http::header::ACCEPT);
                     let accept = accept.and_then(|v| v.to_str().ok());
@@ -575,6 +579,24 @@ async fn read_body(body: RequestBody) -> Result<Bytes, ApiError> {
             "reading the request body: {err}"
         ))),
     }
+}
+
+/// `/db/snapshots[/...]`: the store's backups, for `krust etcd-snapshot`.
+async fn db_snapshots(
+    api: &Api,
+    method: &Method,
+    path: &str,
+    body: RequestBody,
+) -> Result<Response, ApiError> {
+    let Some(snapshots) = &api.snapshots else {
+        return Err(ApiError::path_not_found());
+    };
+    let rest: Vec<&str> = path["/db/snapshots".len()..]
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let body = read_body(body).await?;
+    snapshots.serve(api, method, &rest, &body).await
 }
 
 /// Discovery, version, health, metrics and OpenAPI.

@@ -225,6 +225,7 @@ impl ApiserverArgs {
             join_secret: None,
             token_auth_file: self.token_auth_file.clone(),
             client_ca_file: self.client_ca_file.clone(),
+            snapshots: None,
         }
     }
 }
@@ -254,12 +255,17 @@ impl Started {
     }
 }
 
-pub async fn start(args: &ApiserverArgs) -> Result<Started> {
+/// Starts the apiserver; with `snapshots`, it also keeps the store's backups.
+pub async fn start(
+    args: &ApiserverArgs,
+    snapshots: Option<krust_apiserver::snapshots::Config>,
+) -> Result<Started> {
     let store = args.open_store().await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let join_secret = crate::token::server_secret(&args.data_dir, args.token.as_deref())?;
     let config = krust_apiserver::Config {
         join_secret: Some(join_secret.clone()),
+        snapshots,
         ..args.config()
     };
     let running = krust_apiserver::start(config, store, async {
@@ -286,7 +292,7 @@ pub async fn start(args: &ApiserverArgs) -> Result<Started> {
 /// `krust apiserver`.
 pub async fn run(args: ApiserverArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    let apiserver = start(&args).await?;
+    let apiserver = start(&args, None).await?;
     tracing::info!(
         addr = %apiserver.running.addr,
         kubeconfig = %args.write_kubeconfig.display(),

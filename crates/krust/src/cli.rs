@@ -47,6 +47,9 @@ enum Command {
     /// Manage the bootstrap tokens agents join with.
     #[command(subcommand)]
     Token(crate::token::TokenCommand),
+    /// Save, list, delete and prune the store's snapshots (k3s's command).
+    #[command(subcommand)]
+    EtcdSnapshot(crate::etcd_snapshot::SnapshotCommand),
     /// Manage the node's container images (offline: import tarballs).
     #[command(subcommand)]
     Images(ImagesCommand),
@@ -99,6 +102,10 @@ struct ServerArgs {
     sim_nodes: usize,
     #[command(flatten)]
     controllers: ControllerArgs,
+    #[command(flatten)]
+    snapshots: crate::etcd_snapshot::SnapshotArgs,
+    #[command(flatten)]
+    reset: crate::etcd_snapshot::ResetArgs,
 }
 
 /// Where a component serves `/metrics` and its health endpoints: `host:port`, or `0`
@@ -150,6 +157,7 @@ impl Cli {
             Command::Doctor(args) => crate::doctor::run(args).await,
             Command::Sim(args) => crate::sim::run(args).await,
             Command::Token(command) => crate::token::run(command).await,
+            Command::EtcdSnapshot(command) => crate::etcd_snapshot::run(command).await,
             Command::Images(ImagesCommand::Import { files, data_dir }) => {
                 let socket = krust_cri::containerd::Layout::new(
                     krust_cri::containerd::default_dir(&data_dir),
@@ -193,13 +201,19 @@ fn tenth_address(service_cidr: &str) -> Result<std::net::Ipv4Addr> {
 
 async fn server(mut args: ServerArgs) -> Result<()> {
     let started = std::time::Instant::now();
+    if let Some(snapshot) = &args.reset.cluster_reset_restore_path {
+        return reset(&args.api, snapshot);
+    }
     // The agent's pods and the DNS server agree on one address.
     let cluster_dns = match args.agent.cluster_dns {
         Some(ip) => ip,
         None => tenth_address(&args.api.service_cidr)?,
     };
     args.agent.cluster_dns = Some(cluster_dns);
-    let apiserver = apiserver::start(&args.api).await?;
+    let snapshots = args
+        .snapshots
+        .config(&args.api.data_dir, &args.agent.node_name());
+    let apiserver = apiserver::start(&args.api, Some(snapshots)).await?;
     // Every component reaches the apiserver like any client, through its HTTPS port,
     // as its own user with only the permissions upstream grants that role.
     let mut components = Vec::new();
@@ -296,6 +310,23 @@ async fn server(mut args: ServerArgs) -> Result<()> {
         component.stop().await;
     }
     apiserver.stop().await;
+    Ok(())
+}
+
+/// `--cluster-reset --cluster-reset-restore-path`: the store restored from a snapshot,
+/// then the process ends, as k3s's does, so the next start serves the restored state.
+fn reset(api: &ApiserverArgs, snapshot: &Path) -> Result<()> {
+    anyhow::ensure!(
+        api.datastore_endpoint.is_none(),
+        "--cluster-reset restores krust's own store; an external etcd \
+         (--datastore-endpoint) is restored with etcd's tools"
+    );
+    let old = crate::etcd_snapshot::restore_embedded(&api.data_dir, snapshot)?;
+    tracing::info!(
+        snapshot = %snapshot.display(),
+        kept = %old.display(),
+        "store restored from the snapshot; start again without --cluster-reset"
+    );
     Ok(())
 }
 

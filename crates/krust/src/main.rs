@@ -8,6 +8,7 @@ mod cli;
 mod controller_manager;
 mod dns;
 mod doctor;
+mod etcd_snapshot;
 mod ingress;
 mod join;
 mod proxy;

@@ -51,6 +51,7 @@ mod rbac;
 mod registry;
 mod scheduler;
 mod sim;
+mod snapshots;
 mod statefulsets;
 mod streams;
 mod tokens;
