@@ -172,6 +172,72 @@ impl Pki {
     }
 }
 
+/// The files of a managed etcd member's TLS, all issued by the cluster's etcd CA (kept
+/// apart from the cluster CA, as kubeadm and k3s keep it: a certificate for the
+/// apiserver's clients must never open etcd).
+#[derive(Debug, Clone)]
+pub struct EtcdPki {
+    pub ca: PathBuf,
+    /// Serves the client port; also the member's client identity.
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    /// Serves the peer port and authenticates to other members.
+    pub peer_cert: PathBuf,
+    pub peer_key: PathBuf,
+    /// The apiserver's client certificate.
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl EtcdPki {
+    /// Loads the etcd PKI from `<dir>/etcd`, creating what is missing; the serving and
+    /// peer certificates are issued again when they lack one of `sans`.
+    pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<EtcdPki> {
+        let dir = dir.join("etcd");
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
+        let (ca_key, ca_cert) = load_or_create_ca(&dir, "ca", "krust-etcd-ca")?;
+        let ca_keypair = KeyPair::from_pem(&ca_key).context("parsing the etcd CA key")?;
+        let issuer =
+            Issuer::from_ca_cert_pem(&ca_cert, &ca_keypair).context("parsing the etcd CA cert")?;
+        let both = [
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        for (base, common_name) in [("server", "etcd-server"), ("peer", "etcd-peer")] {
+            let cert_path = dir.join(format!("{base}.crt"));
+            let key_path = dir.join(format!("{base}.key"));
+            if cert_path.exists() && key_path.exists() && covers(&read(&cert_path)?, sans) {
+                continue;
+            }
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::new(sans.to_vec())?;
+            params.distinguished_name = name(common_name, None);
+            params.extended_key_usages = both.to_vec();
+            params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+            let cert = params.signed_by(&key, &issuer)?;
+            write_private(&key_path, &key.serialize_pem())?;
+            write_public(&cert_path, &cert.pem())?;
+        }
+        let client_cert_path = dir.join("client.crt");
+        let client_key_path = dir.join("client.key");
+        if !(client_cert_path.exists() && client_key_path.exists()) {
+            let (cert, key) = client_cert(&issuer, "kube-apiserver-etcd-client", &[])?;
+            write_private(&client_key_path, &key)?;
+            write_public(&client_cert_path, &cert)?;
+        }
+        Ok(EtcdPki {
+            ca: dir.join("ca.crt"),
+            server_cert: dir.join("server.crt"),
+            server_key: dir.join("server.key"),
+            peer_cert: dir.join("peer.crt"),
+            peer_key: dir.join("peer.key"),
+            client_cert: client_cert_path,
+            client_key: client_key_path,
+        })
+    }
+}
+
 /// The key and certificate (PEM) of the CA `<base>.key`/`<base>.crt` in `dir`, made
 /// on first use.
 fn load_or_create_ca(dir: &Path, base: &str, common_name: &str) -> Result<(String, String)> {

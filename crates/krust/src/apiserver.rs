@@ -196,13 +196,18 @@ impl ApiserverArgs {
         Ok(Arc::new(store))
     }
 
+    /// `--advertise-address`, else this machine's first non-loopback address.
+    pub fn advertise(&self) -> IpAddr {
+        self.advertise_address.unwrap_or_else(default_advertise)
+    }
+
     pub fn config(&self) -> krust_apiserver::Config {
         krust_apiserver::Config {
             tls_dir: tls_dir(&self.data_dir),
             bind_address: self.bind_address,
             port: self.https_listen_port,
             service_cidr: self.service_cidr.clone(),
-            advertise_address: self.advertise_address.unwrap_or_else(default_advertise),
+            advertise_address: self.advertise(),
             max_requests_inflight: self.max_requests_inflight,
             max_mutating_requests_inflight: self.max_mutating_requests_inflight,
             compaction_interval: self.etcd_compaction_interval,

@@ -106,6 +106,8 @@ struct ServerArgs {
     snapshots: crate::etcd_snapshot::SnapshotArgs,
     #[command(flatten)]
     reset: crate::etcd_snapshot::ResetArgs,
+    #[command(flatten)]
+    cluster: crate::managed_etcd::ClusterArgs,
 }
 
 /// Where a component serves `/metrics` and its health endpoints: `host:port`, or `0`
@@ -201,19 +203,33 @@ fn tenth_address(service_cidr: &str) -> Result<std::net::Ipv4Addr> {
 
 async fn server(mut args: ServerArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    if let Some(snapshot) = &args.reset.cluster_reset_restore_path {
-        return reset(&args.api, snapshot);
+    let node = args.agent.node_name();
+    if args.reset.cluster_reset {
+        return reset(&args, &node).await;
     }
+    let etcd = match crate::managed_etcd::wanted(&args.cluster, &args.api.data_dir) {
+        true => Some(crate::managed_etcd::start(&mut args.api, &args.cluster, &node).await?),
+        false => None,
+    };
     // The agent's pods and the DNS server agree on one address.
     let cluster_dns = match args.agent.cluster_dns {
         Some(ip) => ip,
         None => tenth_address(&args.api.service_cidr)?,
     };
     args.agent.cluster_dns = Some(cluster_dns);
-    let snapshots = args
-        .snapshots
-        .config(&args.api.data_dir, &args.agent.node_name());
+    let snapshots = args.snapshots.config(&args.api.data_dir, &node);
     let apiserver = apiserver::start(&args.api, Some(snapshots)).await?;
+    // Supervised from here; stopped after the apiserver that uses it.
+    let etcd = etcd.map(|mut member| {
+        InProcess::spawn("etcd", move |stop| async move {
+            tokio::select! {
+                _ = member.keep_running() => {}
+                _ = stop => {}
+            }
+            member.stop().await;
+            Ok(())
+        })
+    });
     // Every component reaches the apiserver like any client, through its HTTPS port,
     // as its own user with only the permissions upstream grants that role.
     let mut components = Vec::new();
@@ -310,18 +326,30 @@ async fn server(mut args: ServerArgs) -> Result<()> {
         component.stop().await;
     }
     apiserver.stop().await;
+    if let Some(etcd) = etcd {
+        etcd.stop().await;
+    }
     Ok(())
 }
 
-/// `--cluster-reset --cluster-reset-restore-path`: the store restored from a snapshot,
-/// then the process ends, as k3s's does, so the next start serves the restored state.
-fn reset(api: &ApiserverArgs, snapshot: &Path) -> Result<()> {
+/// `--cluster-reset`: the store reset (restored from a snapshot, or the managed etcd
+/// member made alone), then the process ends, as k3s's does, so the next start serves
+/// the result.
+async fn reset(args: &ServerArgs, node: &str) -> Result<()> {
+    let snapshot = args.reset.cluster_reset_restore_path.as_deref();
+    if crate::managed_etcd::wanted(&args.cluster, &args.api.data_dir) {
+        return crate::managed_etcd::reset(&args.api, &args.cluster, node, snapshot).await;
+    }
     anyhow::ensure!(
-        api.datastore_endpoint.is_none(),
-        "--cluster-reset restores krust's own store; an external etcd \
+        args.api.datastore_endpoint.is_none(),
+        "--cluster-reset resets krust's own store; an external etcd \
          (--datastore-endpoint) is restored with etcd's tools"
     );
-    let old = crate::etcd_snapshot::restore_embedded(&api.data_dir, snapshot)?;
+    let snapshot = snapshot.context(
+        "--cluster-reset without --cluster-reset-restore-path applies to managed etcd \
+         (--cluster-init); the embedded store has no peers to forget",
+    )?;
+    let old = crate::etcd_snapshot::restore_embedded(&args.api.data_dir, snapshot)?;
     tracing::info!(
         snapshot = %snapshot.display(),
         kept = %old.display(),

@@ -46,12 +46,13 @@ impl SnapshotArgs {
     }
 }
 
-/// `krust server`'s restore flags.
+/// `krust server`'s restore flags (k3s's).
 #[derive(Args, Clone, Debug)]
 pub struct ResetArgs {
-    /// Restore the store from a snapshot, then exit: the next start serves what the
-    /// snapshot holds (k3s's flag; the old store is kept beside it).
-    #[arg(long, requires = "cluster_reset_restore_path")]
+    /// Reset the store, then exit: with `--cluster-reset-restore-path`, restore it from
+    /// that snapshot (the old data is kept beside it); without, make the managed etcd
+    /// member forget its peers. The next start serves the result.
+    #[arg(long)]
     pub cluster_reset: bool,
     /// The snapshot `--cluster-reset` restores.
     #[arg(long, requires = "cluster_reset")]

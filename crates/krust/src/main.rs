@@ -11,6 +11,7 @@ mod doctor;
 mod etcd_snapshot;
 mod ingress;
 mod join;
+mod managed_etcd;
 mod proxy;
 mod scheduler;
 mod sim;

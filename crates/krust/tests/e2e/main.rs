@@ -38,6 +38,7 @@ mod kube_rs;
 mod kubectl;
 mod kubelet;
 mod lifecycle;
+mod managed_etcd;
 mod metrics;
 mod multinode;
 mod namespaces;

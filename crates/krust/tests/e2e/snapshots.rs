@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Server, wait_for};
+use crate::common::{Server, free_port, wait_for};
 
 fn krust(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_krust"))
@@ -77,15 +77,35 @@ fn wait_pods(s: &Server, app: &str, count: usize) {
 }
 
 #[test]
-fn snapshots_are_saved_listed_pruned_scheduled_and_restore_exactly() {
-    let mut s = Server::start_with(&[
+fn snapshots_of_the_embedded_store_are_saved_listed_pruned_scheduled_and_restore_exactly() {
+    round_trip(&[]);
+}
+
+#[test]
+fn snapshots_of_managed_etcd_are_saved_listed_pruned_scheduled_and_restore_exactly() {
+    let (client, peer) = (free_port().to_string(), free_port().to_string());
+    round_trip(&[
+        "--cluster-init",
+        "--etcd-client-port",
+        &client,
+        "--etcd-peer-port",
+        &peer,
+    ]);
+}
+
+/// Snapshots of the store that `store_flags` choose, taken, listed, pruned, deleted,
+/// scheduled, and one restored.
+fn round_trip(store_flags: &[&str]) {
+    let mut flags = vec![
         "--etcd-snapshot-schedule-cron",
         "* * * * *",
         "--etcd-snapshot-retention",
         "1",
         "--node-name",
         "snapnode",
-    ]);
+    ];
+    flags.extend_from_slice(store_flags);
+    let mut s = Server::start_with(&flags);
     s.ok(&["create", "configmap", "kept", "--from-literal=a=1"]);
     s.ok(&[
         "create",
@@ -179,22 +199,27 @@ fn snapshots_are_saved_listed_pruned_scheduled_and_restore_exactly() {
     let data_dir = s.data_dir();
     let data_dir = data_dir.to_str().expect("UTF-8 path");
     let reset = |path: &Path| {
-        krust(&[
+        let mut args = vec![
             "server",
             "--data-dir",
             data_dir,
+            "--advertise-address",
+            "127.0.0.1",
             "--cluster-reset",
             "--cluster-reset-restore-path",
             path.to_str().expect("UTF-8 path"),
-        ])
+        ];
+        args.extend_from_slice(store_flags);
+        krust(&args)
     };
     let refused = reset(&bogus);
     assert!(!refused.status.success());
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("not a krust store snapshot"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
+    let why = String::from_utf8_lossy(&refused.stderr);
+    let expected = match store_flags.is_empty() {
+        true => "not a krust store snapshot",
+        false => "could not restore",
+    };
+    assert!(why.contains(expected), "{why}");
     let restored = reset(&file);
     assert!(
         restored.status.success(),

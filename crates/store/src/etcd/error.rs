@@ -53,6 +53,16 @@ pub(crate) enum EtcdError {
     EventWithoutKey { prefix: String },
     #[error("etcd closed the watch stream on {prefix:?}")]
     WatchClosed { prefix: String },
+    #[error("etcd member: {action}")]
+    Member {
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the etcd member exited ({status}); its log ends with:\n{log}")]
+    MemberExited { status: String, log: String },
+    #[error("the etcd member did not serve within {seconds} s; its log ends with:\n{log}")]
+    MemberNotReady { seconds: u64, log: String },
     #[error("restoring an etcd snapshot needs etcdutl or etcdctl on PATH (Debian: etcd-client)")]
     NoRestoreTool,
     #[error("running {tool}")]

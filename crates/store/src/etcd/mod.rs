@@ -7,6 +7,7 @@
 //! - `watch`: etcd watches as store watch streams.
 //! - `snapshot`: etcd's snapshot stream into a file.
 //! - `restore`: a snapshot made a new member's data with etcd's own tool.
+//! - `managed`: an etcd member as the server's supervised child (`--cluster-init`).
 //! - `error`: failures with context, and etcd's revision errors.
 //!
 //! Revisions, create and mod revisions and versions are etcd's own, so a store revision can
@@ -22,6 +23,7 @@ mod compaction;
 mod error;
 mod keys;
 mod kv;
+pub mod managed;
 pub mod restore;
 mod snapshot;
 #[cfg(feature = "testing")]
