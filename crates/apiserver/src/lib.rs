@@ -25,6 +25,7 @@ pub mod openapi;
 pub mod openapi_v2;
 pub mod resource_metrics;
 mod server;
+pub mod server_bootstrap;
 pub mod snapshots;
 
 // The generic layer, under the paths the rest of the crate and its users name.
@@ -91,6 +92,8 @@ pub struct Config {
     pub client_ca_file: Option<PathBuf>,
     /// Where store snapshots go and their schedule; `None` offers none.
     pub snapshots: Option<snapshots::Config>,
+    /// What joining servers are handed; `None` (an embedded store) lets none join.
+    pub server_bootstrap: Option<server_bootstrap::Config>,
 }
 
 impl Config {
@@ -115,6 +118,7 @@ impl Config {
             token_auth_file: None,
             client_ca_file: None,
             snapshots: None,
+            server_bootstrap: None,
         }
     }
 }
@@ -146,6 +150,8 @@ pub struct Api {
     pub ca_bundle: String,
     /// The store's snapshots, when this server keeps them.
     pub snapshots: Option<Arc<snapshots::Snapshots>>,
+    /// What joining servers are handed, when servers may join.
+    pub server_bootstrap: Option<server_bootstrap::Config>,
 }
 
 /// The kinds compiled in: the registry's and apiextensions' own.
@@ -300,6 +306,7 @@ impl Api {
                 .snapshots
                 .clone()
                 .map(|c| snapshots::Snapshots::new(c, scope.store.clone())),
+            server_bootstrap: config.server_bootstrap.clone(),
         });
         bootstrap::run(&api, &pki, services.first_ip(), port).await?;
         authz::bootstrap_policy::reconcile(&scope)

@@ -22,7 +22,7 @@ use crate::auth::{Credentials, User};
 use crate::authz::{self, Attributes, Target};
 use crate::request::{self, Query};
 use crate::response::{self, Output, Response};
-use crate::{Api, audit, discovery, health, rest};
+use crate::{Api, audit, discovery, health, rest, server_bootstrap};
 use krust_httpstream::serving::{self, FirstByteDeadline};
 
 /// Builds the TLS acceptor: our serving certificate, client certificates optional but
@@ -314,6 +314,10 @@ async fn handle(
     }
     let result = match identity {
         Err(e) => Err(e),
+        // Before authorization: no role grants it, only the server token opens it.
+        Ok((_, user)) if path == server_bootstrap::PATH && parts.method == Method::GET => {
+            server_bootstrap::serve(api.server_bootstrap.as_ref(), &user)
+        }
         Ok((_, user)) => {
             let attrs = match &parsed {
                 None => Some(Attributes {

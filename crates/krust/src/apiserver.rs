@@ -231,6 +231,7 @@ impl ApiserverArgs {
             token_auth_file: self.token_auth_file.clone(),
             client_ca_file: self.client_ca_file.clone(),
             snapshots: None,
+            server_bootstrap: None,
         }
     }
 }
@@ -260,18 +261,15 @@ impl Started {
     }
 }
 
-/// Starts the apiserver; with `snapshots`, it also keeps the store's backups.
-pub async fn start(
-    args: &ApiserverArgs,
-    snapshots: Option<krust_apiserver::snapshots::Config>,
-) -> Result<Started> {
+/// Starts the apiserver with `config` (made by [`ApiserverArgs::config`], with what the
+/// caller adds).
+pub async fn start(args: &ApiserverArgs, config: krust_apiserver::Config) -> Result<Started> {
     let store = args.open_store().await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let join_secret = crate::token::server_secret(&args.data_dir, args.token.as_deref())?;
     let config = krust_apiserver::Config {
         join_secret: Some(join_secret.clone()),
-        snapshots,
-        ..args.config()
+        ..config
     };
     let running = krust_apiserver::start(config, store, async {
         let _ = stopped.await;
@@ -297,7 +295,7 @@ pub async fn start(
 /// `krust apiserver`.
 pub async fn run(args: ApiserverArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    let apiserver = start(&args, None).await?;
+    let apiserver = start(&args, args.config()).await?;
     tracing::info!(
         addr = %apiserver.running.addr,
         kubeconfig = %args.write_kubeconfig.display(),

@@ -207,6 +207,9 @@ async fn server(mut args: ServerArgs) -> Result<()> {
     if args.reset.cluster_reset {
         return reset(&args, &node).await;
     }
+    if args.cluster.leave {
+        return crate::managed_etcd::leave(&args.api, &args.cluster, &node).await;
+    }
     let etcd = match crate::managed_etcd::wanted(&args.cluster, &args.api.data_dir) {
         true => Some(crate::managed_etcd::start(&mut args.api, &args.cluster, &node).await?),
         false => None,
@@ -218,7 +221,18 @@ async fn server(mut args: ServerArgs) -> Result<()> {
     };
     args.agent.cluster_dns = Some(cluster_dns);
     let snapshots = args.snapshots.config(&args.api.data_dir, &node);
-    let apiserver = apiserver::start(&args.api, Some(snapshots)).await?;
+    let server_bootstrap = etcd
+        .as_ref()
+        .map(|member| krust_apiserver::server_bootstrap::Config {
+            data_dir: args.api.data_dir.clone(),
+            etcd_client_urls: vec![member.spec().client_url()],
+        });
+    let config = krust_apiserver::Config {
+        snapshots: Some(snapshots),
+        server_bootstrap,
+        ..args.api.config()
+    };
+    let apiserver = apiserver::start(&args.api, config).await?;
     // Supervised from here; stopped after the apiserver that uses it.
     let etcd = etcd.map(|mut member| {
         InProcess::spawn("etcd", move |stop| async move {

@@ -27,18 +27,7 @@ pub async fn node_kubeconfig(
     node_name: &str,
 ) -> Result<(String, Rotation)> {
     let token: JoinToken = token.parse().context("--token")?;
-    let ca = fetch_ca(server).await?;
-    if !token.pins(&ca) {
-        bail!(
-            "the server's CA (sha256 {}) is not the one the token pins ({}): the token \
-             belongs to another cluster, or {server} is not the server it came from",
-            ca_hash(&ca),
-            token.ca_hash.as_deref().unwrap_or_default()
-        );
-    }
-    if token.ca_hash.is_none() {
-        tracing::warn!("the token pins no CA (not in K10 form): trusting the CA {server} presents");
-    }
+    let ca = verified_ca(server, &token).await?;
     let kept = Kept::in_dir(agent_dir, "client-kubelet");
     // Any kept certificate that has not expired will do: the node renews it itself
     // (at once if its renewal time has passed), so the token is needed only once.
@@ -78,6 +67,53 @@ pub async fn node_kubeconfig(
         issue_timeout: ISSUE_TIMEOUT,
     };
     Ok((yaml, rotation))
+}
+
+/// The CA bundle of the server at `server`, checked against the hash `token` pins.
+async fn verified_ca(server: &str, token: &JoinToken) -> Result<String> {
+    let ca = fetch_ca(server).await?;
+    if !token.pins(&ca) {
+        bail!(
+            "the server's CA (sha256 {}) is not the one the token pins ({}): the token \
+             belongs to another cluster, or {server} is not the server it came from",
+            ca_hash(&ca),
+            token.ca_hash.as_deref().unwrap_or_default()
+        );
+    }
+    if token.ca_hash.is_none() {
+        tracing::warn!("the token pins no CA (not in K10 form): trusting the CA {server} presents");
+    }
+    Ok(ca)
+}
+
+/// What a joining server is handed (`/v1-krust/server-bootstrap`).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerBootstrap {
+    /// File contents by path relative to the data dir.
+    pub files: std::collections::BTreeMap<String, String>,
+    #[serde(rename = "etcdClientURLs")]
+    pub etcd_client_urls: Vec<String>,
+}
+
+/// The server bootstrap data of the cluster at `server`, fetched with the server token
+/// after the CA was checked against it.
+pub async fn server_bootstrap(server: &str, token: &str) -> Result<ServerBootstrap> {
+    let token: JoinToken = token.parse().context("--token")?;
+    let ca = verified_ca(server, &token).await?;
+    let config = kubeconfig(&ca, server, KubeconfigUser::Token(&token.credential));
+    let (client, _) = krust_client::connect::from_kubeconfig(&config).await?;
+    let path = krust_apiserver::server_bootstrap::PATH;
+    let request = http::Request::get(path).body(Vec::new())?;
+    let text = client.request_text(request).await.map_err(|e| match e {
+        kube::Error::Api(status) if status.code == 401 || status.code == 403 => anyhow::anyhow!(
+            "{server} refused the token for joining a server ({}): a server joins with the \
+             server token (`<data-dir>/server/token` of a server), not an agent's bootstrap token",
+            status.message
+        ),
+        e => anyhow::Error::new(e).context(format!("fetching {server}{path}")),
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("the answer of {server}{path}"))
 }
 
 /// The node's first client certificate, requested with the join token's credential.

@@ -5,6 +5,11 @@
 //! the flag. A restore (`--cluster-reset-restore-path`) rebuilds the data as a one-member
 //! cluster from an etcd snapshot; `--cluster-reset` alone makes the member forget its
 //! peers.
+//!
+//! `krust server --server URL --token TOKEN` joins such a cluster: the CAs and keys come
+//! from the first server (checked against the token's CA hash), the member is added as a
+//! learner and promoted, and the server then runs the whole control plane on it.
+//! `krust server --leave` takes a stopped server's member out of the cluster.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +18,7 @@ use clap::Args;
 use krust_apiserver::pki::EtcdPki;
 use krust_store::etcd::EtcdTls;
 use krust_store::etcd::managed::{Bootstrap, ManagedEtcd, MemberSpec, MemberTls};
+use krust_store::etcd::membership;
 use krust_store::etcd::restore::{RestoredMember, restore};
 
 use crate::apiserver::{ApiserverArgs, tls_dir};
@@ -34,6 +40,19 @@ pub struct ClusterArgs {
     /// The member's peer port.
     #[arg(long, default_value_t = 2380)]
     pub etcd_peer_port: u16,
+    /// Join the cluster of this server (k3s's flag), e.g. https://10.0.0.1:6443, with
+    /// the server token (`--token`). Later starts find the member's data and rejoin.
+    #[arg(
+        long = "server",
+        env = "KRUST_URL",
+        requires = "token",
+        conflicts_with = "cluster_init"
+    )]
+    pub join: Option<String>,
+    /// Remove this (stopped) server's member from its cluster, then exit; its data is
+    /// kept aside. Run it on the server that leaves, with its data dir and ports.
+    #[arg(long)]
+    pub leave: bool,
 }
 
 fn db_dir(data_dir: &Path) -> PathBuf {
@@ -45,9 +64,13 @@ pub fn member_dir(data_dir: &Path) -> PathBuf {
     db_dir(data_dir).join("etcd")
 }
 
-/// Whether this server runs a member: asked to, or one ran here before.
+fn has_member(data_dir: &Path) -> bool {
+    member_dir(data_dir).join("member").exists()
+}
+
+/// Whether this server runs a member: asked to (or to join), or one ran here before.
 pub fn wanted(cluster: &ClusterArgs, data_dir: &Path) -> bool {
-    cluster.cluster_init || member_dir(data_dir).join("member").exists()
+    cluster.cluster_init || cluster.join.is_some() || has_member(data_dir)
 }
 
 /// The member's name, made once (`<node>-<8 hex digits>`, as k3s names them) and kept.
@@ -105,20 +128,85 @@ fn spec(
     })
 }
 
-/// Starts the member and points the apiserver's store at it.
+/// Starts the member (joining the cluster of `--server` the first time) and points the
+/// apiserver's store at it.
 pub async fn start(
     api: &mut ApiserverArgs,
     cluster: &ClusterArgs,
     node: &str,
 ) -> Result<ManagedEtcd> {
+    let joining = match &cluster.join {
+        Some(url) if !has_member(&api.data_dir) => Some(fetch_bootstrap(api, url).await?),
+        _ => None,
+    };
     let spec = spec(api, cluster, node, Bootstrap::New)?;
     api.datastore_endpoint = Some(spec.local_client_url());
     api.datastore_cafile = Some(spec.tls.client.ca.clone());
     api.datastore_certfile = Some(spec.tls.client.cert.clone());
     api.datastore_keyfile = Some(spec.tls.client.key.clone());
-    ManagedEtcd::start(spec)
+    match joining {
+        Some(peers) => membership::join(spec, &peers)
+            .await
+            .context("joining the etcd cluster"),
+        None => ManagedEtcd::start(spec)
+            .await
+            .context("starting the etcd member"),
+    }
+}
+
+/// Writes the cluster's CAs and keys from the server at `url` into the data dir and
+/// returns the etcd members' client URLs. Files already there must be the same: a data
+/// dir that holds another cluster's CA is not silently taken over.
+async fn fetch_bootstrap(api: &ApiserverArgs, url: &str) -> Result<Vec<String>> {
+    let token = api.token.as_deref().context("--server needs --token")?;
+    let bootstrap = crate::join::server_bootstrap(url, token).await?;
+    for (name, contents) in &bootstrap.files {
+        anyhow::ensure!(
+            krust_apiserver::server_bootstrap::FILES.contains(&name.as_str()),
+            "{url} handed over an unexpected file {name:?}"
+        );
+        let path = api.data_dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(existing) if existing == *contents => continue,
+            Ok(_) => anyhow::bail!(
+                "{} holds another cluster's {name}: join with an empty data dir",
+                api.data_dir.display()
+            ),
+            Err(_) => crate::cli::write_private_file(&path, contents)?,
+        }
+    }
+    anyhow::ensure!(
+        !bootstrap.etcd_client_urls.is_empty(),
+        "{url} named no etcd member to join"
+    );
+    tracing::info!(server = url, etcd = %bootstrap.etcd_client_urls.join(","), "joining the cluster");
+    Ok(bootstrap.etcd_client_urls)
+}
+
+/// `--leave`: the member started on its data, removed from the cluster through itself
+/// (etcd then stops it), and its data moved aside so a later start does not bring it
+/// back.
+pub async fn leave(api: &ApiserverArgs, cluster: &ClusterArgs, node: &str) -> Result<()> {
+    anyhow::ensure!(
+        has_member(&api.data_dir),
+        "{} holds no etcd member",
+        api.data_dir.display()
+    );
+    let spec = spec(api, cluster, node, Bootstrap::New)?;
+    let member = ManagedEtcd::start(spec.clone())
         .await
-        .context("starting the etcd member")
+        .context("starting the member to remove it")?;
+    let removed = membership::remove(&spec, &[spec.local_client_url()]).await;
+    member.stop().await;
+    removed.context("removing the member")?;
+    let aside = db_dir(&api.data_dir).join(format!(
+        "etcd-removed-{}",
+        jiff::Timestamp::now().as_second()
+    ));
+    std::fs::rename(&spec.data_dir, &aside)
+        .with_context(|| format!("moving the member's data to {}", aside.display()))?;
+    tracing::info!(kept = %aside.display(), "this server's member left the cluster");
+    Ok(())
 }
 
 /// `--cluster-reset`: with a snapshot, the member's data rebuilt from it (the old data

@@ -195,6 +195,7 @@ const APISERVER_LAYERS: &[(&str, &[&str])] = &[
             "openapi",
             "openapi_v2",
             "server",
+            "server_bootstrap",
             "snapshots",
         ],
     ),

@@ -53,6 +53,8 @@ pub(crate) enum EtcdError {
     EventWithoutKey { prefix: String },
     #[error("etcd closed the watch stream on {prefix:?}")]
     WatchClosed { prefix: String },
+    #[error("etcd answered the member add without the member it added")]
+    NoMemberAdded,
     #[error("etcd member: {action}")]
     Member {
         action: &'static str,

@@ -148,19 +148,10 @@ impl ManagedEtcd {
     /// started again a few times: the member of a server that was just killed may still
     /// hold the ports and the data dir's lock while it ends.
     pub async fn start(spec: MemberSpec) -> crate::Result<ManagedEtcd> {
-        std::fs::create_dir_all(&spec.data_dir).map_err(|source| EtcdError::Member {
-            action: "creating its data dir",
-            source,
-        })?;
-        // etcd refuses a data dir others may read.
-        set_private(&spec.data_dir)?;
         let started = Instant::now();
         let mut attempt = 1;
         let member = loop {
-            let mut member = ManagedEtcd {
-                child: spawn(&spec)?,
-                spec: spec.clone(),
-            };
+            let mut member = ManagedEtcd::spawn_unready(spec.clone())?;
             match member.wait_ready().await {
                 Ok(()) => break member,
                 Err(EtcdError::MemberExited { .. }) if attempt < START_ATTEMPTS => {
@@ -185,16 +176,37 @@ impl ManagedEtcd {
         &self.spec
     }
 
-    async fn wait_ready(&mut self) -> Result<(), EtcdError> {
+    /// Starts the process without waiting for it (a joining learner cannot answer the
+    /// reads [`ManagedEtcd::start`] waits for).
+    pub(super) fn spawn_unready(spec: MemberSpec) -> Result<ManagedEtcd, EtcdError> {
+        std::fs::create_dir_all(&spec.data_dir).map_err(|source| EtcdError::Member {
+            action: "creating its data dir",
+            source,
+        })?;
+        set_private(&spec.data_dir)?;
+        Ok(ManagedEtcd {
+            child: spawn(&spec)?,
+            spec,
+        })
+    }
+
+    /// Fails when the process has exited.
+    pub(super) fn check_running(&mut self) -> Result<(), EtcdError> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Err(EtcdError::MemberExited {
+                status: status.to_string(),
+                log: log_tail(&self.spec.log),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until the member serves linearizable reads.
+    pub(super) async fn wait_ready(&mut self) -> Result<(), EtcdError> {
         let started = Instant::now();
         let endpoints = [self.spec.local_client_url()];
         loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(EtcdError::MemberExited {
-                    status: status.to_string(),
-                    log: log_tail(&self.spec.log),
-                });
-            }
+            self.check_running()?;
             let attempt = EtcdStore::connect(&endpoints, "", Some(self.spec.tls.client.clone()));
             if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), attempt).await {
                 return Ok(());
@@ -251,14 +263,14 @@ impl ManagedEtcd {
     }
 }
 
-fn set_private(dir: &Path) -> crate::Result<()> {
+/// etcd refuses a data dir others may read.
+fn set_private(dir: &Path) -> Result<(), EtcdError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
         EtcdError::Member {
             action: "making its data dir private",
             source,
         }
-        .into()
     })
 }
 

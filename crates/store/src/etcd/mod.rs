@@ -8,6 +8,7 @@
 //! - `snapshot`: etcd's snapshot stream into a file.
 //! - `restore`: a snapshot made a new member's data with etcd's own tool.
 //! - `managed`: an etcd member as the server's supervised child (`--cluster-init`).
+//! - `membership`: a managed member joining (as a learner, then promoted) and leaving.
 //! - `error`: failures with context, and etcd's revision errors.
 //!
 //! Revisions, create and mod revisions and versions are etcd's own, so a store revision can
@@ -24,6 +25,7 @@ mod error;
 mod keys;
 mod kv;
 pub mod managed;
+pub mod membership;
 pub mod restore;
 mod snapshot;
 #[cfg(feature = "testing")]
