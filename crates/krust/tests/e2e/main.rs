@@ -28,6 +28,7 @@ mod errors;
 mod etcd;
 mod gateway;
 mod gc;
+mod ha;
 mod history;
 mod hostile;
 mod images;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::common::{Server, free_port, wait_for};
 
 /// The PIDs of etcd processes whose data dir is `member_dir`.
-fn members(member_dir: &Path) -> Vec<u32> {
+pub fn members(member_dir: &Path) -> Vec<u32> {
     let wanted = format!("--data-dir={}", member_dir.display());
     std::fs::read_dir("/proc")
         .expect("/proc")

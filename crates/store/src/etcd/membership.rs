@@ -53,13 +53,12 @@ pub async fn join(mut spec: MemberSpec, peers: &[String]) -> crate::Result<Manag
     let (id, learner, members) = match known {
         Some((id, learner)) => (id, learner, listed.members().to_vec()),
         None => {
-            let added = cluster
-                .member_add(
-                    [peer_url.clone()],
-                    Some(MemberAddOptions::new().with_is_learner()),
-                )
-                .await
-                .map_err(rpc("adding a learner"))?;
+            let added = reconfigure("adding a learner", || {
+                let (mut cluster, url) = (cluster.clone(), peer_url.clone());
+                let options = MemberAddOptions::new().with_is_learner();
+                async move { cluster.member_add([url], Some(options)).await }
+            })
+            .await?;
             let id = added
                 .member()
                 .map(|m| m.id())
@@ -92,6 +91,30 @@ pub async fn join(mut spec: MemberSpec, peers: &[String]) -> crate::Result<Manag
     member.wait_ready().await?;
     tracing::info!(id = format!("{id:x}"), "etcd member joined as a voter");
     Ok(member)
+}
+
+/// Runs a membership change, again while etcd refuses it as unsafe: etcd changes
+/// membership only once every voter has been connected for its health interval (5 s),
+/// so right after a cluster starts or changes this waits.
+async fn reconfigure<T, F, Fut>(action: &'static str, mut change: F) -> crate::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let started = Instant::now();
+    loop {
+        match change().await {
+            Ok(done) => return Ok(done),
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.message().contains("unhealthy cluster")
+                    && started.elapsed() < PROMOTION =>
+            {
+                tracing::debug!(action, "the etcd cluster is not ready for the change yet");
+            }
+            Err(err) => return Err(rpc(action)(err).into()),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Asks the cluster to promote the learner until etcd finds it caught up.
@@ -129,10 +152,11 @@ pub async fn remove(spec: &MemberSpec, endpoints: &[String]) -> crate::Result<bo
     else {
         return Ok(false);
     };
-    cluster
-        .member_remove(id)
-        .await
-        .map_err(rpc("removing the member"))?;
+    reconfigure("removing the member", || {
+        let mut cluster = cluster.clone();
+        async move { cluster.member_remove(id).await }
+    })
+    .await?;
     tracing::info!(id = format!("{id:x}"), name = %spec.name, "etcd member removed");
     Ok(true)
 }
