@@ -26,6 +26,7 @@ pub mod endpoints;
 pub mod events;
 pub mod informer;
 pub mod leader;
+pub mod loadbalancer;
 pub mod metrics;
 pub mod queue;
 pub mod selector;

@@ -158,6 +158,10 @@ pub struct AgentCommand {
     /// `krust token create` (`K10<CA hash>::<credential>`).
     #[arg(long, env = "KRUST_TOKEN", requires = "server")]
     token: Option<String>,
+    /// The loopback port of the agent's apiserver load balancer, through which its
+    /// components reach whichever server is alive (k3s's flag; 0 picks a free one).
+    #[arg(long, default_value_t = 6444)]
+    lb_server_port: u16,
     #[command(flatten)]
     kubeconfig: crate::cli::Kubeconfig,
     #[arg(long, env = "KRUST_DATA_DIR", default_value = "/var/lib/krust")]
@@ -174,13 +178,20 @@ pub struct AgentCommand {
 pub async fn run(args: AgentCommand) -> Result<()> {
     let (yaml, client_rotation) = match (&args.server, &args.token) {
         (Some(server), Some(token)) => {
-            let (yaml, rotation) = crate::join::node_kubeconfig(
+            let (yaml, rotation, lb) = crate::join::node_kubeconfig(
                 server,
                 token,
                 &args.data_dir.join("agent"),
                 &args.agent.node_name(),
+                (std::net::Ipv4Addr::LOCALHOST, args.lb_server_port).into(),
             )
             .await?;
+            let (client, _) = krust_client::connect::from_kubeconfig_with_certificate(
+                &yaml,
+                Some(rotation.certificate.clone()),
+            )
+            .await?;
+            tokio::spawn(lb.follow(client));
             (yaml, Some(rotation))
         }
         _ => (args.kubeconfig.read()?, None),

@@ -13,19 +13,23 @@ use anyhow::{Context, Result, bail};
 use krust_apiserver::join::{JoinToken, ca_hash};
 use krust_apiserver::pki::{KubeconfigUser, kubeconfig};
 use krust_client::certificate::RotatingCertificate;
+use krust_client::loadbalancer::LoadBalancer;
 use krust_kubelet::certificate::{self, CertificateError, Issued, Kept, Purpose, Rotation};
 
 /// How long the agent waits for its request to be approved and signed.
 const ISSUE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The kubeconfig (YAML) of the node `node_name` in the cluster at `server`, joined
-/// with `token`, and the rotation that keeps its client certificate renewed.
+/// with `token`, and the rotation that keeps its client certificate renewed. The
+/// kubeconfig reaches the servers through the load balancer started on `lb_bind` once
+/// the credentials are there.
 pub async fn node_kubeconfig(
     server: &str,
     token: &str,
     agent_dir: &Path,
     node_name: &str,
-) -> Result<(String, Rotation)> {
+    lb_bind: std::net::SocketAddr,
+) -> Result<(String, Rotation, LoadBalancer)> {
     let token: JoinToken = token.parse().context("--token")?;
     let ca = verified_ca(server, &token).await?;
     let kept = Kept::in_dir(agent_dir, "client-kubelet");
@@ -50,9 +54,12 @@ pub async fn node_kubeconfig(
             (issued, std::time::SystemTime::now(), certificate)
         }
     };
+    let lb = LoadBalancer::start(lb_bind, server)
+        .await
+        .with_context(|| format!("starting the apiserver load balancer on {lb_bind}"))?;
     let yaml = kubeconfig(
         &ca,
-        server,
+        &lb.url(),
         KubeconfigUser::Certificate {
             cert: &issued.cert,
             key: &issued.key,
@@ -66,7 +73,7 @@ pub async fn node_kubeconfig(
         kept,
         issue_timeout: ISSUE_TIMEOUT,
     };
-    Ok((yaml, rotation))
+    Ok((yaml, rotation, lb))
 }
 
 /// The CA bundle of the server at `server`, checked against the hash `token` pins.

@@ -61,6 +61,9 @@ pub(crate) fn join_edge(s: &Server, data: &Path) -> (Component, String) {
             common::TEST_IMAGE_GC,
             // Services are not under test: no nftables table left behind.
             "--disable-kube-proxy",
+            // Agents of tests running at once share the host's loopback.
+            "--lb-server-port",
+            "0",
         ],
     );
     let cidr = wait_for("node edge Ready with a pod range", DEADLINE, || {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::agent::{EdgeDir, join_edge, stop_edge};
 use crate::common::{Server, free_port, wait_for};
 use crate::managed_etcd::members;
 
@@ -46,15 +47,28 @@ fn start(node: &'static str, flags: &[&str]) -> Member {
     }
 }
 
-fn first(node: &'static str) -> Member {
-    start(node, &["--cluster-init"])
+fn first(node: &'static str, flags: &[&str]) -> Member {
+    let mut all = vec!["--cluster-init"];
+    all.extend_from_slice(flags);
+    start(node, &all)
 }
 
-fn join(to: &Member, node: &'static str) -> Member {
+fn join(to: &Member, node: &'static str, flags: &[&str]) -> Member {
     let token = std::fs::read_to_string(to.server.data_dir().join("server/token"))
         .expect("the server token");
     let url = format!("https://127.0.0.1:{}", to.server.port);
-    start(node, &["--server", &url, "--token", token.trim()])
+    let mut all = vec!["--server", &url, "--token", token.trim()];
+    all.extend_from_slice(flags);
+    start(node, &all)
+}
+
+/// The machine of `m` lost: its etcd member and its server killed with SIGKILL.
+fn lose(m: &mut Member) {
+    Command::new("kill")
+        .args(["-9", &member_pid(m).to_string()])
+        .status()
+        .expect("kill");
+    m.server.kill();
 }
 
 /// `etcdctl -w json ARGS` against `via`'s member, with its certificates.
@@ -119,10 +133,10 @@ fn create(s: &Server, name: &str) -> bool {
 
 #[test]
 fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
-    let a = first("ha-a");
-    let b = join(&a, "ha-b");
+    let a = first("ha-a", &[]);
+    let b = join(&a, "ha-b", &[]);
     // Any server admits new ones.
-    let c = join(&b, "ha-c");
+    let c = join(&b, "ha-c", &[]);
     let members = member_list(&a);
     assert_eq!(
         members
@@ -202,12 +216,7 @@ fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     last_ack.lock().unwrap().1 = Duration::ZERO;
-    // The machine dies: its member first, then its server, both with SIGKILL.
-    Command::new("kill")
-        .args(["-9", &member_pid(&lost).to_string()])
-        .status()
-        .expect("kill");
-    lost.server.kill();
+    lose(&mut lost);
     std::thread::sleep(Duration::from_secs(10));
     stop.store(true, Ordering::Relaxed);
     for writer in writers {
@@ -278,4 +287,52 @@ fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
         "{members:?}"
     );
     lost.server.ok(&["create", "configmap", "after-leave"]);
+}
+
+#[test]
+fn an_agent_keeps_working_through_another_server_when_the_one_it_joined_dies() {
+    let cluster = ["--allocate-node-cidrs=true", "--cluster-cidr=10.78.0.0/16"];
+    let mut a = first("lb-a", &cluster);
+    let b = join(&a, "lb-b", &cluster);
+    let c = join(&a, "lb-c", &cluster);
+    let data = EdgeDir::new();
+    let (agent, _) = join_edge(&a.server, data.path());
+    wait_for(
+        "three apiservers in the endpoints",
+        Duration::from_secs(30),
+        || {
+            let eps = b.server.get_json(&["endpoints", "kubernetes"]).to_string();
+            [&a, &b, &c]
+                .iter()
+                .all(|m| eps.contains(&format!("\"port\":{}", m.server.port)))
+                .then_some(())
+        },
+    );
+    // The agent learns the servers from those endpoints.
+    std::thread::sleep(Duration::from_secs(2));
+    lose(&mut a);
+    let lost_at = jiff::Timestamp::now();
+
+    // The node keeps reporting through the others, and runs what is scheduled to it.
+    wait_for(
+        "the node's lease renewed after the loss",
+        Duration::from_secs(60),
+        || {
+            let lease = b
+                .server
+                .get_json(&["lease", "-n", "kube-node-lease", "edge"]);
+            let renewed: jiff::Timestamp = lease["spec"]["renewTime"].as_str()?.parse().ok()?;
+            (renewed > lost_at).then_some(())
+        },
+    );
+    b.server
+        .ok(&["run", "web", "--image=busybox", "--", "sleep", "3600"]);
+    b.server
+        .ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=90s"]);
+    assert_eq!(
+        c.server.get_json(&["pod", "web"])["spec"]["nodeName"],
+        "edge"
+    );
+    b.server.ok(&["delete", "pod", "web", "--timeout=60s"]);
+    stop_edge(agent, data.path());
 }

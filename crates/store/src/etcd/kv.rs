@@ -14,6 +14,11 @@ use super::error::{EtcdError, RevisionError, revision_error};
 use super::keys::Keys;
 use super::txn;
 
+/// How long a read is tried again while etcd is unavailable: an election takes one to
+/// two election timeouts (1 s each by default).
+const READ_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+const READ_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The etcd KV client with the store's key prefix and compaction tracking.
 pub(crate) struct Kv {
     client: KvClient,
@@ -44,7 +49,7 @@ impl Kv {
         revision: Revision,
     ) -> Result<(Option<KeyValue>, Revision)> {
         let options = GetOptions::new().with_revision(revision);
-        let mut resp = match self.client().get(self.keys.full(key), Some(options)).await {
+        let mut resp = match self.read(self.keys.full(key), options).await {
             Ok(resp) => resp,
             Err(source) => {
                 return Err(self
@@ -69,7 +74,7 @@ impl Kv {
             .with_range(end)
             .with_limit(limit)
             .with_revision(req.revision);
-        let mut resp = match self.client().get(start, Some(options)).await {
+        let mut resp = match self.read(start, options).await {
             Ok(resp) => resp,
             Err(source) => {
                 return Err(self
@@ -129,8 +134,7 @@ impl Kv {
     pub(crate) async fn current_revision(&self) -> Result<Revision, EtcdError> {
         let options = GetOptions::new().with_count_only();
         let resp = self
-            .client()
-            .get(self.keys.probe(), Some(options))
+            .read(self.keys.probe(), options)
             .await
             .map_err(|source| EtcdError::Rpc {
                 action: "read of the current revision".to_owned(),
@@ -142,7 +146,7 @@ impl Kv {
     /// Whether etcd still serves reads at `revision` (at or above its compacted revision).
     pub(crate) async fn readable(&self, revision: Revision) -> Result<bool> {
         let options = GetOptions::new().with_count_only().with_revision(revision);
-        match self.client().get(self.keys.probe(), Some(options)).await {
+        match self.read(self.keys.probe(), options).await {
             Ok(_) => Ok(true),
             Err(err) if revision_error(&err) == Some(RevisionError::Compacted) => Ok(false),
             Err(source) => Err(EtcdError::Rpc {
@@ -183,6 +187,31 @@ impl Kv {
             .into()),
         };
         failure.unwrap_or_else(|err| err)
+    }
+
+    /// A read, tried again while etcd answers Unavailable ("leader changed", "no leader"
+    /// while an election runs): reads change nothing, so retrying is safe, as etcd's own
+    /// client retries them. Writes are not retried: one that failed so may have been
+    /// applied.
+    async fn read(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: GetOptions,
+    ) -> Result<GetResponse, etcd_client::Error> {
+        let key = key.into();
+        let deadline = tokio::time::Instant::now() + READ_RETRY;
+        loop {
+            match self.client().get(key.clone(), Some(options.clone())).await {
+                Err(etcd_client::Error::GRpcStatus(status))
+                    if status.code() == tonic::Code::Unavailable
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(message = status.message(), "etcd read unavailable; again");
+                    tokio::time::sleep(READ_RETRY_DELAY).await;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// A handle for one call: etcd's client methods take `&mut self`, and a clone shares the
