@@ -24,6 +24,8 @@ have runc || need_apt+=(runc)
 [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 have nft || need_apt+=(nftables)
+# The install test checks krust's systemd units with systemd's own verifier.
+have systemd-analyze || need_apt+=(systemd)
 # The Ingress TLS test makes its certificates with openssl.
 have openssl || need_apt+=(openssl)
 # The CNI portmap plugin (hostPort) programs iptables.

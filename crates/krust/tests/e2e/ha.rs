@@ -291,7 +291,7 @@ fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
 
 #[test]
 fn an_agent_keeps_working_through_another_server_when_the_one_it_joined_dies() {
-    let cluster = ["--allocate-node-cidrs=true", "--cluster-cidr=10.78.0.0/16"];
+    let cluster = ["--allocate-node-cidrs=true", "--cluster-cidr=10.56.0.0/16"];
     let mut a = first("lb-a", &cluster);
     let b = join(&a, "lb-b", &cluster);
     let c = join(&a, "lb-c", &cluster);

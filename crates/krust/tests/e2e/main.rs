@@ -34,6 +34,7 @@ mod hostile;
 mod images;
 mod ingress;
 mod ingress_options;
+mod install;
 mod jobs;
 mod kube_rs;
 mod kubectl;
