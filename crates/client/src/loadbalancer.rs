@@ -7,9 +7,12 @@
 //!
 //! A connection goes to the server that last took one; when that one cannot be
 //! reached, the next in the list is tried, and so on. Connections already open to a
-//! server that dies end with it, and their clients reconnect through here.
+//! server that dies end with it, and their clients reconnect through here. The list is
+//! kept in a file (as k3s keeps `k3s-agent-load-balancer.json`), so an agent that
+//! starts again while the server it joined is down still finds the others.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -38,18 +41,40 @@ pub struct LoadBalancer {
     /// The server the agent was given, always kept as a last resort.
     default: String,
     servers: Arc<RwLock<Servers>>,
+    /// Where the list is kept across restarts.
+    state: Option<PathBuf>,
+}
+
+/// The kept list: the server it was learned through, and every server.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Kept {
+    server_url: String,
+    server_addresses: Vec<String>,
 }
 
 impl LoadBalancer {
     /// Listens on `bind` (port 0 for any) and passes connections to `server`
-    /// (`https://host:port`) until the list is learned.
-    pub async fn start(bind: SocketAddr, server: &str) -> std::io::Result<LoadBalancer> {
+    /// (`https://host:port`) and the servers kept in `state` from an earlier run with
+    /// the same `server`, until the list is learned.
+    pub async fn start(
+        bind: SocketAddr,
+        server: &str,
+        state: Option<PathBuf>,
+    ) -> std::io::Result<LoadBalancer> {
         let default = host_port(server).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("{server:?} is not an https://host:port URL"),
             )
         })?;
+        let kept = state
+            .as_deref()
+            .and_then(|path| std::fs::read(path).ok())
+            .and_then(|bytes| k8s_openapi::serde_json::from_slice::<Kept>(&bytes).ok())
+            .filter(|kept| kept.server_url == server)
+            .map(|kept| kept.server_addresses)
+            .unwrap_or_default();
         let listener = TcpListener::bind(bind).await?;
         let lb = LoadBalancer {
             addr: listener.local_addr()?,
@@ -58,7 +83,11 @@ impl LoadBalancer {
                 current: 0,
             })),
             default,
+            state,
         };
+        if !kept.is_empty() {
+            lb.set_servers(kept);
+        }
         tokio::spawn(lb.clone().serve(listener));
         tracing::info!(addr = %lb.addr, server = %lb.default, "apiserver load balancer listening");
         Ok(lb)
@@ -92,6 +121,32 @@ impl LoadBalancer {
             .unwrap_or(0);
         tracing::info!(servers = ?servers, "apiservers known to the load balancer");
         known.list = servers;
+        drop(known);
+        self.keep();
+    }
+
+    /// Writes the list to the state file, whole or not at all.
+    fn keep(&self) {
+        let Some(path) = &self.state else {
+            return;
+        };
+        let kept = Kept {
+            server_url: format!("https://{}", self.default),
+            server_addresses: self.servers(),
+        };
+        let tmp = path.with_extension("tmp");
+        let written = k8s_openapi::serde_json::to_vec_pretty(&kept)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(&tmp, bytes)?;
+                std::fs::rename(&tmp, path)
+            });
+        if let Err(err) = written {
+            tracing::warn!(path = %path.display(), %err, "keeping the apiserver list");
+        }
     }
 
     async fn serve(self, listener: TcpListener) {
@@ -251,12 +306,13 @@ mod tests {
         let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let dead_addr = dead.local_addr().unwrap().to_string();
         drop(dead);
-        let lb = LoadBalancer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            &format!("https://{dead_addr}"),
-        )
-        .await
-        .unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let kept = state.path().join("lb.json");
+        let url = format!("https://{dead_addr}");
+        let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let lb = LoadBalancer::start(bind, &url, Some(kept.clone()))
+            .await
+            .unwrap();
         lb.set_servers(vec![dead_addr.clone(), alive_addr.clone()]);
         let port = lb.url().rsplit(':').next().unwrap().to_owned();
         let mut client = TcpStream::connect(format!("127.0.0.1:{port}"))
@@ -273,5 +329,14 @@ mod tests {
         assert_eq!(&buf, b"ping");
         // The live one is now tried first.
         assert_eq!(lb.servers()[lb.servers.read_locked().current], alive_addr);
+        // A new start with the same server finds the list kept; another server's does not.
+        let again = LoadBalancer::start(bind, &url, Some(kept.clone()))
+            .await
+            .unwrap();
+        assert_eq!(again.servers(), lb.servers());
+        let other = LoadBalancer::start(bind, "https://10.0.0.9:6443", Some(kept))
+            .await
+            .unwrap();
+        assert_eq!(other.servers(), ["10.0.0.9:6443"]);
     }
 }

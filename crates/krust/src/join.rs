@@ -54,9 +54,13 @@ pub async fn node_kubeconfig(
             (issued, std::time::SystemTime::now(), certificate)
         }
     };
-    let lb = LoadBalancer::start(lb_bind, server)
-        .await
-        .with_context(|| format!("starting the apiserver load balancer on {lb_bind}"))?;
+    let lb = LoadBalancer::start(
+        lb_bind,
+        server,
+        Some(agent_dir.join("etc").join("krust-agent-load-balancer.json")),
+    )
+    .await
+    .with_context(|| format!("starting the apiserver load balancer on {lb_bind}"))?;
     let yaml = kubeconfig(
         &ca,
         &lb.url(),

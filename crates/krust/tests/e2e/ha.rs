@@ -2,7 +2,8 @@
 //! more joining with `--server` and the server token, one etcd cluster under all three
 //! apiservers, one leading controller manager and scheduler, the leader's machine lost
 //! (its etcd and its server killed with SIGKILL) under a write load without losing an
-//! acknowledged write, the lost server back on its data, and a server leaving.
+//! acknowledged write, the lost server back on its data, a server leaving and a fourth
+//! joining; and an agent that keeps working when the server it joined is lost.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -287,6 +288,13 @@ fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
         "{members:?}"
     );
     lost.server.ok(&["create", "configmap", "after-leave"]);
+
+    // A fourth server joins the cluster as it is now, and serves what it holds.
+    let d = join(&lost, "ha-d", &[]);
+    let members = member_list(&d);
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert!(members.iter().all(|(_, learner)| !learner), "{members:?}");
+    d.server.ok(&["get", "configmap", "after-leave"]);
 }
 
 #[test]
