@@ -6,8 +6,10 @@
 //! dies. TLS passes through untouched: every apiserver's certificate names 127.0.0.1.
 //!
 //! A connection goes to the server that last took one; when that one cannot be
-//! reached, the next in the list is tried, and so on. Connections already open to a
-//! server that dies end with it, and their clients reconnect through here. The list is
+//! reached, the next in the list is tried, and so on. The current server is also tried
+//! every few seconds. Once a server cannot be reached, every connection open to it is
+//! closed (a server cut off by the network never closes them itself, and a watch on one
+//! would wait for nothing), and its clients reconnect through here to the next. The list is
 //! kept in a file (as k3s keeps `k3s-agent-load-balancer.json`), so an agent that
 //! starts again while the server it joined is down still finds the others.
 
@@ -24,6 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// How long connecting to one server may take before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the current server is tried when no connection is being made.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(3);
 
 /// The servers, in the order they are tried.
 #[derive(Debug, Default)]
@@ -43,6 +47,8 @@ pub struct LoadBalancer {
     servers: Arc<RwLock<Servers>>,
     /// Where the list is kept across restarts.
     state: Option<PathBuf>,
+    /// Names each server found unreachable, so the connections to it close.
+    unreachable: tokio::sync::broadcast::Sender<String>,
 }
 
 /// The kept list: the server it was learned through, and every server.
@@ -84,10 +90,12 @@ impl LoadBalancer {
             })),
             default,
             state,
+            unreachable: tokio::sync::broadcast::channel(64).0,
         };
         if !kept.is_empty() {
             lb.set_servers(kept);
         }
+        tokio::spawn(lb.clone().check_current());
         tokio::spawn(lb.clone().serve(listener));
         tracing::info!(addr = %lb.addr, server = %lb.default, "apiserver load balancer listening");
         Ok(lb)
@@ -156,16 +164,42 @@ impl LoadBalancer {
             };
             let lb = self.clone();
             tokio::spawn(async move {
-                if let Some(mut server) = lb.connect().await {
-                    let mut client = client;
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                let mut unreachable = lb.unreachable.subscribe();
+                let Some((mut server, address)) = lb.connect().await else {
+                    return;
+                };
+                let mut client = client;
+                let closed = async {
+                    loop {
+                        match unreachable.recv().await {
+                            Ok(lost) if lost == address => return,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                                std::future::pending::<()>().await
+                            }
+                            _ => {}
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    _ = closed => tracing::debug!(server = %address, "closing a connection to an unreachable apiserver"),
                 }
             });
         }
     }
 
-    /// A connection to the current server, else to the next that answers.
-    async fn connect(&self) -> Option<TcpStream> {
+    /// Tries the current server every few seconds, so a server that stopped answering
+    /// is left (and its connections closed) even while no new connection is made.
+    async fn check_current(self) {
+        loop {
+            tokio::time::sleep(HEALTH_INTERVAL).await;
+            drop(self.connect().await);
+        }
+    }
+
+    /// A connection to the current server, else to the next that answers, with the
+    /// address it went to.
+    async fn connect(&self) -> Option<(TcpStream, String)> {
         let (list, start) = {
             let servers = self.servers.read_locked();
             (servers.list.clone(), servers.current)
@@ -183,11 +217,12 @@ impl LoadBalancer {
                         }
                     }
                     let _ = stream.set_nodelay(true);
-                    return Some(stream);
+                    return Some((stream, list[at].clone()));
                 }
                 Ok(Err(err)) => tracing::debug!(server = %list[at], %err, "apiserver unreachable"),
                 Err(_) => tracing::debug!(server = %list[at], "apiserver connect timed out"),
             }
+            let _ = self.unreachable.send(list[at].clone());
         }
         tracing::warn!(servers = ?list, "no apiserver reachable");
         None

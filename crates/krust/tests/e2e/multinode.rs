@@ -5,7 +5,8 @@
 //! IP, NodePort, LoadBalancer, DNS names), `externalTrafficPolicy: Local` keeps outside
 //! traffic on nodes with endpoints, logs and exec reach pods on every node, a lost
 //! node's pods move to the others, and NetworkPolicies hold between pods on different
-//! nodes.
+//! nodes. With three servers, each in a namespace of its own, the control plane
+//! survives a partition and the loss of each server in turn.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -25,11 +26,13 @@ struct Cluster {
 impl Cluster {
     /// `nodes` agents with `backend`; `name` and `subnet` keep concurrent clusters apart.
     fn up(nodes: usize, backend: &str, name: &str, subnet: &str, cluster_cidr: &str) -> Cluster {
-        Self::up_with(nodes, backend, name, subnet, cluster_cidr, "")
+        Self::up_servers(1, nodes, backend, name, subnet, cluster_cidr, "")
     }
 
-    /// The same, with more flags for the server.
-    fn up_with(
+    /// `servers` servers (several: each in a namespace with an etcd member, server i
+    /// at `<subnet>.(1+i)`) with more flags, and `nodes` agents.
+    fn up_servers(
+        servers: usize,
         nodes: usize,
         backend: &str,
         name: &str,
@@ -51,6 +54,7 @@ impl Cluster {
                 format!("--eviction-hard={TEST_EVICTION_HARD} {TEST_IMAGE_GC}"),
             ),
             ("MN_SERVER_ARGS", server_args.to_string()),
+            ("MN_SERVERS", servers.to_string()),
         ];
         let cluster = Cluster { dir, env };
         let out = cluster.script(&["up", &nodes.to_string()]);
@@ -437,7 +441,8 @@ spec:
 #[test]
 fn lost_nodes_become_unknown_and_their_pods_move_to_the_others() {
     let grace = Duration::from_secs(15);
-    let c = Cluster::up_with(
+    let c = Cluster::up_servers(
+        1,
         3,
         "host-gw",
         "kml",
@@ -601,4 +606,131 @@ fn network_policies_hold_between_pods_on_two_nodes_over_vxlan() {
 #[test]
 fn network_policies_hold_between_pods_on_two_nodes_over_host_gw() {
     network_policies_across_two_nodes("host-gw", "kmq", "10.99.25", "10.54.0.0/16");
+}
+
+/// kubectl through server `i` of a highly available cluster.
+fn kubectl_via(c: &Cluster, i: usize, args: &[&str]) -> std::process::Output {
+    Command::new(KUBECTL)
+        .args(args)
+        .arg("--request-timeout=10s")
+        .env("KUBECONFIG", c.state().join(format!("kubeconfig-{i}")))
+        .output()
+        .unwrap()
+}
+
+/// Three servers in their own namespaces (each with an etcd member) and an agent: a
+/// server cut off by the network and each server's machine lost in turn (its member and
+/// server SIGKILLed), under a write load through the others. Writes go on, the agent
+/// goes on through the servers left, no acknowledged write is lost, and each server
+/// comes back with what was written without it.
+#[test]
+fn a_highly_available_control_plane_survives_a_partition_and_losing_each_server() {
+    let c = Cluster::up_servers(3, 1, "vxlan", "kha", "10.99.25", "10.50.0.0/16", "");
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let down = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let state = c.state();
+    let writer = {
+        let (acked, down, stop) = (acked.clone(), down.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Through a server that is up: the one after the server down, if any.
+                let via = down.load(std::sync::atomic::Ordering::Relaxed) % 3 + 1;
+                let name = format!("w{i}");
+                let out = Command::new(KUBECTL)
+                    .args(["create", "configmap", &name, "--request-timeout=10s"])
+                    .env("KUBECONFIG", state.join(format!("kubeconfig-{via}")))
+                    .output()
+                    .unwrap();
+                if out.status.success() {
+                    acked.lock().unwrap().push(name);
+                }
+                i += 1;
+            }
+        })
+    };
+    let newest = || acked.lock().unwrap().last().cloned();
+    // Server `i` serves the newest acknowledged write, within `DEADLINE`.
+    let serves_newest = |i: usize| {
+        wait_for(
+            &format!("server {i} serves the newest write"),
+            DEADLINE,
+            || {
+                let name = newest()?;
+                kubectl_via(&c, i, &["get", "configmap", &name])
+                    .status
+                    .success()
+                    .then_some(())
+            },
+        )
+    };
+
+    // Server 1, which the agent joined, is cut off.
+    let script = |args: &[&str]| {
+        let out = c.script(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    down.store(1, std::sync::atomic::Ordering::Relaxed);
+    script(&["partition", "1"]);
+    let before = acked.lock().unwrap().len();
+    wait_for("writes through the others", DEADLINE, || {
+        (acked.lock().unwrap().len() > before + 5).then_some(())
+    });
+    // The agent goes on through the others: a new pod runs on it.
+    let run = kubectl_via(
+        &c,
+        2,
+        &["run", "p1", "--image=busybox", "--", "sleep", "3600"],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    wait_for("p1 running on n1 through servers 2 and 3", DEADLINE, || {
+        let out = kubectl_via(&c, 3, &["get", "pod", "p1", "-o", "json"]);
+        let pod: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let ready = pod["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(())
+    });
+    script(&["heal", "1"]);
+    serves_newest(1);
+
+    // Each server's machine lost in turn, and back.
+    for i in 1..=3 {
+        down.store(i, std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_secs(1));
+        script(&["kill", &i.to_string()]);
+        let before = acked.lock().unwrap().len();
+        wait_for(&format!("writes without server {i}"), DEADLINE, || {
+            (acked.lock().unwrap().len() > before + 5).then_some(())
+        });
+        script(&["start", &i.to_string()]);
+        serves_newest(i);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+
+    // No acknowledged write was lost.
+    let listed = kubectl_via(&c, 2, &["get", "configmaps", "-o", "name"]);
+    let stored = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let acked = acked.lock().unwrap();
+    let lost: Vec<&String> = acked
+        .iter()
+        .filter(|name| !stored.lines().any(|l| l == format!("configmap/{name}")))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    kubectl_via(
+        &c,
+        2,
+        &["delete", "pod", "p1", "--grace-period=0", "--timeout=60s"],
+    );
 }
