@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::agent::{EdgeDir, join_edge, stop_edge};
 use crate::common::{Server, free_port, wait_for};
+use crate::history::History;
 use crate::managed_etcd::members;
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
@@ -189,6 +190,10 @@ fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
         .expect("the leader is one of ours");
     let mut lost = servers.remove(lost);
     let survivors = Arc::new(servers);
+    // Beside the creates, the history checker's writers (creates, conditional updates,
+    // deletes) and watchers through a survivor: every acknowledged write must stay, no
+    // failed one appear, and the watches see every acknowledged write in order.
+    let history = History::start(&survivors[0].server, 3);
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
     let last_ack = Arc::new(Mutex::new((Instant::now(), Duration::ZERO)));
     let stop = Arc::new(AtomicBool::new(false));
@@ -225,6 +230,11 @@ fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
     }
     let longest_gap = last_ack.lock().unwrap().1;
     eprintln!("longest time without an acknowledged write: {longest_gap:?}");
+    let (checked, _) = history.check();
+    assert!(
+        checked > 10,
+        "the history's writers kept writing: {checked}"
+    );
     let acked = acked.lock().unwrap().clone();
     assert!(
         acked.len() > 20,
