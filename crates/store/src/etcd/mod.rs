@@ -4,6 +4,7 @@
 //! - `kv`: reads at a revision, transactions and compaction.
 //! - `txn`: a store transaction as an etcd transaction, and its answer.
 //! - `compaction`: finding etcd's compacted revision, which etcd does not report.
+//! - `leadership`: the member's raft term, to give up on writes a dead leader held.
 //! - `watch`: etcd watches as store watch streams.
 //! - `snapshot`: etcd's snapshot stream into a file.
 //! - `restore`: a snapshot made a new member's data with etcd's own tool.
@@ -24,6 +25,7 @@ mod compaction;
 mod error;
 mod keys;
 mod kv;
+mod leadership;
 pub mod managed;
 pub mod membership;
 pub mod restore;
@@ -97,6 +99,7 @@ pub struct EtcdStore {
     kv: Arc<Kv>,
     watch: WatchClient,
     maintenance: MaintenanceClient,
+    leadership: Arc<leadership::Leadership>,
 }
 
 impl EtcdStore {
@@ -136,6 +139,7 @@ impl EtcdStore {
                 .watch_client()
                 .max_decoding_message_size(MAX_RESPONSE_BYTES),
             maintenance: client.maintenance_client(),
+            leadership: leadership::Leadership::follow(client.maintenance_client()),
         };
         let revision = store
             .kv
@@ -167,7 +171,7 @@ impl Store for EtcdStore {
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResult> {
-        self.kv.txn(txn).await
+        self.leadership.bound(self.kv.txn(txn)).await
     }
 
     async fn watch(&self, prefix: &str, from: Revision) -> Result<WatchStream> {
