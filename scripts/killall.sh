@@ -112,9 +112,13 @@ if [ -n "$subnet" ]; then
     nft delete table ip "krust-policy-$tag" 2>/dev/null || true
   fi
 fi
-# The VXLAN device, when it carries this node's range (its `.0` address).
-for addr in $(ip -4 -o addr show dev flannel.1 2>/dev/null | awk '{print $4}' | cut -d/ -f1); do
-  in_subnet "$addr" && ip link delete flannel.1 2>/dev/null
-done
+# The VXLAN device, when it carries this node's range (its `.0` address) and no other
+# node's (several nodes may share this network namespace).
+vxlan_addrs="$(ip -4 -o addr show dev flannel.1 2>/dev/null | awk '{print $4}' | cut -d/ -f1)"
+if [ -n "$vxlan_addrs" ]; then
+  ours=true
+  for addr in $vxlan_addrs; do in_subnet "$addr" || ours=false; done
+  [ "$ours" = true ] && ip link delete flannel.1 2>/dev/null
+fi
 nft delete table ip "$NFT_TABLE" 2>/dev/null || true
 exit 0
