@@ -127,6 +127,25 @@ fn member_pid(m: &Member) -> u32 {
     *pids.first().expect("the member's process")
 }
 
+/// Waits until `via` lists every one of `members`' apiservers in the `kubernetes`
+/// endpoints.
+fn all_published(via: &Member, members: &[&Member]) {
+    wait_for(
+        "every apiserver in the endpoints",
+        Duration::from_secs(30),
+        || {
+            let eps = via
+                .server
+                .get_json(&["endpoints", "kubernetes"])
+                .to_string();
+            members
+                .iter()
+                .all(|m| eps.contains(&format!("\"port\":{}", m.server.port)))
+                .then_some(())
+        },
+    );
+}
+
 fn create(s: &Server, name: &str) -> bool {
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
     let body = serde_json::to_vec(&body).expect("JSON");
@@ -164,17 +183,7 @@ fn three_servers_share_one_etcd_survive_losing_the_leader_and_one_leaves() {
         "v"
     );
     // Every apiserver is published in the `kubernetes` endpoints.
-    wait_for(
-        "three apiservers in the endpoints",
-        Duration::from_secs(30),
-        || {
-            let eps = c.server.get_json(&["endpoints", "kubernetes"]).to_string();
-            [&a, &b, &c]
-                .iter()
-                .all(|m| eps.contains(&format!("\"port\":{}", m.server.port)))
-                .then_some(())
-        },
-    );
+    all_published(&c, &[&a, &b, &c]);
     // One controller manager and one scheduler lead, through their Leases.
     for lease in ["kube-controller-manager", "kube-scheduler"] {
         let held = a.server.get_json(&["lease", "-n", "kube-system", lease]);
@@ -315,17 +324,7 @@ fn an_agent_keeps_working_through_another_server_when_the_one_it_joined_dies() {
     let c = join(&a, "lb-c", &cluster);
     let data = EdgeDir::new();
     let (agent, _) = join_edge(&a.server, data.path());
-    wait_for(
-        "three apiservers in the endpoints",
-        Duration::from_secs(30),
-        || {
-            let eps = b.server.get_json(&["endpoints", "kubernetes"]).to_string();
-            [&a, &b, &c]
-                .iter()
-                .all(|m| eps.contains(&format!("\"port\":{}", m.server.port)))
-                .then_some(())
-        },
-    );
+    all_published(&b, &[&a, &b, &c]);
     // The agent learns the servers from those endpoints.
     std::thread::sleep(Duration::from_secs(2));
     lose(&mut a);

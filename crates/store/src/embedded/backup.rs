@@ -4,7 +4,10 @@
 
 use std::path::Path;
 
-use redb::{Database, ReadableDatabase, ReadableTable};
+use redb::{
+    Database, Key, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, Value,
+    WriteTransaction,
+};
 
 use super::error::BackendError;
 use super::history::{HISTORY, META};
@@ -31,37 +34,31 @@ fn write_copy(db: &Database, partial: &Path) -> Result<(), BackendError> {
         source,
     })?;
     let write = copy.begin_write().map_err(BackendError::BeginWrite)?;
-    {
-        let from = read
-            .open_table(HISTORY)
-            .map_err(BackendError::table("history"))?;
-        let mut to = write
-            .open_table(HISTORY)
-            .map_err(BackendError::table("history"))?;
-        for item in from
-            .iter()
-            .map_err(BackendError::storage("scanning history"))?
-        {
-            let (key, value) = item.map_err(BackendError::storage("scanning history"))?;
-            to.insert(key.value(), value.value())
-                .map_err(BackendError::storage("copying history"))?;
-        }
-        let from = read.open_table(META).map_err(BackendError::table("meta"))?;
-        let mut to = write
-            .open_table(META)
-            .map_err(BackendError::table("meta"))?;
-        for item in from
-            .iter()
-            .map_err(BackendError::storage("scanning meta"))?
-        {
-            let (key, value) = item.map_err(BackendError::storage("scanning meta"))?;
-            to.insert(key.value(), value.value())
-                .map_err(BackendError::storage("copying meta"))?;
-        }
-    }
+    copy_table(&read, &write, HISTORY, "history")?;
+    copy_table(&read, &write, META, "meta")?;
     // redb's default durability: the commit returns once the file is synced.
     write.commit().map_err(|source| BackendError::Commit {
         action: "the copy",
         source,
     })
+}
+
+/// Every row of `table` as `read` sees it, into the same table of `write`.
+fn copy_table<K: Key + 'static, V: Value + 'static>(
+    read: &ReadTransaction,
+    write: &WriteTransaction,
+    table: TableDefinition<K, V>,
+    name: &'static str,
+) -> Result<(), BackendError> {
+    let from = read.open_table(table).map_err(BackendError::table(name))?;
+    let mut to = write.open_table(table).map_err(BackendError::table(name))?;
+    for item in from
+        .iter()
+        .map_err(BackendError::storage("scanning a table"))?
+    {
+        let (key, value) = item.map_err(BackendError::storage("scanning a table"))?;
+        to.insert(key.value(), value.value())
+            .map_err(BackendError::storage("copying a row"))?;
+    }
+    Ok(())
 }
