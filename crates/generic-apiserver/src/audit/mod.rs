@@ -347,7 +347,10 @@ impl Trail {
                     }
                     self.event.insert("responseStatus".into(), status);
                 }
-                if self.decision.level == Level::RequestResponse {
+                // As upstream, only a resource request's answer is an object to record:
+                // non-resource answers (`/version`, a server's bootstrap keys) are not.
+                let resource = self.event.contains_key("objectRef");
+                if self.decision.level == Level::RequestResponse && resource {
                     let object = self.without_managed_fields(object);
                     self.event.insert("responseObject".into(), object);
                 }

@@ -17,6 +17,8 @@ omitStages: [RequestReceived]
 rules:
   - level: None
     nonResourceURLs: ["/healthz*", "/readyz*", "/livez*"]
+  - level: RequestResponse
+    nonResourceURLs: ["/version"]
   - level: None
     resources:
       - group: coordination.k8s.io
@@ -187,6 +189,14 @@ fn requests_are_audited_at_the_level_their_first_matching_rule_gives() {
         e["auditID"] == id.as_str() && e["stage"] == "ResponseComplete"
     });
     assert!(completed.get("responseObject").is_none());
+
+    // A non-resource answer is no object: logged without it, at any level.
+    s.ok(&["get", "--raw", "/version"]);
+    let version = find(&log, "/version", |e| {
+        e["requestURI"] == "/version" && e["stage"] == "ResponseComplete"
+    });
+    assert_eq!(version["level"], "RequestResponse");
+    assert!(version.get("responseObject").is_none(), "{version}");
 
     // Level None: health checks and leases leave no trace.
     s.ok(&["get", "--raw", "/healthz"]);
