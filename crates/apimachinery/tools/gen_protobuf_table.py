@@ -27,6 +27,7 @@ import sys
 API_GROUPS = {
     # proto package suffix (k8s.io.api.<dir>.v1) -> apiVersion of its kinds
     "core": "v1",
+    "admissionregistration": "admissionregistration.k8s.io/v1",
     "apps": "apps/v1",
     "authentication": "authentication.k8s.io/v1",
     "authorization": "authorization.k8s.io/v1",
@@ -46,9 +47,11 @@ API_GROUPS = {
 # Group versions beyond v1 whose kinds are served: (proto package directory, version).
 LATER_VERSIONS = [("autoscaling", "v2")]
 
-# (apiVersion, kind, message) of every kind a protobuf request body may carry.
+# (apiVersion, kind, message) of every kind served in protobuf or accepted in a protobuf
+# request body. Each one's `<Kind>List`, where its package has one, is added by `roots`.
 ROOTS = [
     ("v1", "Binding", "core.v1.Binding"),
+    ("v1", "ComponentStatus", "core.v1.ComponentStatus"),
     ("v1", "ConfigMap", "core.v1.ConfigMap"),
     ("v1", "Endpoints", "core.v1.Endpoints"),
     ("v1", "Event", "core.v1.Event"),
@@ -64,6 +67,10 @@ ROOTS = [
     ("v1", "Secret", "core.v1.Secret"),
     ("v1", "Service", "core.v1.Service"),
     ("v1", "ServiceAccount", "core.v1.ServiceAccount"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "admissionregistration.v1.MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "admissionregistration.v1.ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", "admissionregistration.v1.ValidatingAdmissionPolicyBinding"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", "admissionregistration.v1.ValidatingWebhookConfiguration"),
     ("apps/v1", "ControllerRevision", "apps.v1.ControllerRevision"),
     ("apps/v1", "DaemonSet", "apps.v1.DaemonSet"),
     ("apps/v1", "Deployment", "apps.v1.Deployment"),
@@ -104,6 +111,9 @@ ROOTS = [
     # group-independent spellings (the decoder maps any other apiVersion to it too).
     ("meta.k8s.io/v1", "DeleteOptions", "meta.v1.DeleteOptions"),
     ("v1", "DeleteOptions", "meta.v1.DeleteOptions"),
+    # Answers that are not stored kinds: errors, and the metadata-only view of any kind.
+    ("v1", "Status", "meta.v1.Status"),
+    ("meta.k8s.io/v1", "PartialObjectMetadata", "meta.v1.PartialObjectMetadata"),
 ]
 
 # Types whose JSON form is custom (a MarshalJSON method in Go): the decoder handles
@@ -230,11 +240,20 @@ def value_kind(typ, pending):
     return f'Obj(Msg("{short(package)}.{name}"))'
 
 
+def roots(full):
+    """ROOTS and the list kind of each (`PodList` for `Pod`), where its package has one."""
+    lists = [(v, f"{k}List", f"{m}List") for v, k, m in ROOTS
+             if k != "DeleteOptions" and f"{m}List" in full]
+    return ROOTS + lists
+
+
 def build(protos, go_fields, go_slices):
-    """Walks the messages reachable from ROOTS; returns {short name: [field rows]}."""
+    """Walks the messages reachable from the roots; returns the roots and
+    {short name: [field rows]}."""
     full = {f"{short(p)}.{n}": f"{p}.{n}" for p, _, n in (k.rpartition(".") for k in protos)
             if p.startswith(("k8s.io.api.", "k8s.io.apimachinery.pkg.apis."))}
-    pending = [full[msg] for _, _, msg in ROOTS]
+    kinds = roots(full)
+    pending = [full[msg] for _, _, msg in kinds]
     table = {}
     while pending:
         typ = pending.pop()
@@ -273,7 +292,7 @@ def build(protos, go_fields, go_slices):
                 presence = "Omit" if go["omitempty"] else "Keep"
             rows.append((number, json_name, go["order"], shape, kind, presence))
         table[name] = sorted(rows)
-    return table
+    return kinds, table
 
 
 def ident(name):
@@ -306,7 +325,7 @@ def main():
     if len(sys.argv) != 4:
         fail("usage: gen_protobuf_table.py <kubernetes/api dir> <kubernetes/apimachinery dir> <tag>")
     api_root, machinery_root, tag = sys.argv[1:]
-    table = build(*load(api_root, machinery_root))
+    kinds, table = build(*load(api_root, machinery_root))
     idents = {name: ident(name) for name in table}
     if len(set(idents.values())) != len(idents):
         fail("two messages map to the same static name")
@@ -319,10 +338,10 @@ def main():
         "",
         "use super::descriptor::{Field, Kind::*, Message, Obj::*, Presence::*, Shape::*};",
         "",
-        "/// (apiVersion, kind, message) of every kind [`super::decode`] accepts, sorted.",
+        "/// (apiVersion, kind, message) of every kind with a protobuf form, sorted.",
         "pub(super) static KINDS: &[(&str, &str, &Message)] = &[",
     ]
-    out += [f'    ("{v}", "{k}", &{idents[m]}),' for v, k, m in sorted(ROOTS)]
+    out += [f'    ("{v}", "{k}", &{idents[m]}),' for v, k, m in sorted(kinds)]
     out.append("];")
     for name in sorted(table):
         out += ["", f'static {idents[name]}: Message = Message::new("{name}", &[']

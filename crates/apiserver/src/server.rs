@@ -274,6 +274,20 @@ async fn handle(
         Some(Err(_)) => ("unknown".to_string(), String::new()),
         Some(Ok(info)) => (info.verb.as_str().to_string(), info.resource.clone()),
     };
+    // Errors to requests for built-in kinds go out in the form the client asked for;
+    // custom resources have no protobuf form, so theirs are JSON, as upstream's.
+    let errors = match &parsed {
+        Some(Ok(info))
+            if krust_api::registry::find(&info.group, &info.version, &info.resource)
+                .is_some_and(|r| {
+                    krust_apimachinery::protobuf::supports(&r.api_version(), r.kind)
+                }) =>
+        {
+            let accept = parts.headers.get(http::header::ACCEPT);
+            response::Media::for_errors(accept.and_then(|v| v.to_str().ok()))
+        }
+        _ => response::Media::Json,
+    };
     let identity = identify(api, connection_user, &parts.headers).await;
     let mut trail = api.audit.as_ref().map(|auditor| {
         let (requester, acting) = match &identity {
@@ -309,7 +323,7 @@ async fn handle(
                 }
                 body = RequestBody::Read(bytes);
             }
-            Err(e) => return finish(api, trail, (&verb, &resource, started), Err(e)).await,
+            Err(e) => return finish(api, trail, (&verb, &resource, started, errors), Err(e)).await,
         }
     }
     let result = match identity {
@@ -355,21 +369,21 @@ async fn handle(
                     let annotations = trail.as_ref().map(audit::Trail::annotations);
                     let request = (info, parts, body, query, annotations.unwrap_or_default());
                     let served = serve_admitted(api, user, request).await;
-                    return finish(api, trail, (&verb, &resource, started), served).await;
+                    return finish(api, trail, (&verb, &resource, started, errors), served).await;
                 }
             }
         }
     };
     // Answered without reading the body: consume it, so the client gets the answer cleanly.
     drain(body).await;
-    finish(api, trail, (&verb, &resource, started), result).await
+    finish(api, trail, (&verb, &resource, started, errors), result).await
 }
 
 /// The response for `result`, counted in the metrics and recorded in the audit log.
 async fn finish(
     api: &Api,
     trail: Option<audit::Trail>,
-    request: (&str, &str, Instant),
+    request: (&str, &str, Instant, response::Media),
     result: Result<Response, ApiError>,
 ) -> Response {
     let resp = observed(api, request, result);
@@ -382,12 +396,12 @@ async fn finish(
 /// The response for `result`, counted in the request metrics.
 fn observed(
     api: &Api,
-    (verb, resource, started): (&str, &str, Instant),
+    (verb, resource, started, errors): (&str, &str, Instant, response::Media),
     result: Result<Response, ApiError>,
 ) -> Response {
     let resp = match result {
         Ok(resp) => resp,
-        Err(e) => response::error(&e),
+        Err(e) => response::error_in(&e, errors),
     };
     api.scope.metrics.observe(
         verb,
@@ -529,7 +543,8 @@ async fn serve_resource(
     {
         return Err(ApiError::method_not_allowed(info.verb.as_str(), "bindings"));
     }
-    let output = Output::negotiate(accept, query.get("includeObject"))?;
+    let protobuf = krust_apimachinery::protobuf::supports(&kind.info.api_version(), kind.info.kind);
+    let output = Output::negotiate(accept, query.get("includeObject"), protobuf)?;
     let mut call = rest::Call {
         scope: &api.scope,
         kind,

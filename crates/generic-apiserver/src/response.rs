@@ -24,36 +24,75 @@ pub fn streamed(body: hyper::body::Incoming) -> Body {
     BodyExt::boxed(http_body_util::StreamBody::new(frames))
 }
 
+/// The protobuf media type, upstream's `runtime.ContentTypeProtobuf`.
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
 /// The representation a client asked for with its Accept header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
     Json,
+    /// The kind's own protobuf message (built-in kinds only).
+    Protobuf,
     Table(IncludeObject),
-    /// meta.k8s.io/v1 PartialObjectMetadata(List).
-    Metadata,
+    /// meta.k8s.io/v1 PartialObjectMetadata(List), in JSON or protobuf.
+    Metadata(Media),
+}
+
+/// The wire form of an answer that has both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Media {
+    Json,
+    Protobuf,
+}
+
+impl Media {
+    /// The form of a Status error to a resource request. Upstream negotiates errors as it
+    /// does answers, without the `as=` views, so a client that puts protobuf first gets
+    /// its error in protobuf too.
+    pub fn for_errors(accept: Option<&str>) -> Media {
+        entries(accept.unwrap_or_default())
+            .find(|(wire, params)| wire.is_some() && params.iter().all(|(k, _)| *k != "as"))
+            .and_then(|(wire, _)| wire)
+            .unwrap_or(Media::Json)
+    }
+}
+
+/// The entries of an Accept header in order: the wire form of each media type (none
+/// for types krust never serves) and its parameters.
+fn entries(accept: &str) -> impl Iterator<Item = (Option<Media>, Vec<(&str, &str)>)> {
+    accept.split(',').map(|media| {
+        let mut parts = media.split(';').map(str::trim);
+        let wire = match parts.next().unwrap_or_default() {
+            "application/json" | "application/*" | "*/*" | "application/yaml" => Some(Media::Json),
+            PROTOBUF => Some(Media::Protobuf),
+            _ => None,
+        };
+        (wire, parts.filter_map(|p| p.split_once('=')).collect())
+    })
 }
 
 impl Output {
     /// Picks the first acceptable media type of the Accept header, as upstream's
-    /// negotiation does; protobuf-only clients get 406.
-    pub fn negotiate(accept: Option<&str>, include: Option<&str>) -> Result<Output, ApiError> {
+    /// negotiation does. `protobuf` says whether the kind has a protobuf form (custom
+    /// resources do not); its metadata-only view always has one.
+    pub fn negotiate(
+        accept: Option<&str>,
+        include: Option<&str>,
+        protobuf: bool,
+    ) -> Result<Output, ApiError> {
         let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
             return Ok(Output::Json);
         };
-        for media in accept.split(',') {
-            let mut parts = media.split(';').map(str::trim);
-            let ty = parts.next().unwrap_or_default();
-            let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
+        for (wire, params) in entries(accept) {
             let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
-            if !matches!(
-                ty,
-                "application/json" | "application/*" | "*/*" | "application/yaml"
-            ) {
+            let Some(wire) = wire else {
                 continue;
-            }
-            match (param("as"), param("g")) {
-                (None, _) => return Ok(Output::Json),
-                (Some("Table"), Some("meta.k8s.io")) => {
+            };
+            match (param("as"), param("g"), wire) {
+                (None, _, Media::Json) => return Ok(Output::Json),
+                (None, _, Media::Protobuf) if protobuf => return Ok(Output::Protobuf),
+                // Tables have no protobuf form.
+                (Some("Table"), Some("meta.k8s.io"), Media::Json) => {
                     let include = match include {
                         Some("None") => IncludeObject::None,
                         Some("Object") => IncludeObject::Object,
@@ -64,15 +103,70 @@ impl Output {
                 (
                     Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
                     Some("meta.k8s.io"),
+                    wire,
                 ) => {
-                    return Ok(Output::Metadata);
+                    return Ok(Output::Metadata(wire));
                 }
                 _ => continue,
             }
         }
-        Err(ApiError::not_acceptable(
-            "only the following media types are accepted: application/json, application/yaml",
-        ))
+        let types = if protobuf {
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+        } else {
+            "application/json, application/yaml"
+        };
+        Err(ApiError::not_acceptable(format!(
+            "only the following media types are accepted: {types}"
+        )))
+    }
+
+    /// Whether answers go out in protobuf.
+    pub fn is_protobuf(self) -> bool {
+        matches!(self, Output::Protobuf | Output::Metadata(Media::Protobuf))
+    }
+
+    /// A whole answer: `value` (an object, a list, a Status) in this output's wire form.
+    pub fn encode(self, code: StatusCode, value: &Value) -> Response {
+        if !self.is_protobuf() {
+            return json(code, value);
+        }
+        match krust_apimachinery::protobuf::encode(value) {
+            Ok(bytes) => full(code, bytes, PROTOBUF),
+            Err(e) => {
+                tracing::error!(error = %e, "an answer could not be encoded as protobuf");
+                error(&ApiError::internal(e.to_string()))
+            }
+        }
+    }
+
+    /// One watch event in this output's stream: a JSON line, or a length-framed
+    /// protobuf `WatchEvent`.
+    pub fn event(self, ty: &str, object: &Value) -> Bytes {
+        if !self.is_protobuf() {
+            let mut line =
+                serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap_or_default();
+            line.push(b'\n');
+            return Bytes::from(line);
+        }
+        use krust_apimachinery::protobuf::{encode, watch_event};
+        let (ty, encoded) = match encode(object) {
+            Ok(bytes) => (ty, bytes),
+            Err(e) => {
+                tracing::error!(error = %e, "a watch event could not be encoded as protobuf");
+                let status = ApiError::internal(e.to_string()).to_status();
+                ("ERROR", encode(&status).unwrap_or_default())
+            }
+        };
+        Bytes::from(watch_event(ty, &encoded))
+    }
+
+    /// The Content-Type of a watch stream.
+    pub fn stream_type(self) -> &'static str {
+        if self.is_protobuf() {
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        } else {
+            "application/json"
+        }
     }
 }
 
@@ -140,8 +234,20 @@ pub async fn indented(resp: Response) -> Response {
 }
 
 pub fn error(err: &ApiError) -> Response {
+    error_in(err, Media::Json)
+}
+
+/// An error as a Status in the given wire form.
+pub fn error_in(err: &ApiError, media: Media) -> Response {
     let code = StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = json(code, &err.to_status());
+    let status = err.to_status();
+    let mut resp = match media {
+        Media::Json => json(code, &status),
+        Media::Protobuf => match krust_apimachinery::protobuf::encode(&status) {
+            Ok(bytes) => full(code, bytes, PROTOBUF),
+            Err(_) => json(code, &status),
+        },
+    };
     if let Some(secs) = err.details.as_ref().and_then(|d| d.retry_after_seconds) {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -164,6 +270,11 @@ pub fn served_bytes(kind: &Kind, stored: &Bytes) -> Bytes {
 pub fn object(kind: &Kind, output: Output, code: StatusCode, stored: &Bytes) -> Response {
     match output {
         Output::Json => full(code, served_bytes(kind, stored), "application/json"),
+        Output::Protobuf => {
+            let obj: Value =
+                serde_json::from_slice(&served_bytes(kind, stored)).unwrap_or(Value::Null);
+            output.encode(code, &obj)
+        }
         Output::Table(include) => {
             let obj: Value =
                 serde_json::from_slice(&served_bytes(kind, stored)).unwrap_or(Value::Null);
@@ -173,9 +284,9 @@ pub fn object(kind: &Kind, output: Output, code: StatusCode, stored: &Bytes) -> 
                 &table_of(kind, &[obj], include, json!({"resourceVersion": rv})),
             )
         }
-        Output::Metadata => {
+        Output::Metadata(_) => {
             let obj: Value = serde_json::from_slice(stored).unwrap_or(Value::Null);
-            json(code, &partial_metadata(&obj))
+            output.encode(code, &partial_metadata(&obj))
         }
     }
 }
@@ -239,12 +350,22 @@ pub fn list(
                 .collect();
             json(StatusCode::OK, &table_of(kind, &objs, include, meta))
         }
-        Output::Metadata => {
+        Output::Protobuf => {
+            let objs: Vec<Value> = items
+                .iter()
+                .map(|b| serde_json::from_slice(&served_bytes(kind, b)).unwrap_or(Value::Null))
+                .collect();
+            output.encode(
+                StatusCode::OK,
+                &json!({"kind": format!("{}List", kind.info.kind), "apiVersion": kind.info.api_version(), "metadata": meta, "items": objs}),
+            )
+        }
+        Output::Metadata(_) => {
             let objs: Vec<Value> = items
                 .iter()
                 .map(|b| partial_metadata(&serde_json::from_slice(b).unwrap_or(Value::Null)))
                 .collect();
-            json(
+            output.encode(
                 StatusCode::OK,
                 &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": objs}),
             )
@@ -260,14 +381,14 @@ mod tests {
     fn negotiation_follows_accept_order() {
         let kubectl_get = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
         assert_eq!(
-            Output::negotiate(Some(kubectl_get), None).unwrap(),
+            Output::negotiate(Some(kubectl_get), None, true).unwrap(),
             Output::Table(IncludeObject::Metadata)
         );
         assert_eq!(
-            Output::negotiate(Some("application/json, */*"), None).unwrap(),
+            Output::negotiate(Some("application/json, */*"), None, true).unwrap(),
             Output::Json
         );
-        assert_eq!(Output::negotiate(None, None).unwrap(), Output::Json);
+        assert_eq!(Output::negotiate(None, None, true).unwrap(), Output::Json);
         assert!(wants_pretty(None, Some("curl/7.88.1")));
         assert!(!wants_pretty(Some("pretty=false"), Some("curl/7.88.1")));
         assert!(wants_pretty(
@@ -276,13 +397,29 @@ mod tests {
         ));
         assert!(!wants_pretty(None, Some("kubectl/v1.33.1 (linux/amd64)")));
         assert_eq!(
-            Output::negotiate(Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"), None).unwrap(),
-            Output::Metadata
+            Output::negotiate(Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"), None, false).unwrap(),
+            Output::Metadata(Media::Protobuf)
+        );
+        // client-go configured for protobuf: built-in kinds get it, custom ones JSON.
+        let client_go = "application/vnd.kubernetes.protobuf, application/json";
+        assert_eq!(
+            Output::negotiate(Some(client_go), None, true).unwrap(),
+            Output::Protobuf
         );
         assert_eq!(
-            Output::negotiate(Some("application/vnd.kubernetes.protobuf"), None)
-                .unwrap_err()
-                .code,
+            Output::negotiate(Some(client_go), None, false).unwrap(),
+            Output::Json
+        );
+        let refused = Output::negotiate(Some(PROTOBUF), None, false).unwrap_err();
+        assert_eq!(refused.code, 406);
+        assert_eq!(
+            refused.message,
+            "only the following media types are accepted: application/json, application/yaml"
+        );
+        // Tables are JSON only.
+        let table = "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io";
+        assert_eq!(
+            Output::negotiate(Some(table), None, true).unwrap_err().code,
             406
         );
     }

@@ -1,85 +1,212 @@
-//! Test helpers: a small protobuf writer that builds message bytes field by field the
-//! way gogo-protobuf lays them out, and a reader for the captured `testdata/*.hex`.
+//! Encoding one message from the JSON object Go's encoding/json would read into the Go
+//! struct, byte for byte as upstream's gogo-generated marshalers write that struct:
+//! fields in number order; every field that is not a pointer written, zero or not (an
+//! absent JSON key is the Go zero value); pointers only when set; map entries sorted by
+//! key; inline structs read from the parent object; the apimachinery types with a custom
+//! JSON form by their own marshalers.
 
-pub(super) struct Enc(Vec<u8>);
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Value};
 
-impl Enc {
-    pub(super) fn new() -> Self {
-        Enc(Vec::new())
+use super::descriptor::{Field, Kind, Message, Obj, Presence, Shape};
+use super::error::{Located, WireError};
+use super::wire::Writer;
+
+/// The bytes of `message` for the JSON object `object`; keys the message does not know
+/// are left out, as protobuf cannot carry them.
+pub(super) fn encode_message(
+    message: &'static Message,
+    object: &Map<String, Value>,
+) -> Result<Vec<u8>, Located> {
+    let mut out = Writer::default();
+    for field in message.fields {
+        write_field(&mut out, field, object).map_err(|e| e.within(field.name))?;
     }
+    Ok(out.into_bytes())
+}
 
-    /// Bytes taken as they are, for messages the tests make up at random.
-    pub(super) fn raw(bytes: &[u8]) -> Self {
-        Enc(bytes.to_vec())
+fn write_field(
+    out: &mut Writer,
+    field: &Field,
+    parent: &Map<String, Value>,
+) -> Result<(), Located> {
+    if field.name.is_empty() {
+        // An inline struct: its JSON fields are the parent's own.
+        let Kind::Obj(Obj::Msg(inline)) = field.kind else {
+            return Err(WireError::NotEncodable("an inline field that is not a struct").into());
+        };
+        out.bytes(field.number, &encode_message(inline, parent)?);
+        return Ok(());
     }
-
-    fn varint(mut self, mut value: u64) -> Self {
-        while value >= 0x80 {
-            self.0.push(value as u8 | 0x80);
-            value >>= 7;
+    // `null` decodes to the Go zero value (a nil pointer, slice or map) as absence does.
+    let value = parent.get(field.name).filter(|v| !v.is_null());
+    match field.shape {
+        Shape::One => match (field.presence, value) {
+            (Presence::Ptr | Presence::PtrNull, None) => {}
+            _ => one(out, field.number, field.kind, value)?,
+        },
+        Shape::List => {
+            for item in array(value)? {
+                one(
+                    out,
+                    field.number,
+                    field.kind,
+                    Some(item).filter(|v| !v.is_null()),
+                )?;
+            }
         }
-        self.0.push(value as u8);
-        self
+        Shape::Map => {
+            let mut entries: Vec<(&String, &Value)> = object(value)?.iter().collect();
+            // Go's marshalers sort the keys (a Go map has no order).
+            entries.sort_unstable_by_key(|(key, _)| key.as_str());
+            for (key, item) in entries {
+                let mut entry = Writer::default();
+                entry.bytes(1, key.as_bytes());
+                one(
+                    &mut entry,
+                    2,
+                    field.kind,
+                    Some(item).filter(|v| !v.is_null()),
+                )?;
+                out.bytes(field.number, &entry.into_bytes());
+            }
+        }
     }
+    Ok(())
+}
 
-    fn key(self, number: u32, wire_type: u8) -> Self {
-        self.varint(u64::from(number) << 3 | u64::from(wire_type))
+/// One value of `kind` as field `number`; `None` is the Go zero value.
+fn one(out: &mut Writer, number: u32, kind: Kind, value: Option<&Value>) -> Result<(), Located> {
+    match kind {
+        Kind::Str => out.bytes(number, string(value)?.as_bytes()),
+        Kind::Bool => out.int(number, i64::from(boolean(value)?)),
+        // Go keeps an int32 field in 32 bits and writes it sign-extended.
+        Kind::I32 => out.int(number, i64::from(integer(value)? as i32)),
+        Kind::I64 => out.int(number, integer(value)?),
+        // A nil []byte is not written; an empty one is.
+        Kind::Bytes => {
+            if let Some(value) = value {
+                let bytes = STANDARD
+                    .decode(string(Some(value))?)
+                    .map_err(|_| WireError::NotEncodable("bytes that are not base64"))?;
+                out.bytes(number, &bytes);
+            }
+        }
+        Kind::Obj(obj) => out.bytes(number, &object_bytes(obj, value)?),
     }
+    Ok(())
+}
 
-    /// An `int32`, `int64` or `bool` field; negative numbers take ten bytes, as in Go.
-    pub(super) fn int(self, number: u32, value: i64) -> Self {
-        self.key(number, 0).varint(value as u64)
+/// The bytes of a message-encoded value.
+fn object_bytes(obj: Obj, value: Option<&Value>) -> Result<Vec<u8>, Located> {
+    let mut out = Writer::default();
+    match obj {
+        Obj::Msg(message) => return encode_message(message, object(value)?),
+        // `{string = 1}`: Quantity's marshaler writes its canonical string, "0" when zero.
+        Obj::Quantity => {
+            let text = match value {
+                None => "0".to_string(),
+                Some(Value::Number(n)) => n.to_string(),
+                Some(v) => string(Some(v))?.to_string(),
+            };
+            out.bytes(1, text.as_bytes());
+        }
+        // `{type = 1, intVal = 2, strVal = 3}`, all three always.
+        Obj::IntOrString => {
+            let (kind, int, text) = match value {
+                Some(Value::String(s)) => (1, 0, s.as_str()),
+                other => (0, integer(other)? as i32, ""),
+            };
+            out.int(1, kind);
+            out.int(2, i64::from(int));
+            out.bytes(3, text.as_bytes());
+        }
+        // `{seconds = 1, nanos = 2}`; the zero time marshals to nothing.
+        Obj::Time | Obj::MicroTime => {
+            if let Some((seconds, nanos)) = timestamp(value)? {
+                out.int(1, seconds);
+                out.int(2, i64::from(nanos));
+            }
+        }
+        // `{raw = 1}`: the JSON text, not written when nil.
+        Obj::FieldsV1 | Obj::RawExtension => {
+            if let Some(value) = value {
+                let raw = serde_json::to_vec(value)
+                    .map_err(|_| WireError::NotEncodable("embedded JSON"))?;
+                out.bytes(1, &raw);
+            }
+        }
+        Obj::StringList => {
+            for item in array(value)? {
+                out.bytes(1, string(Some(item))?.as_bytes());
+            }
+        }
     }
+    Ok(out.into_bytes())
+}
 
-    pub(super) fn bytes(self, number: u32, value: &[u8]) -> Self {
-        let mut out = self.key(number, 2).varint(value.len() as u64);
-        out.0.extend_from_slice(value);
-        out
-    }
+/// Unix seconds and nanoseconds of an RFC 3339 time, or `None` for Go's zero time
+/// (year 1), which `metav1.Time` marshals to no bytes.
+fn timestamp(value: Option<&Value>) -> Result<Option<(i64, i32)>, Located> {
+    const GO_ZERO: i64 = -62_135_596_800; // 0001-01-01T00:00:00Z
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let time: jiff::Timestamp = string(Some(value))?
+        .parse()
+        .map_err(|_| WireError::NotEncodable("a time that is not RFC 3339"))?;
+    let (seconds, nanos) = (time.as_second(), time.subsec_nanosecond());
+    Ok((seconds != GO_ZERO || nanos != 0).then_some((seconds, nanos)))
+}
 
-    pub(super) fn str(self, number: u32, value: &str) -> Self {
-        self.bytes(number, value.as_bytes())
-    }
-
-    pub(super) fn msg(self, number: u32, message: Enc) -> Self {
-        self.bytes(number, &message.0)
-    }
-
-    /// A `map<string, string>` entry.
-    pub(super) fn entry(self, number: u32, key: &str, value: &str) -> Self {
-        self.msg(number, Enc::new().str(1, key).str(2, value))
-    }
-
-    /// A map entry whose value is a message (a Quantity, say).
-    pub(super) fn entry_msg(self, number: u32, key: &str, value: Enc) -> Self {
-        self.msg(number, Enc::new().str(1, key).msg(2, value))
-    }
-
-    /// A packed `repeated` varint field.
-    pub(super) fn packed(self, number: u32, values: &[i64]) -> Self {
-        let payload = values.iter().fold(Enc::new(), |e, &v| e.varint(v as u64));
-        self.msg(number, payload)
-    }
-
-    pub(super) fn done(self) -> Vec<u8> {
-        self.0
+fn string(value: Option<&Value>) -> Result<&str, Located> {
+    match value {
+        None => Ok(""),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(WireError::NotEncodable("a string field holding another JSON type").into()),
     }
 }
 
-/// A request body: the `k8s\0` magic and a `runtime.Unknown` holding `raw`.
-pub(super) fn body(api_version: &str, kind: &str, raw: Enc) -> Vec<u8> {
-    let type_meta = Enc::new().str(1, api_version).str(2, kind);
-    let unknown = Enc::new()
-        .msg(1, type_meta)
-        .msg(2, raw)
-        .str(3, "")
-        .str(4, "");
-    [b"k8s\0".as_slice(), &unknown.done()].concat()
+fn boolean(value: Option<&Value>) -> Result<bool, Located> {
+    match value {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(WireError::NotEncodable("a boolean field holding another JSON type").into()),
+    }
 }
 
-/// Bytes from a `testdata/*.hex` file: two hex digits a byte, separated by spaces.
-pub(super) fn hex(text: &str) -> Vec<u8> {
-    text.split_whitespace()
-        .map(|b| u8::from_str_radix(b, 16).expect("testdata holds hex bytes"))
-        .collect()
+/// An integer; Go's decoder also takes a float with no fraction.
+fn integer(value: Option<&Value>) -> Result<i64, Located> {
+    let Some(value) = value else {
+        return Ok(0);
+    };
+    value
+        .as_i64()
+        .or_else(|| {
+            value
+                .as_f64()
+                .filter(|f| f.fract() == 0.0)
+                .map(|f| f as i64)
+        })
+        .ok_or_else(|| {
+            WireError::NotEncodable("an integer field holding another JSON value").into()
+        })
+}
+
+fn array(value: Option<&Value>) -> Result<&[Value], Located> {
+    match value {
+        None => Ok(&[]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(_) => Err(WireError::NotEncodable("a list field holding another JSON type").into()),
+    }
+}
+
+fn object(value: Option<&Value>) -> Result<&Map<String, Value>, Located> {
+    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+    match value {
+        None => Ok(&EMPTY),
+        Some(Value::Object(map)) => Ok(map),
+        Some(_) => Err(WireError::NotEncodable("an object field holding another JSON type").into()),
+    }
 }

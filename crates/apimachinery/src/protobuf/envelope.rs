@@ -1,13 +1,14 @@
-//! The request body around the object: the `k8s\0` magic and the `runtime.Unknown`
-//! envelope naming the object's apiVersion and kind.
+//! The body around the object: the `k8s\0` magic and the `runtime.Unknown` envelope
+//! naming the object's apiVersion and kind; and the frame of a watch event.
 
 use serde_json::{Map, Value};
 
 use super::descriptor::message_for_kind;
+use super::encode::encode_message;
 use super::error::{Located, ProtobufError, WireError};
 use super::message::decode_message;
 use super::wellknown::utf8;
-use super::wire::fields;
+use super::wire::{Writer, fields};
 
 const MAGIC: &[u8] = b"k8s\0";
 
@@ -42,6 +43,57 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     object.insert("apiVersion".into(), Value::String(unknown.api_version));
     object.extend(fields);
     Ok(Value::Object(object))
+}
+
+/// Whether objects of this apiVersion and kind have a protobuf form.
+pub fn supports(api_version: &str, kind: &str) -> bool {
+    message_for_kind(api_version, kind).is_some()
+}
+
+/// Encodes an object's JSON form (with `kind` and `apiVersion`) as upstream's protobuf
+/// serializer writes the same object: the magic, then a `runtime.Unknown` whose `raw`
+/// is the object's message.
+pub fn encode(object: &Value) -> Result<Vec<u8>, ProtobufError> {
+    let (Some(api_version), Some(kind), Some(fields)) = (
+        object["apiVersion"].as_str(),
+        object["kind"].as_str(),
+        object.as_object(),
+    ) else {
+        return Err(ProtobufError::UnknownKind {
+            api_version: object["apiVersion"].to_string(),
+            kind: object["kind"].to_string(),
+        });
+    };
+    let message =
+        message_for_kind(api_version, kind).ok_or_else(|| ProtobufError::UnknownKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        })?;
+    let raw = encode_message(message, fields).map_err(|e| e.encoding(message.name))?;
+    let mut type_meta = Writer::default();
+    type_meta.bytes(1, api_version.as_bytes());
+    type_meta.bytes(2, kind.as_bytes());
+    // Go writes the empty contentEncoding and contentType too.
+    let mut unknown = Writer::default();
+    unknown.bytes(1, &type_meta.into_bytes());
+    unknown.bytes(2, &raw);
+    unknown.bytes(3, b"");
+    unknown.bytes(4, b"");
+    Ok([MAGIC, &unknown.into_bytes()].concat())
+}
+
+/// One event of a protobuf watch stream: a `meta.v1.WatchEvent` `{type = 1, object = 2}`
+/// whose object is a `runtime.RawExtension` holding `object` (a body from [`encode`]),
+/// framed by its length as four big-endian bytes.
+pub fn watch_event(event_type: &str, object: &[u8]) -> Vec<u8> {
+    let mut raw = Writer::default();
+    raw.bytes(1, object);
+    let mut event = Writer::default();
+    event.bytes(1, event_type.as_bytes());
+    event.bytes(2, &raw.into_bytes());
+    let event = event.into_bytes();
+    let length = u32::try_from(event.len()).unwrap_or(u32::MAX);
+    [length.to_be_bytes().as_slice(), &event].concat()
 }
 
 /// `runtime.Unknown`: `{typeMeta = 1 {apiVersion = 1, kind = 2}, raw = 2,

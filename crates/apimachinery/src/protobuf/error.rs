@@ -1,9 +1,9 @@
-//! Errors of protobuf decoding: [`ProtobufError`] for the request body as a whole, and
-//! [`WireError`] for what was wrong at one place inside it.
+//! Errors of protobuf decoding and encoding: [`ProtobufError`] for the body as a whole,
+//! and [`WireError`] for what was wrong at one place inside it.
 
 use thiserror::Error;
 
-/// Why a protobuf request body could not be decoded.
+/// Why a protobuf body could not be decoded, or an object encoded.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ProtobufError {
     #[error("protobuf body does not start with the Kubernetes magic prefix \"k8s\\0\"")]
@@ -22,9 +22,16 @@ pub enum ProtobufError {
         #[source]
         error: WireError,
     },
+    /// An object whose JSON does not fit its kind's message (a stored object never is).
+    #[error("cannot encode {at} as protobuf: {error}")]
+    Unencodable {
+        at: String,
+        #[source]
+        error: WireError,
+    },
 }
 
-/// What was wrong with the bytes at one place.
+/// What was wrong with the bytes (or the JSON being encoded) at one place.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum WireError {
     #[error("unexpected end of data")]
@@ -45,6 +52,8 @@ pub enum WireError {
     TimeRange(i64),
     #[error("IntOrString type {0} is neither 0 (int) nor 1 (string)")]
     IntOrStringType(i64),
+    #[error("the JSON holds {0}")]
+    NotEncodable(&'static str),
 }
 
 /// A [`WireError`] on its way up through nested messages, collecting the JSON path.
@@ -64,17 +73,25 @@ impl Located {
         self
     }
 
-    /// The public error, with the path rooted at `root` (the top message's name).
+    /// The public decoding error, with the path rooted at `root` (the top message's name).
     pub(super) fn at(self, root: &str) -> ProtobufError {
+        let (at, error) = self.rooted(root);
+        ProtobufError::Malformed { at, error }
+    }
+
+    /// The public encoding error, with the path rooted at `root`.
+    pub(super) fn encoding(self, root: &str) -> ProtobufError {
+        let (at, error) = self.rooted(root);
+        ProtobufError::Unencodable { at, error }
+    }
+
+    fn rooted(self, root: &str) -> (String, WireError) {
         let mut at = root.to_string();
         for field in self.path.iter().rev() {
             at.push('.');
             at.push_str(field);
         }
-        ProtobufError::Malformed {
-            at,
-            error: self.error,
-        }
+        (at, self.error)
     }
 }
 

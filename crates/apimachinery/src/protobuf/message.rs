@@ -121,18 +121,23 @@ fn map_entry(kind: Kind, entry: &[u8]) -> Result<(String, Value), Located> {
     Ok((key, value))
 }
 
+/// The JSON Go writes for a field its struct leaves at the zero value, or `None` where
+/// encoding/json leaves the field out.
+pub(super) fn absent(field: &Field) -> Option<Value> {
+    match (field.presence, field.shape) {
+        (Presence::Ptr | Presence::Omit, _) => None,
+        (Presence::PtrNull, _) => Some(Value::Null),
+        // A nil slice or map.
+        (Presence::Keep, Shape::List | Shape::Map) => Some(Value::Null),
+        // Decoding no bytes cannot fail.
+        (Presence::Keep, Shape::One) => zero(field.kind).ok(),
+    }
+}
+
 /// The JSON for a field that was on the wire or not, or `None` to leave it out.
 fn finish(field: &Field, slot: Slot) -> Result<Option<Value>, Located> {
     let value = match slot {
-        Slot::Absent => {
-            return Ok(match (field.presence, field.shape) {
-                (Presence::Ptr | Presence::Omit, _) => None,
-                (Presence::PtrNull, _) => Some(Value::Null),
-                // A nil slice or map.
-                (Presence::Keep, Shape::List | Shape::Map) => Some(Value::Null),
-                (Presence::Keep, Shape::One) => Some(zero(field.kind)?),
-            });
-        }
+        Slot::Absent => return Ok(absent(field)),
         Slot::Scalar(value) => value,
         Slot::Chunks(obj, chunks) => of_chunks(obj, &chunks)?,
         Slot::List(items) => Value::Array(items),

@@ -1,18 +1,21 @@
-//! Objects in upstream's field order. Go's encoding/json writes a struct's fields in the
+//! Objects as upstream writes them. Go's encoding/json writes a struct's fields in the
 //! order the struct declares them — `kind` and `apiVersion` first (the inline
 //! `TypeMeta`), then `metadata`, `spec`, `status`, and so on down every nested struct —
-//! and clients that compare bodies as text, hash them or read them positionally see
-//! that order. The descriptor table knows each field's position in its Go struct
-//! ([`Field::order`]); [`go_order`] rearranges an object's keys by it. Keys the table
-//! does not know (custom resources, fields newer than the table) keep their order,
-//! after the known ones.
+//! and writes every field without `omitempty` even at its zero value (`"status":{}`,
+//! `"creationTimestamp":null`); clients that compare bodies as text, hash them or read
+//! them positionally see both. The descriptor table knows each field's position in its
+//! Go struct ([`Field::order`]) and its presence rule; [`go_order`] rearranges an
+//! object's keys by the one and adds the zero values by the other. Keys the table does
+//! not know (custom resources, fields newer than the table) keep their order, after the
+//! known ones.
 
 use serde_json::{Map, Value};
 
 use super::descriptor::{Field, Kind, Message, Obj, Shape, message_for_kind};
+use super::message::absent;
 
 /// Rearranges a built-in kind's object (by its `apiVersion` and `kind`) into Go's field
-/// order; objects of other kinds are left as they are.
+/// order, with the zero values Go writes; objects of other kinds are left as they are.
 pub fn go_order(object: &mut Value) {
     let message = match (object["apiVersion"].as_str(), object["kind"].as_str()) {
         (Some(api_version), Some(kind)) => message_for_kind(api_version, kind),
@@ -47,8 +50,29 @@ fn ordered(message: &'static Message, map: Map<String, Value>) -> Map<String, Va
         };
         entries.push((rank, key, value));
     }
+    zeros(message, None, &mut entries);
     entries.sort_unstable_by_key(|e| e.0);
     entries.into_iter().map(|(_, k, v)| (k, v)).collect()
+}
+
+/// Adds the fields of `message` (of an inline struct ranked `inline`) that `entries`
+/// lacks and Go writes anyway, at their zero values, ranked as [`locate`] ranks them.
+fn zeros(message: &'static Message, inline: Option<u32>, entries: &mut Vec<(u32, String, Value)>) {
+    for field in message.fields {
+        let rank = match inline {
+            None => u32::from(field.order) << 8,
+            Some(outer) => outer | u32::from(field.order),
+        };
+        if field.name.is_empty() {
+            if let Kind::Obj(Obj::Msg(struct_fields)) = field.kind {
+                zeros(struct_fields, Some(rank), entries);
+            }
+        } else if !entries.iter().any(|(_, key, _)| key == field.name)
+            && let Some(zero) = absent(field)
+        {
+            entries.push((rank, field.name.to_string(), zero));
+        }
+    }
 }
 
 /// The field of `message` named `key` and its rank: its Go position, shifted so that
@@ -113,7 +137,7 @@ mod tests {
         go_order(&mut pod);
         assert_eq!(
             pod.to_string(),
-            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u","resourceVersion":"7","labels":{"a":"1","b":"2"}},"spec":{"volumes":[{"name":"cfg","configMap":{"name":"cfg"}}],"containers":[{"name":"c","image":"busybox","ports":[{"name":"http","containerPort":80,"protocol":"TCP"}],"resources":{"limits":{"cpu":"1","memory":"1Gi"}}}]},"status":{"phase":"Running"},"x-unknown":true}"#
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"default","uid":"u","resourceVersion":"7","creationTimestamp":null,"labels":{"a":"1","b":"2"}},"spec":{"volumes":[{"name":"cfg","configMap":{"name":"cfg"}}],"containers":[{"name":"c","image":"busybox","ports":[{"name":"http","containerPort":80,"protocol":"TCP"}],"resources":{"limits":{"cpu":"1","memory":"1Gi"}}}]},"status":{"phase":"Running"},"x-unknown":true}"#
         );
     }
 

@@ -1,14 +1,15 @@
 //! [`decode`] over random and damaged input: it returns an error or a value and never
-//! panics, and string maps survive a round trip whatever their keys.
+//! panics, and string maps survive a round trip whatever their keys. Whatever decodes
+//! encodes, and decodes again to the same object.
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::decode;
-use super::encode::{Enc, body, hex};
+use super::fixture::{Enc, body, hex};
 use super::table::KINDS;
+use super::{decode, encode};
 
 /// Request bodies kubectl sent, to damage.
 const CAPTURED: &[&str] = &[
@@ -36,6 +37,8 @@ proptest! {
         let body = body(api_version, kind, Enc::raw(&raw));
         if let Ok(object) = decode(&body) {
             prop_assert_eq!(&object["kind"], &json!(kind));
+            let again = decode(&encode(&object).unwrap()).unwrap();
+            prop_assert_eq!(again.to_string(), object.to_string());
         }
     }
 

@@ -3,13 +3,26 @@
 
 use super::descriptor::{Field, Kind::*, Message, Obj::*, Presence::*, Shape::*};
 
-/// (apiVersion, kind, message) of every kind [`super::decode`] accepts, sorted.
+/// (apiVersion, kind, message) of every kind with a protobuf form, sorted.
 pub(super) static KINDS: &[(&str, &str, &Message)] = &[
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", &ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfigurationList", &ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION_LIST),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", &ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", &ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBindingList", &ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_LIST),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyList", &ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_LIST),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", &ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfigurationList", &ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION_LIST),
     ("apps/v1", "ControllerRevision", &APPS_V1_CONTROLLER_REVISION),
+    ("apps/v1", "ControllerRevisionList", &APPS_V1_CONTROLLER_REVISION_LIST),
     ("apps/v1", "DaemonSet", &APPS_V1_DAEMON_SET),
+    ("apps/v1", "DaemonSetList", &APPS_V1_DAEMON_SET_LIST),
     ("apps/v1", "Deployment", &APPS_V1_DEPLOYMENT),
+    ("apps/v1", "DeploymentList", &APPS_V1_DEPLOYMENT_LIST),
     ("apps/v1", "ReplicaSet", &APPS_V1_REPLICA_SET),
+    ("apps/v1", "ReplicaSetList", &APPS_V1_REPLICA_SET_LIST),
     ("apps/v1", "StatefulSet", &APPS_V1_STATEFUL_SET),
+    ("apps/v1", "StatefulSetList", &APPS_V1_STATEFUL_SET_LIST),
     ("authentication.k8s.io/v1", "SelfSubjectReview", &AUTHENTICATION_V1_SELF_SUBJECT_REVIEW),
     ("authentication.k8s.io/v1", "TokenRequest", &AUTHENTICATION_V1_TOKEN_REQUEST),
     ("authentication.k8s.io/v1", "TokenReview", &AUTHENTICATION_V1_TOKEN_REVIEW),
@@ -18,53 +31,274 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview", &AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW),
     ("authorization.k8s.io/v1", "SubjectAccessReview", &AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW),
     ("autoscaling/v1", "HorizontalPodAutoscaler", &AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER),
+    ("autoscaling/v1", "HorizontalPodAutoscalerList", &AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_LIST),
     ("autoscaling/v1", "Scale", &AUTOSCALING_V1_SCALE),
     ("autoscaling/v2", "HorizontalPodAutoscaler", &AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER),
+    ("autoscaling/v2", "HorizontalPodAutoscalerList", &AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_LIST),
     ("batch/v1", "CronJob", &BATCH_V1_CRON_JOB),
+    ("batch/v1", "CronJobList", &BATCH_V1_CRON_JOB_LIST),
     ("batch/v1", "Job", &BATCH_V1_JOB),
+    ("batch/v1", "JobList", &BATCH_V1_JOB_LIST),
     ("certificates.k8s.io/v1", "CertificateSigningRequest", &CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST),
+    ("certificates.k8s.io/v1", "CertificateSigningRequestList", &CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_LIST),
     ("coordination.k8s.io/v1", "Lease", &COORDINATION_V1_LEASE),
+    ("coordination.k8s.io/v1", "LeaseList", &COORDINATION_V1_LEASE_LIST),
     ("discovery.k8s.io/v1", "EndpointSlice", &DISCOVERY_V1_ENDPOINT_SLICE),
+    ("discovery.k8s.io/v1", "EndpointSliceList", &DISCOVERY_V1_ENDPOINT_SLICE_LIST),
     ("events.k8s.io/v1", "Event", &EVENTS_V1_EVENT),
+    ("events.k8s.io/v1", "EventList", &EVENTS_V1_EVENT_LIST),
     ("meta.k8s.io/v1", "DeleteOptions", &META_V1_DELETE_OPTIONS),
+    ("meta.k8s.io/v1", "PartialObjectMetadata", &META_V1_PARTIAL_OBJECT_METADATA),
+    ("meta.k8s.io/v1", "PartialObjectMetadataList", &META_V1_PARTIAL_OBJECT_METADATA_LIST),
     ("networking.k8s.io/v1", "Ingress", &NETWORKING_V1_INGRESS),
     ("networking.k8s.io/v1", "IngressClass", &NETWORKING_V1_INGRESS_CLASS),
+    ("networking.k8s.io/v1", "IngressClassList", &NETWORKING_V1_INGRESS_CLASS_LIST),
+    ("networking.k8s.io/v1", "IngressList", &NETWORKING_V1_INGRESS_LIST),
     ("networking.k8s.io/v1", "NetworkPolicy", &NETWORKING_V1_NETWORK_POLICY),
+    ("networking.k8s.io/v1", "NetworkPolicyList", &NETWORKING_V1_NETWORK_POLICY_LIST),
     ("policy/v1", "Eviction", &POLICY_V1_EVICTION),
     ("policy/v1", "PodDisruptionBudget", &POLICY_V1_POD_DISRUPTION_BUDGET),
+    ("policy/v1", "PodDisruptionBudgetList", &POLICY_V1_POD_DISRUPTION_BUDGET_LIST),
     ("rbac.authorization.k8s.io/v1", "ClusterRole", &RBAC_V1_CLUSTER_ROLE),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", &RBAC_V1_CLUSTER_ROLE_BINDING),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBindingList", &RBAC_V1_CLUSTER_ROLE_BINDING_LIST),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleList", &RBAC_V1_CLUSTER_ROLE_LIST),
     ("rbac.authorization.k8s.io/v1", "Role", &RBAC_V1_ROLE),
     ("rbac.authorization.k8s.io/v1", "RoleBinding", &RBAC_V1_ROLE_BINDING),
+    ("rbac.authorization.k8s.io/v1", "RoleBindingList", &RBAC_V1_ROLE_BINDING_LIST),
+    ("rbac.authorization.k8s.io/v1", "RoleList", &RBAC_V1_ROLE_LIST),
     ("scheduling.k8s.io/v1", "PriorityClass", &SCHEDULING_V1_PRIORITY_CLASS),
+    ("scheduling.k8s.io/v1", "PriorityClassList", &SCHEDULING_V1_PRIORITY_CLASS_LIST),
     ("storage.k8s.io/v1", "CSIDriver", &STORAGE_V1_CSI_DRIVER),
+    ("storage.k8s.io/v1", "CSIDriverList", &STORAGE_V1_CSI_DRIVER_LIST),
     ("storage.k8s.io/v1", "CSINode", &STORAGE_V1_CSI_NODE),
+    ("storage.k8s.io/v1", "CSINodeList", &STORAGE_V1_CSI_NODE_LIST),
     ("storage.k8s.io/v1", "CSIStorageCapacity", &STORAGE_V1_CSI_STORAGE_CAPACITY),
+    ("storage.k8s.io/v1", "CSIStorageCapacityList", &STORAGE_V1_CSI_STORAGE_CAPACITY_LIST),
     ("storage.k8s.io/v1", "StorageClass", &STORAGE_V1_STORAGE_CLASS),
+    ("storage.k8s.io/v1", "StorageClassList", &STORAGE_V1_STORAGE_CLASS_LIST),
     ("storage.k8s.io/v1", "VolumeAttachment", &STORAGE_V1_VOLUME_ATTACHMENT),
+    ("storage.k8s.io/v1", "VolumeAttachmentList", &STORAGE_V1_VOLUME_ATTACHMENT_LIST),
     ("v1", "Binding", &CORE_V1_BINDING),
+    ("v1", "ComponentStatus", &CORE_V1_COMPONENT_STATUS),
+    ("v1", "ComponentStatusList", &CORE_V1_COMPONENT_STATUS_LIST),
     ("v1", "ConfigMap", &CORE_V1_CONFIG_MAP),
+    ("v1", "ConfigMapList", &CORE_V1_CONFIG_MAP_LIST),
     ("v1", "DeleteOptions", &META_V1_DELETE_OPTIONS),
     ("v1", "Endpoints", &CORE_V1_ENDPOINTS),
+    ("v1", "EndpointsList", &CORE_V1_ENDPOINTS_LIST),
     ("v1", "Event", &CORE_V1_EVENT),
+    ("v1", "EventList", &CORE_V1_EVENT_LIST),
     ("v1", "LimitRange", &CORE_V1_LIMIT_RANGE),
+    ("v1", "LimitRangeList", &CORE_V1_LIMIT_RANGE_LIST),
     ("v1", "Namespace", &CORE_V1_NAMESPACE),
+    ("v1", "NamespaceList", &CORE_V1_NAMESPACE_LIST),
     ("v1", "Node", &CORE_V1_NODE),
+    ("v1", "NodeList", &CORE_V1_NODE_LIST),
     ("v1", "PersistentVolume", &CORE_V1_PERSISTENT_VOLUME),
     ("v1", "PersistentVolumeClaim", &CORE_V1_PERSISTENT_VOLUME_CLAIM),
+    ("v1", "PersistentVolumeClaimList", &CORE_V1_PERSISTENT_VOLUME_CLAIM_LIST),
+    ("v1", "PersistentVolumeList", &CORE_V1_PERSISTENT_VOLUME_LIST),
     ("v1", "Pod", &CORE_V1_POD),
+    ("v1", "PodList", &CORE_V1_POD_LIST),
     ("v1", "PodTemplate", &CORE_V1_POD_TEMPLATE),
+    ("v1", "PodTemplateList", &CORE_V1_POD_TEMPLATE_LIST),
     ("v1", "ReplicationController", &CORE_V1_REPLICATION_CONTROLLER),
+    ("v1", "ReplicationControllerList", &CORE_V1_REPLICATION_CONTROLLER_LIST),
     ("v1", "ResourceQuota", &CORE_V1_RESOURCE_QUOTA),
+    ("v1", "ResourceQuotaList", &CORE_V1_RESOURCE_QUOTA_LIST),
     ("v1", "Secret", &CORE_V1_SECRET),
+    ("v1", "SecretList", &CORE_V1_SECRET_LIST),
     ("v1", "Service", &CORE_V1_SERVICE),
     ("v1", "ServiceAccount", &CORE_V1_SERVICE_ACCOUNT),
+    ("v1", "ServiceAccountList", &CORE_V1_SERVICE_ACCOUNT_LIST),
+    ("v1", "ServiceList", &CORE_V1_SERVICE_LIST),
+    ("v1", "Status", &META_V1_STATUS),
 ];
+
+static ADMISSIONREGISTRATION_V1_AUDIT_ANNOTATION: Message = Message::new("admissionregistration.v1.AuditAnnotation", &[
+    Field::new(1, "key", 0, One, Str, Keep),
+    Field::new(2, "valueExpression", 1, One, Str, Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_EXPRESSION_WARNING: Message = Message::new("admissionregistration.v1.ExpressionWarning", &[
+    Field::new(2, "fieldRef", 0, One, Str, Keep),
+    Field::new(3, "warning", 1, One, Str, Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_MATCH_CONDITION: Message = Message::new("admissionregistration.v1.MatchCondition", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "expression", 1, One, Str, Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_MATCH_RESOURCES: Message = Message::new("admissionregistration.v1.MatchResources", &[
+    Field::new(1, "namespaceSelector", 0, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(2, "objectSelector", 1, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(3, "resourceRules", 2, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS)), Omit),
+    Field::new(4, "excludeResourceRules", 3, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS)), Omit),
+    Field::new(7, "matchPolicy", 4, One, Str, Ptr),
+]);
+
+static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK: Message = Message::new("admissionregistration.v1.MutatingWebhook", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "clientConfig", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG)), Keep),
+    Field::new(3, "rules", 2, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS)), Omit),
+    Field::new(4, "failurePolicy", 3, One, Str, Ptr),
+    Field::new(5, "namespaceSelector", 5, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(6, "sideEffects", 7, One, Str, PtrNull),
+    Field::new(7, "timeoutSeconds", 8, One, I32, Ptr),
+    Field::new(8, "admissionReviewVersions", 9, List, Str, Keep),
+    Field::new(9, "matchPolicy", 4, One, Str, Ptr),
+    Field::new(10, "reinvocationPolicy", 10, One, Str, Ptr),
+    Field::new(11, "objectSelector", 6, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(12, "matchConditions", 11, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_MATCH_CONDITION)), Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION: Message = Message::new("admissionregistration.v1.MutatingWebhookConfiguration", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "webhooks", 1, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK)), Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION_LIST: Message = Message::new("admissionregistration.v1.MutatingWebhookConfigurationList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_MUTATING_WEBHOOK_CONFIGURATION)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_NAMED_RULE_WITH_OPERATIONS: Message = Message::new("admissionregistration.v1.NamedRuleWithOperations", &[
+    Field::new(1, "resourceNames", 0, List, Str, Omit),
+    Field::new(2, "", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_PARAM_KIND: Message = Message::new("admissionregistration.v1.ParamKind", &[
+    Field::new(1, "apiVersion", 0, One, Str, Omit),
+    Field::new(2, "kind", 1, One, Str, Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_PARAM_REF: Message = Message::new("admissionregistration.v1.ParamRef", &[
+    Field::new(1, "name", 0, One, Str, Omit),
+    Field::new(2, "namespace", 1, One, Str, Omit),
+    Field::new(3, "selector", 2, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(4, "parameterNotFoundAction", 3, One, Str, Ptr),
+]);
+
+static ADMISSIONREGISTRATION_V1_RULE: Message = Message::new("admissionregistration.v1.Rule", &[
+    Field::new(1, "apiGroups", 0, List, Str, Omit),
+    Field::new(2, "apiVersions", 1, List, Str, Omit),
+    Field::new(3, "resources", 2, List, Str, Omit),
+    Field::new(4, "scope", 3, One, Str, Ptr),
+]);
+
+static ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS: Message = Message::new("admissionregistration.v1.RuleWithOperations", &[
+    Field::new(1, "operations", 0, List, Str, Omit),
+    Field::new(2, "", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_RULE)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE: Message = Message::new("admissionregistration.v1.ServiceReference", &[
+    Field::new(1, "namespace", 0, One, Str, Keep),
+    Field::new(2, "name", 1, One, Str, Keep),
+    Field::new(3, "path", 2, One, Str, Ptr),
+    Field::new(4, "port", 3, One, I32, Ptr),
+]);
+
+static ADMISSIONREGISTRATION_V1_TYPE_CHECKING: Message = Message::new("admissionregistration.v1.TypeChecking", &[
+    Field::new(1, "expressionWarnings", 0, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_EXPRESSION_WARNING)), Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY: Message = Message::new("admissionregistration.v1.ValidatingAdmissionPolicy", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_SPEC)), Keep),
+    Field::new(3, "status", 2, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_STATUS)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING: Message = Message::new("admissionregistration.v1.ValidatingAdmissionPolicyBinding", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "spec", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_SPEC)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_LIST: Message = Message::new("admissionregistration.v1.ValidatingAdmissionPolicyBindingList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_BINDING_SPEC: Message = Message::new("admissionregistration.v1.ValidatingAdmissionPolicyBindingSpec", &[
+    Field::new(1, "policyName", 0, One, Str, Omit),
+    Field::new(2, "paramRef", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_PARAM_REF)), Ptr),
+    Field::new(3, "matchResources", 2, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_MATCH_RESOURCES)), Ptr),
+    Field::new(4, "validationActions", 3, List, Str, Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_LIST: Message = Message::new("admissionregistration.v1.ValidatingAdmissionPolicyList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_SPEC: Message = Message::new("admissionregistration.v1.ValidatingAdmissionPolicySpec", &[
+    Field::new(1, "paramKind", 0, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_PARAM_KIND)), Ptr),
+    Field::new(2, "matchConstraints", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_MATCH_RESOURCES)), Ptr),
+    Field::new(3, "validations", 2, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATION)), Omit),
+    Field::new(4, "failurePolicy", 3, One, Str, Ptr),
+    Field::new(5, "auditAnnotations", 4, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_AUDIT_ANNOTATION)), Omit),
+    Field::new(6, "matchConditions", 5, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_MATCH_CONDITION)), Omit),
+    Field::new(7, "variables", 6, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_VARIABLE)), Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_ADMISSION_POLICY_STATUS: Message = Message::new("admissionregistration.v1.ValidatingAdmissionPolicyStatus", &[
+    Field::new(1, "observedGeneration", 0, One, I64, Omit),
+    Field::new(2, "typeChecking", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_TYPE_CHECKING)), Ptr),
+    Field::new(3, "conditions", 2, List, Obj(Msg(&META_V1_CONDITION)), Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: Message = Message::new("admissionregistration.v1.ValidatingWebhook", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "clientConfig", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG)), Keep),
+    Field::new(3, "rules", 2, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS)), Omit),
+    Field::new(4, "failurePolicy", 3, One, Str, Ptr),
+    Field::new(5, "namespaceSelector", 5, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(6, "sideEffects", 7, One, Str, PtrNull),
+    Field::new(7, "timeoutSeconds", 8, One, I32, Ptr),
+    Field::new(8, "admissionReviewVersions", 9, List, Str, Keep),
+    Field::new(9, "matchPolicy", 4, One, Str, Ptr),
+    Field::new(10, "objectSelector", 6, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
+    Field::new(11, "matchConditions", 10, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_MATCH_CONDITION)), Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION: Message = Message::new("admissionregistration.v1.ValidatingWebhookConfiguration", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "webhooks", 1, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK)), Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION_LIST: Message = Message::new("admissionregistration.v1.ValidatingWebhookConfigurationList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION)), Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_VALIDATION: Message = Message::new("admissionregistration.v1.Validation", &[
+    Field::new(1, "expression", 0, One, Str, Keep),
+    Field::new(2, "message", 1, One, Str, Omit),
+    Field::new(3, "reason", 2, One, Str, Ptr),
+    Field::new(4, "messageExpression", 3, One, Str, Omit),
+]);
+
+static ADMISSIONREGISTRATION_V1_VARIABLE: Message = Message::new("admissionregistration.v1.Variable", &[
+    Field::new(1, "name", 0, One, Str, Keep),
+    Field::new(2, "expression", 1, One, Str, Keep),
+]);
+
+static ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG: Message = Message::new("admissionregistration.v1.WebhookClientConfig", &[
+    Field::new(1, "service", 1, One, Obj(Msg(&ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE)), Ptr),
+    Field::new(2, "caBundle", 2, One, Bytes, Omit),
+    Field::new(3, "url", 0, One, Str, Ptr),
+]);
 
 static APPS_V1_CONTROLLER_REVISION: Message = Message::new("apps.v1.ControllerRevision", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "data", 1, One, Obj(RawExtension), Keep),
     Field::new(3, "revision", 2, One, I64, Keep),
+]);
+
+static APPS_V1_CONTROLLER_REVISION_LIST: Message = Message::new("apps.v1.ControllerRevisionList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&APPS_V1_CONTROLLER_REVISION)), Keep),
 ]);
 
 static APPS_V1_DAEMON_SET: Message = Message::new("apps.v1.DaemonSet", &[
@@ -79,6 +313,11 @@ static APPS_V1_DAEMON_SET_CONDITION: Message = Message::new("apps.v1.DaemonSetCo
     Field::new(3, "lastTransitionTime", 2, One, Obj(Time), Keep),
     Field::new(4, "reason", 3, One, Str, Omit),
     Field::new(5, "message", 4, One, Str, Omit),
+]);
+
+static APPS_V1_DAEMON_SET_LIST: Message = Message::new("apps.v1.DaemonSetList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&APPS_V1_DAEMON_SET)), Keep),
 ]);
 
 static APPS_V1_DAEMON_SET_SPEC: Message = Message::new("apps.v1.DaemonSetSpec", &[
@@ -122,6 +361,11 @@ static APPS_V1_DEPLOYMENT_CONDITION: Message = Message::new("apps.v1.DeploymentC
     Field::new(7, "lastTransitionTime", 3, One, Obj(Time), Keep),
 ]);
 
+static APPS_V1_DEPLOYMENT_LIST: Message = Message::new("apps.v1.DeploymentList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&APPS_V1_DEPLOYMENT)), Keep),
+]);
+
 static APPS_V1_DEPLOYMENT_SPEC: Message = Message::new("apps.v1.DeploymentSpec", &[
     Field::new(1, "replicas", 0, One, I32, Ptr),
     Field::new(2, "selector", 1, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), PtrNull),
@@ -162,6 +406,11 @@ static APPS_V1_REPLICA_SET_CONDITION: Message = Message::new("apps.v1.ReplicaSet
     Field::new(3, "lastTransitionTime", 2, One, Obj(Time), Keep),
     Field::new(4, "reason", 3, One, Str, Omit),
     Field::new(5, "message", 4, One, Str, Omit),
+]);
+
+static APPS_V1_REPLICA_SET_LIST: Message = Message::new("apps.v1.ReplicaSetList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&APPS_V1_REPLICA_SET)), Keep),
 ]);
 
 static APPS_V1_REPLICA_SET_SPEC: Message = Message::new("apps.v1.ReplicaSetSpec", &[
@@ -208,6 +457,11 @@ static APPS_V1_STATEFUL_SET_CONDITION: Message = Message::new("apps.v1.StatefulS
     Field::new(3, "lastTransitionTime", 2, One, Obj(Time), Keep),
     Field::new(4, "reason", 3, One, Str, Omit),
     Field::new(5, "message", 4, One, Str, Omit),
+]);
+
+static APPS_V1_STATEFUL_SET_LIST: Message = Message::new("apps.v1.StatefulSetList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&APPS_V1_STATEFUL_SET)), Keep),
 ]);
 
 static APPS_V1_STATEFUL_SET_ORDINALS: Message = Message::new("apps.v1.StatefulSetOrdinals", &[
@@ -416,6 +670,11 @@ static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER: Message = Message::new("autosca
     Field::new(3, "status", 2, One, Obj(Msg(&AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_STATUS)), Keep),
 ]);
 
+static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_LIST: Message = Message::new("autoscaling.v1.HorizontalPodAutoscalerList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER)), Keep),
+]);
+
 static AUTOSCALING_V1_HORIZONTAL_POD_AUTOSCALER_SPEC: Message = Message::new("autoscaling.v1.HorizontalPodAutoscalerSpec", &[
     Field::new(1, "scaleTargetRef", 0, One, Obj(Msg(&AUTOSCALING_V1_CROSS_VERSION_OBJECT_REFERENCE)), Keep),
     Field::new(2, "minReplicas", 1, One, I32, Ptr),
@@ -504,6 +763,11 @@ static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_CONDITION: Message = Message::ne
     Field::new(3, "lastTransitionTime", 2, One, Obj(Time), Keep),
     Field::new(4, "reason", 3, One, Str, Omit),
     Field::new(5, "message", 4, One, Str, Omit),
+]);
+
+static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_LIST: Message = Message::new("autoscaling.v2.HorizontalPodAutoscalerList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER)), Keep),
 ]);
 
 static AUTOSCALING_V2_HORIZONTAL_POD_AUTOSCALER_SPEC: Message = Message::new("autoscaling.v2.HorizontalPodAutoscalerSpec", &[
@@ -597,6 +861,11 @@ static BATCH_V1_CRON_JOB: Message = Message::new("batch.v1.CronJob", &[
     Field::new(3, "status", 2, One, Obj(Msg(&BATCH_V1_CRON_JOB_STATUS)), Keep),
 ]);
 
+static BATCH_V1_CRON_JOB_LIST: Message = Message::new("batch.v1.CronJobList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&BATCH_V1_CRON_JOB)), Keep),
+]);
+
 static BATCH_V1_CRON_JOB_SPEC: Message = Message::new("batch.v1.CronJobSpec", &[
     Field::new(1, "schedule", 0, One, Str, Keep),
     Field::new(2, "startingDeadlineSeconds", 2, One, I64, Ptr),
@@ -627,6 +896,11 @@ static BATCH_V1_JOB_CONDITION: Message = Message::new("batch.v1.JobCondition", &
     Field::new(4, "lastTransitionTime", 3, One, Obj(Time), Keep),
     Field::new(5, "reason", 4, One, Str, Omit),
     Field::new(6, "message", 5, One, Str, Omit),
+]);
+
+static BATCH_V1_JOB_LIST: Message = Message::new("batch.v1.JobList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&BATCH_V1_JOB)), Keep),
 ]);
 
 static BATCH_V1_JOB_SPEC: Message = Message::new("batch.v1.JobSpec", &[
@@ -717,6 +991,11 @@ static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_CONDITION: Message = Message:
     Field::new(6, "status", 1, One, Str, Keep),
 ]);
 
+static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_LIST: Message = Message::new("certificates.v1.CertificateSigningRequestList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST)), Keep),
+]);
+
 static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_SPEC: Message = Message::new("certificates.v1.CertificateSigningRequestSpec", &[
     Field::new(1, "request", 0, One, Bytes, Keep),
     Field::new(2, "username", 4, One, Str, Omit),
@@ -736,6 +1015,11 @@ static CERTIFICATES_V1_CERTIFICATE_SIGNING_REQUEST_STATUS: Message = Message::ne
 static COORDINATION_V1_LEASE: Message = Message::new("coordination.v1.Lease", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&COORDINATION_V1_LEASE_SPEC)), Keep),
+]);
+
+static COORDINATION_V1_LEASE_LIST: Message = Message::new("coordination.v1.LeaseList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&COORDINATION_V1_LEASE)), Keep),
 ]);
 
 static COORDINATION_V1_LEASE_SPEC: Message = Message::new("coordination.v1.LeaseSpec", &[
@@ -868,6 +1152,23 @@ static CORE_V1_CLUSTER_TRUST_BUNDLE_PROJECTION: Message = Message::new("core.v1.
     Field::new(5, "optional", 3, One, Bool, Ptr),
 ]);
 
+static CORE_V1_COMPONENT_CONDITION: Message = Message::new("core.v1.ComponentCondition", &[
+    Field::new(1, "type", 0, One, Str, Keep),
+    Field::new(2, "status", 1, One, Str, Keep),
+    Field::new(3, "message", 2, One, Str, Omit),
+    Field::new(4, "error", 3, One, Str, Omit),
+]);
+
+static CORE_V1_COMPONENT_STATUS: Message = Message::new("core.v1.ComponentStatus", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "conditions", 1, List, Obj(Msg(&CORE_V1_COMPONENT_CONDITION)), Omit),
+]);
+
+static CORE_V1_COMPONENT_STATUS_LIST: Message = Message::new("core.v1.ComponentStatusList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_COMPONENT_STATUS)), Keep),
+]);
+
 static CORE_V1_CONFIG_MAP: Message = Message::new("core.v1.ConfigMap", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "data", 2, Map, Str, Omit),
@@ -884,6 +1185,11 @@ static CORE_V1_CONFIG_MAP_KEY_SELECTOR: Message = Message::new("core.v1.ConfigMa
     Field::new(1, "", 0, One, Obj(Msg(&CORE_V1_LOCAL_OBJECT_REFERENCE)), Keep),
     Field::new(2, "key", 1, One, Str, Keep),
     Field::new(3, "optional", 2, One, Bool, Ptr),
+]);
+
+static CORE_V1_CONFIG_MAP_LIST: Message = Message::new("core.v1.ConfigMapList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_CONFIG_MAP)), Keep),
 ]);
 
 static CORE_V1_CONFIG_MAP_NODE_CONFIG_SOURCE: Message = Message::new("core.v1.ConfigMapNodeConfigSource", &[
@@ -1049,6 +1355,11 @@ static CORE_V1_ENDPOINTS: Message = Message::new("core.v1.Endpoints", &[
     Field::new(2, "subsets", 1, List, Obj(Msg(&CORE_V1_ENDPOINT_SUBSET)), Omit),
 ]);
 
+static CORE_V1_ENDPOINTS_LIST: Message = Message::new("core.v1.EndpointsList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_ENDPOINTS)), Keep),
+]);
+
 static CORE_V1_ENV_FROM_SOURCE: Message = Message::new("core.v1.EnvFromSource", &[
     Field::new(1, "prefix", 0, One, Str, Omit),
     Field::new(2, "configMapRef", 1, One, Obj(Msg(&CORE_V1_CONFIG_MAP_ENV_SOURCE)), Ptr),
@@ -1120,6 +1431,11 @@ static CORE_V1_EVENT: Message = Message::new("core.v1.Event", &[
     Field::new(13, "related", 12, One, Obj(Msg(&CORE_V1_OBJECT_REFERENCE)), Ptr),
     Field::new(14, "reportingComponent", 13, One, Str, Keep),
     Field::new(15, "reportingInstance", 14, One, Str, Keep),
+]);
+
+static CORE_V1_EVENT_LIST: Message = Message::new("core.v1.EventList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_EVENT)), Keep),
 ]);
 
 static CORE_V1_EVENT_SERIES: Message = Message::new("core.v1.EventSeries", &[
@@ -1289,6 +1605,11 @@ static CORE_V1_LIMIT_RANGE_ITEM: Message = Message::new("core.v1.LimitRangeItem"
     Field::new(6, "maxLimitRequestRatio", 5, Map, Obj(Quantity), Omit),
 ]);
 
+static CORE_V1_LIMIT_RANGE_LIST: Message = Message::new("core.v1.LimitRangeList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_LIMIT_RANGE)), Keep),
+]);
+
 static CORE_V1_LIMIT_RANGE_SPEC: Message = Message::new("core.v1.LimitRangeSpec", &[
     Field::new(1, "limits", 0, List, Obj(Msg(&CORE_V1_LIMIT_RANGE_ITEM)), Keep),
 ]);
@@ -1344,6 +1665,11 @@ static CORE_V1_NAMESPACE_CONDITION: Message = Message::new("core.v1.NamespaceCon
     Field::new(6, "message", 4, One, Str, Omit),
 ]);
 
+static CORE_V1_NAMESPACE_LIST: Message = Message::new("core.v1.NamespaceList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_NAMESPACE)), Keep),
+]);
+
 static CORE_V1_NAMESPACE_SPEC: Message = Message::new("core.v1.NamespaceSpec", &[
     Field::new(1, "finalizers", 0, List, Str, Omit),
 ]);
@@ -1395,6 +1721,11 @@ static CORE_V1_NODE_DAEMON_ENDPOINTS: Message = Message::new("core.v1.NodeDaemon
 
 static CORE_V1_NODE_FEATURES: Message = Message::new("core.v1.NodeFeatures", &[
     Field::new(1, "supplementalGroupsPolicy", 0, One, Bool, Ptr),
+]);
+
+static CORE_V1_NODE_LIST: Message = Message::new("core.v1.NodeList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_NODE)), Keep),
 ]);
 
 static CORE_V1_NODE_RUNTIME_HANDLER: Message = Message::new("core.v1.NodeRuntimeHandler", &[
@@ -1502,6 +1833,11 @@ static CORE_V1_PERSISTENT_VOLUME_CLAIM_CONDITION: Message = Message::new("core.v
     Field::new(6, "message", 5, One, Str, Omit),
 ]);
 
+static CORE_V1_PERSISTENT_VOLUME_CLAIM_LIST: Message = Message::new("core.v1.PersistentVolumeClaimList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_PERSISTENT_VOLUME_CLAIM)), Keep),
+]);
+
 static CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Message = Message::new("core.v1.PersistentVolumeClaimSpec", &[
     Field::new(1, "accessModes", 0, List, Str, Omit),
     Field::new(2, "resources", 2, One, Obj(Msg(&CORE_V1_VOLUME_RESOURCE_REQUIREMENTS)), Keep),
@@ -1533,6 +1869,11 @@ static CORE_V1_PERSISTENT_VOLUME_CLAIM_TEMPLATE: Message = Message::new("core.v1
 static CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE: Message = Message::new("core.v1.PersistentVolumeClaimVolumeSource", &[
     Field::new(1, "claimName", 0, One, Str, Keep),
     Field::new(2, "readOnly", 1, One, Bool, Omit),
+]);
+
+static CORE_V1_PERSISTENT_VOLUME_LIST: Message = Message::new("core.v1.PersistentVolumeList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_PERSISTENT_VOLUME)), Keep),
 ]);
 
 static CORE_V1_PERSISTENT_VOLUME_SOURCE: Message = Message::new("core.v1.PersistentVolumeSource", &[
@@ -1633,6 +1974,11 @@ static CORE_V1_POD_DNS_CONFIG_OPTION: Message = Message::new("core.v1.PodDNSConf
 
 static CORE_V1_POD_IP: Message = Message::new("core.v1.PodIP", &[
     Field::new(1, "ip", 0, One, Str, Keep),
+]);
+
+static CORE_V1_POD_LIST: Message = Message::new("core.v1.PodList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_POD)), Keep),
 ]);
 
 static CORE_V1_POD_OS: Message = Message::new("core.v1.PodOS", &[
@@ -1742,6 +2088,11 @@ static CORE_V1_POD_TEMPLATE: Message = Message::new("core.v1.PodTemplate", &[
     Field::new(2, "template", 1, One, Obj(Msg(&CORE_V1_POD_TEMPLATE_SPEC)), Keep),
 ]);
 
+static CORE_V1_POD_TEMPLATE_LIST: Message = Message::new("core.v1.PodTemplateList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_POD_TEMPLATE)), Keep),
+]);
+
 static CORE_V1_POD_TEMPLATE_SPEC: Message = Message::new("core.v1.PodTemplateSpec", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&CORE_V1_POD_SPEC)), Keep),
@@ -1831,6 +2182,11 @@ static CORE_V1_REPLICATION_CONTROLLER_CONDITION: Message = Message::new("core.v1
     Field::new(5, "message", 4, One, Str, Omit),
 ]);
 
+static CORE_V1_REPLICATION_CONTROLLER_LIST: Message = Message::new("core.v1.ReplicationControllerList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_REPLICATION_CONTROLLER)), Keep),
+]);
+
 static CORE_V1_REPLICATION_CONTROLLER_SPEC: Message = Message::new("core.v1.ReplicationControllerSpec", &[
     Field::new(1, "replicas", 0, One, I32, Ptr),
     Field::new(2, "selector", 2, Map, Str, Omit),
@@ -1867,6 +2223,11 @@ static CORE_V1_RESOURCE_QUOTA: Message = Message::new("core.v1.ResourceQuota", &
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&CORE_V1_RESOURCE_QUOTA_SPEC)), Keep),
     Field::new(3, "status", 2, One, Obj(Msg(&CORE_V1_RESOURCE_QUOTA_STATUS)), Keep),
+]);
+
+static CORE_V1_RESOURCE_QUOTA_LIST: Message = Message::new("core.v1.ResourceQuotaList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_RESOURCE_QUOTA)), Keep),
 ]);
 
 static CORE_V1_RESOURCE_QUOTA_SPEC: Message = Message::new("core.v1.ResourceQuotaSpec", &[
@@ -1958,6 +2319,11 @@ static CORE_V1_SECRET_KEY_SELECTOR: Message = Message::new("core.v1.SecretKeySel
     Field::new(3, "optional", 2, One, Bool, Ptr),
 ]);
 
+static CORE_V1_SECRET_LIST: Message = Message::new("core.v1.SecretList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_SECRET)), Keep),
+]);
+
 static CORE_V1_SECRET_PROJECTION: Message = Message::new("core.v1.SecretProjection", &[
     Field::new(1, "", 0, One, Obj(Msg(&CORE_V1_LOCAL_OBJECT_REFERENCE)), Keep),
     Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_KEY_TO_PATH)), Omit),
@@ -2004,10 +2370,20 @@ static CORE_V1_SERVICE_ACCOUNT: Message = Message::new("core.v1.ServiceAccount",
     Field::new(4, "automountServiceAccountToken", 3, One, Bool, Ptr),
 ]);
 
+static CORE_V1_SERVICE_ACCOUNT_LIST: Message = Message::new("core.v1.ServiceAccountList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_SERVICE_ACCOUNT)), Keep),
+]);
+
 static CORE_V1_SERVICE_ACCOUNT_TOKEN_PROJECTION: Message = Message::new("core.v1.ServiceAccountTokenProjection", &[
     Field::new(1, "audience", 0, One, Str, Omit),
     Field::new(2, "expirationSeconds", 1, One, I64, Ptr),
     Field::new(3, "path", 2, One, Str, Keep),
+]);
+
+static CORE_V1_SERVICE_LIST: Message = Message::new("core.v1.ServiceList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&CORE_V1_SERVICE)), Keep),
 ]);
 
 static CORE_V1_SERVICE_PORT: Message = Message::new("core.v1.ServicePort", &[
@@ -2261,6 +2637,11 @@ static DISCOVERY_V1_ENDPOINT_SLICE: Message = Message::new("discovery.v1.Endpoin
     Field::new(4, "addressType", 1, One, Str, Keep),
 ]);
 
+static DISCOVERY_V1_ENDPOINT_SLICE_LIST: Message = Message::new("discovery.v1.EndpointSliceList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&DISCOVERY_V1_ENDPOINT_SLICE)), Keep),
+]);
+
 static DISCOVERY_V1_FOR_NODE: Message = Message::new("discovery.v1.ForNode", &[
     Field::new(1, "name", 0, One, Str, Keep),
 ]);
@@ -2285,6 +2666,11 @@ static EVENTS_V1_EVENT: Message = Message::new("events.v1.Event", &[
     Field::new(13, "deprecatedFirstTimestamp", 12, One, Obj(Time), Keep),
     Field::new(14, "deprecatedLastTimestamp", 13, One, Obj(Time), Keep),
     Field::new(15, "deprecatedCount", 14, One, I32, Omit),
+]);
+
+static EVENTS_V1_EVENT_LIST: Message = Message::new("events.v1.EventList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&EVENTS_V1_EVENT)), Keep),
 ]);
 
 static EVENTS_V1_EVENT_SERIES: Message = Message::new("events.v1.EventSeries", &[
@@ -2327,6 +2713,13 @@ static META_V1_LABEL_SELECTOR_REQUIREMENT: Message = Message::new("meta.v1.Label
     Field::new(3, "values", 2, List, Str, Omit),
 ]);
 
+static META_V1_LIST_META: Message = Message::new("meta.v1.ListMeta", &[
+    Field::new(1, "selfLink", 0, One, Str, Omit),
+    Field::new(2, "resourceVersion", 1, One, Str, Omit),
+    Field::new(3, "continue", 2, One, Str, Omit),
+    Field::new(4, "remainingItemCount", 3, One, I64, Ptr),
+]);
+
 static META_V1_MANAGED_FIELDS_ENTRY: Message = Message::new("meta.v1.ManagedFieldsEntry", &[
     Field::new(1, "manager", 0, One, Str, Omit),
     Field::new(2, "operation", 1, One, Str, Omit),
@@ -2364,9 +2757,42 @@ static META_V1_OWNER_REFERENCE: Message = Message::new("meta.v1.OwnerReference",
     Field::new(7, "blockOwnerDeletion", 5, One, Bool, Ptr),
 ]);
 
+static META_V1_PARTIAL_OBJECT_METADATA: Message = Message::new("meta.v1.PartialObjectMetadata", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+]);
+
+static META_V1_PARTIAL_OBJECT_METADATA_LIST: Message = Message::new("meta.v1.PartialObjectMetadataList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&META_V1_PARTIAL_OBJECT_METADATA)), Keep),
+]);
+
 static META_V1_PRECONDITIONS: Message = Message::new("meta.v1.Preconditions", &[
     Field::new(1, "uid", 0, One, Str, Ptr),
     Field::new(2, "resourceVersion", 1, One, Str, Ptr),
+]);
+
+static META_V1_STATUS: Message = Message::new("meta.v1.Status", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "status", 1, One, Str, Omit),
+    Field::new(3, "message", 2, One, Str, Omit),
+    Field::new(4, "reason", 3, One, Str, Omit),
+    Field::new(5, "details", 4, One, Obj(Msg(&META_V1_STATUS_DETAILS)), Ptr),
+    Field::new(6, "code", 5, One, I32, Omit),
+]);
+
+static META_V1_STATUS_CAUSE: Message = Message::new("meta.v1.StatusCause", &[
+    Field::new(1, "reason", 0, One, Str, Omit),
+    Field::new(2, "message", 1, One, Str, Omit),
+    Field::new(3, "field", 2, One, Str, Omit),
+]);
+
+static META_V1_STATUS_DETAILS: Message = Message::new("meta.v1.StatusDetails", &[
+    Field::new(1, "name", 0, One, Str, Omit),
+    Field::new(2, "group", 1, One, Str, Omit),
+    Field::new(3, "kind", 2, One, Str, Omit),
+    Field::new(4, "causes", 4, List, Obj(Msg(&META_V1_STATUS_CAUSE)), Omit),
+    Field::new(5, "retryAfterSeconds", 5, One, I32, Omit),
+    Field::new(6, "uid", 3, One, Str, Omit),
 ]);
 
 static NETWORKING_V1_HTTP_INGRESS_PATH: Message = Message::new("networking.v1.HTTPIngressPath", &[
@@ -2400,6 +2826,11 @@ static NETWORKING_V1_INGRESS_CLASS: Message = Message::new("networking.v1.Ingres
     Field::new(2, "spec", 1, One, Obj(Msg(&NETWORKING_V1_INGRESS_CLASS_SPEC)), Keep),
 ]);
 
+static NETWORKING_V1_INGRESS_CLASS_LIST: Message = Message::new("networking.v1.IngressClassList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&NETWORKING_V1_INGRESS_CLASS)), Keep),
+]);
+
 static NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE: Message = Message::new("networking.v1.IngressClassParametersReference", &[
     Field::new(1, "apiGroup", 0, One, Str, Ptr),
     Field::new(2, "kind", 1, One, Str, Keep),
@@ -2411,6 +2842,11 @@ static NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE: Message = Message::new(
 static NETWORKING_V1_INGRESS_CLASS_SPEC: Message = Message::new("networking.v1.IngressClassSpec", &[
     Field::new(1, "controller", 0, One, Str, Omit),
     Field::new(2, "parameters", 1, One, Obj(Msg(&NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE)), Ptr),
+]);
+
+static NETWORKING_V1_INGRESS_LIST: Message = Message::new("networking.v1.IngressList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&NETWORKING_V1_INGRESS)), Keep),
 ]);
 
 static NETWORKING_V1_INGRESS_LOAD_BALANCER_INGRESS: Message = Message::new("networking.v1.IngressLoadBalancerIngress", &[
@@ -2474,6 +2910,11 @@ static NETWORKING_V1_NETWORK_POLICY_INGRESS_RULE: Message = Message::new("networ
     Field::new(2, "from", 1, List, Obj(Msg(&NETWORKING_V1_NETWORK_POLICY_PEER)), Omit),
 ]);
 
+static NETWORKING_V1_NETWORK_POLICY_LIST: Message = Message::new("networking.v1.NetworkPolicyList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&NETWORKING_V1_NETWORK_POLICY)), Keep),
+]);
+
 static NETWORKING_V1_NETWORK_POLICY_PEER: Message = Message::new("networking.v1.NetworkPolicyPeer", &[
     Field::new(1, "podSelector", 0, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
     Field::new(2, "namespaceSelector", 1, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
@@ -2509,6 +2950,11 @@ static POLICY_V1_POD_DISRUPTION_BUDGET: Message = Message::new("policy.v1.PodDis
     Field::new(3, "status", 2, One, Obj(Msg(&POLICY_V1_POD_DISRUPTION_BUDGET_STATUS)), Keep),
 ]);
 
+static POLICY_V1_POD_DISRUPTION_BUDGET_LIST: Message = Message::new("policy.v1.PodDisruptionBudgetList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&POLICY_V1_POD_DISRUPTION_BUDGET)), Keep),
+]);
+
 static POLICY_V1_POD_DISRUPTION_BUDGET_SPEC: Message = Message::new("policy.v1.PodDisruptionBudgetSpec", &[
     Field::new(1, "minAvailable", 0, One, Obj(IntOrString), Ptr),
     Field::new(2, "selector", 1, One, Obj(Msg(&META_V1_LABEL_SELECTOR)), Ptr),
@@ -2542,6 +2988,16 @@ static RBAC_V1_CLUSTER_ROLE_BINDING: Message = Message::new("rbac.v1.ClusterRole
     Field::new(3, "roleRef", 2, One, Obj(Msg(&RBAC_V1_ROLE_REF)), Keep),
 ]);
 
+static RBAC_V1_CLUSTER_ROLE_BINDING_LIST: Message = Message::new("rbac.v1.ClusterRoleBindingList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&RBAC_V1_CLUSTER_ROLE_BINDING)), Keep),
+]);
+
+static RBAC_V1_CLUSTER_ROLE_LIST: Message = Message::new("rbac.v1.ClusterRoleList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&RBAC_V1_CLUSTER_ROLE)), Keep),
+]);
+
 static RBAC_V1_POLICY_RULE: Message = Message::new("rbac.v1.PolicyRule", &[
     Field::new(1, "verbs", 0, List, Str, Keep),
     Field::new(2, "apiGroups", 1, List, Str, Omit),
@@ -2559,6 +3015,16 @@ static RBAC_V1_ROLE_BINDING: Message = Message::new("rbac.v1.RoleBinding", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "subjects", 1, List, Obj(Msg(&RBAC_V1_SUBJECT)), Omit),
     Field::new(3, "roleRef", 2, One, Obj(Msg(&RBAC_V1_ROLE_REF)), Keep),
+]);
+
+static RBAC_V1_ROLE_BINDING_LIST: Message = Message::new("rbac.v1.RoleBindingList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&RBAC_V1_ROLE_BINDING)), Keep),
+]);
+
+static RBAC_V1_ROLE_LIST: Message = Message::new("rbac.v1.RoleList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&RBAC_V1_ROLE)), Keep),
 ]);
 
 static RBAC_V1_ROLE_REF: Message = Message::new("rbac.v1.RoleRef", &[
@@ -2582,9 +3048,19 @@ static SCHEDULING_V1_PRIORITY_CLASS: Message = Message::new("scheduling.v1.Prior
     Field::new(5, "preemptionPolicy", 4, One, Str, Ptr),
 ]);
 
+static SCHEDULING_V1_PRIORITY_CLASS_LIST: Message = Message::new("scheduling.v1.PriorityClassList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&SCHEDULING_V1_PRIORITY_CLASS)), Keep),
+]);
+
 static STORAGE_V1_CSI_DRIVER: Message = Message::new("storage.v1.CSIDriver", &[
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&STORAGE_V1_CSI_DRIVER_SPEC)), Keep),
+]);
+
+static STORAGE_V1_CSI_DRIVER_LIST: Message = Message::new("storage.v1.CSIDriverList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&STORAGE_V1_CSI_DRIVER)), Keep),
 ]);
 
 static STORAGE_V1_CSI_DRIVER_SPEC: Message = Message::new("storage.v1.CSIDriverSpec", &[
@@ -2611,6 +3087,11 @@ static STORAGE_V1_CSI_NODE_DRIVER: Message = Message::new("storage.v1.CSINodeDri
     Field::new(4, "allocatable", 3, One, Obj(Msg(&STORAGE_V1_VOLUME_NODE_RESOURCES)), Ptr),
 ]);
 
+static STORAGE_V1_CSI_NODE_LIST: Message = Message::new("storage.v1.CSINodeList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&STORAGE_V1_CSI_NODE)), Keep),
+]);
+
 static STORAGE_V1_CSI_NODE_SPEC: Message = Message::new("storage.v1.CSINodeSpec", &[
     Field::new(1, "drivers", 0, List, Obj(Msg(&STORAGE_V1_CSI_NODE_DRIVER)), Keep),
 ]);
@@ -2621,6 +3102,11 @@ static STORAGE_V1_CSI_STORAGE_CAPACITY: Message = Message::new("storage.v1.CSISt
     Field::new(3, "storageClassName", 2, One, Str, Keep),
     Field::new(4, "capacity", 3, One, Obj(Quantity), Ptr),
     Field::new(5, "maximumVolumeSize", 4, One, Obj(Quantity), Ptr),
+]);
+
+static STORAGE_V1_CSI_STORAGE_CAPACITY_LIST: Message = Message::new("storage.v1.CSIStorageCapacityList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&STORAGE_V1_CSI_STORAGE_CAPACITY)), Keep),
 ]);
 
 static STORAGE_V1_STORAGE_CLASS: Message = Message::new("storage.v1.StorageClass", &[
@@ -2634,6 +3120,11 @@ static STORAGE_V1_STORAGE_CLASS: Message = Message::new("storage.v1.StorageClass
     Field::new(8, "allowedTopologies", 7, List, Obj(Msg(&CORE_V1_TOPOLOGY_SELECTOR_TERM)), Omit),
 ]);
 
+static STORAGE_V1_STORAGE_CLASS_LIST: Message = Message::new("storage.v1.StorageClassList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&STORAGE_V1_STORAGE_CLASS)), Keep),
+]);
+
 static STORAGE_V1_TOKEN_REQUEST: Message = Message::new("storage.v1.TokenRequest", &[
     Field::new(1, "audience", 0, One, Str, Keep),
     Field::new(2, "expirationSeconds", 1, One, I64, Ptr),
@@ -2643,6 +3134,11 @@ static STORAGE_V1_VOLUME_ATTACHMENT: Message = Message::new("storage.v1.VolumeAt
     Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
     Field::new(2, "spec", 1, One, Obj(Msg(&STORAGE_V1_VOLUME_ATTACHMENT_SPEC)), Keep),
     Field::new(3, "status", 2, One, Obj(Msg(&STORAGE_V1_VOLUME_ATTACHMENT_STATUS)), Keep),
+]);
+
+static STORAGE_V1_VOLUME_ATTACHMENT_LIST: Message = Message::new("storage.v1.VolumeAttachmentList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&STORAGE_V1_VOLUME_ATTACHMENT)), Keep),
 ]);
 
 static STORAGE_V1_VOLUME_ATTACHMENT_SOURCE: Message = Message::new("storage.v1.VolumeAttachmentSource", &[

@@ -1,14 +1,16 @@
 //! [`decode`] on request bodies: bytes captured from kubectl 1.32 (`testdata/*.hex`,
 //! logged by `kubectl -v=8 create ...`) against the JSON the same kubectl prints with
 //! `--dry-run=client -o json` (`testdata/*.json`, Go's encoding/json of the same object),
-//! and hand-built bodies for what kubectl does not send.
+//! and hand-built bodies for what kubectl does not send. [`encode`] on the same JSON
+//! must give Go's bytes back, with or without the zero values Go's JSON writes, and
+//! [`go_order`] must give Go's JSON back from the JSON without them.
 //!
 //! Comparisons are on the JSON text, so field order counts too.
 
 use serde_json::{Value, json};
 
-use super::encode::{Enc, body, hex};
-use super::{ProtobufError, WireError, decode};
+use super::fixture::{Enc, body, hex};
+use super::{ProtobufError, WireError, decode, encode};
 
 #[track_caller]
 fn assert_json(actual: Value, expected: Value) {
@@ -30,9 +32,38 @@ macro_rules! kubectl_case {
                 ".json"
             )))
             .unwrap();
-            assert_json(decode(&body).unwrap(), expected);
+            assert_json(decode(&body).unwrap(), expected.clone());
+            assert_eq!(encode(&expected).unwrap(), body, "encoded from Go's JSON");
+            assert_eq!(
+                encode(&sparse(expected)).unwrap(),
+                body,
+                "encoded from sparse JSON"
+            );
         }
     };
+}
+
+/// The JSON without the zero values that only mean "absent" (`null`, `""`, `0`, `false`,
+/// `{}`, `[]`), as krust stores objects; the protobuf must not change.
+fn sparse(value: Value) -> Value {
+    let zero = |v: &Value| match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+    };
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, sparse(v)))
+                .filter(|(_, v)| !zero(v))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(sparse).collect()),
+        other => other,
+    }
 }
 
 /// Bytes captured from kubectl's generators, decoded to what kubectl prints for them.
@@ -545,4 +576,63 @@ fn subject_access_review_extra_values_are_string_lists() {
         decoded["spec"]["extra"],
         json!({"none": null, "scopes": ["a", "b"]})
     );
+}
+
+/// Lists and errors, which only answers carry: the list's ListMeta and items, and a
+/// Status, written as Go writes them and read back.
+#[test]
+fn lists_and_statuses_encode() {
+    let list = json!({
+        "kind": "PodList", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "5", "continue": "c"},
+        "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}],
+    });
+    let bytes = encode(&list).unwrap();
+    // ListMeta {selfLink = 1, resourceVersion = 2, continue = 3}; remainingItemCount is a
+    // pointer and stays out.
+    let list_meta = Enc::new().str(1, "").str(2, "5").str(3, "c").done();
+    let envelope_head = body("v1", "PodList", Enc::new());
+    let raw_at = envelope_head.len() - 6; // the raw field's key, before `{} "" ""`
+    assert_eq!(bytes[..raw_at], envelope_head[..raw_at]);
+    let raw = &bytes[raw_at + 3..];
+    assert_eq!(raw[..2], [0x0a, list_meta.len() as u8]);
+    assert_eq!(raw[2..2 + list_meta.len()], list_meta[..]);
+    let back = decode(&bytes).unwrap();
+    assert_eq!(
+        back["metadata"],
+        json!({"resourceVersion": "5", "continue": "c"})
+    );
+    assert_eq!(back["items"][1]["metadata"]["name"], "b");
+    assert_eq!(back["items"][1]["spec"]["containers"], Value::Null);
+
+    let status = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "pods \"x\" not found", "reason": "NotFound",
+        "details": {"name": "x", "kind": "pods"}, "code": 404,
+    });
+    let back = decode(&encode(&status).unwrap()).unwrap();
+    assert_json(back, status);
+}
+
+#[test]
+fn watch_events_are_length_framed() {
+    let frame = super::watch_event("ADDED", b"k8s\0pod");
+    let event = Enc::new()
+        .str(1, "ADDED")
+        .msg(2, Enc::new().bytes(1, b"k8s\0pod"))
+        .done();
+    assert_eq!(frame[..4], (event.len() as u32).to_be_bytes());
+    assert_eq!(frame[4..], event[..]);
+}
+
+#[test]
+fn objects_that_do_not_fit_their_kind_are_refused() {
+    let error = encode(&json!({"kind": "Pod", "apiVersion": "v1", "spec": {"containers": "x"}}))
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot encode core.v1.Pod.spec.containers as protobuf: the JSON holds a list field holding another JSON type"
+    );
+    let error = encode(&json!({"kind": "Widget", "apiVersion": "example.com/v1"})).unwrap_err();
+    assert!(matches!(error, ProtobufError::UnknownKind { .. }));
 }

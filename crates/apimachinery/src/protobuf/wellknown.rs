@@ -156,7 +156,7 @@ fn civil(seconds: i64) -> Result<String, WireError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::encode::Enc;
+    use super::super::fixture::Enc;
     use super::*;
     use serde_json::json;
 

@@ -1,5 +1,5 @@
 //! The protobuf wire format: varints and tagged fields, read without trusting any length
-//! or tag in the input.
+//! or tag in the input, and written as gogo-protobuf writes them.
 
 use super::error::WireError;
 
@@ -49,6 +49,48 @@ impl<'a> WireValue<'a> {
             found: self.wire_type(),
             expected,
         }
+    }
+}
+
+/// Writes fields in the order they are given.
+#[derive(Default)]
+pub(super) struct Writer(Vec<u8>);
+
+impl Writer {
+    pub(super) fn varint(&mut self, mut value: u64) {
+        while value >= 0x80 {
+            self.0.push(value as u8 | 0x80);
+            value >>= 7;
+        }
+        self.0.push(value as u8);
+    }
+
+    fn key(&mut self, number: u32, wire_type: u8) {
+        self.varint(u64::from(number) << 3 | u64::from(wire_type));
+    }
+
+    /// An `int32`, `int64` or `bool` field. Negative numbers take ten bytes, as Go
+    /// writes `uint64(v)` of an int32 sign-extended.
+    pub(super) fn int(&mut self, number: u32, value: i64) {
+        self.key(number, VARINT);
+        self.varint(value as u64);
+    }
+
+    /// A length-delimited field: a string, bytes or an encoded message.
+    pub(super) fn bytes(&mut self, number: u32, value: &[u8]) {
+        self.key(number, LEN);
+        self.varint(value.len() as u64);
+        self.0.extend_from_slice(value);
+    }
+
+    /// Bytes taken as they are, for the messages tests make up.
+    #[cfg(test)]
+    pub(super) fn extend(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        self.0
     }
 }
 

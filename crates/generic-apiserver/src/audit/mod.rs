@@ -323,20 +323,23 @@ impl Trail {
         }
         let wants_body = code >= 400 || self.decision.level == Level::RequestResponse;
         if wants_body {
-            let json_body = resp
+            // Objects in JSON or protobuf; the log holds them as JSON either way.
+            let content_type = resp
                 .headers()
                 .get(http::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
-                .is_some_and(|ct| ct.starts_with("application/json"));
+                .filter(|ct| {
+                    ct.starts_with("application/json") || ct.starts_with(crate::response::PROTOBUF)
+                })
+                .map(str::to_string);
             let (parts, body) = resp.into_parts();
             let bytes: Bytes = body
                 .collect()
                 .await
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
-            let object = json_body
-                .then(|| serde_json::from_slice::<Value>(&bytes).ok())
-                .flatten();
+            let object =
+                content_type.and_then(|ct| crate::rest::decode_body(Some(&ct), &bytes).ok());
             if let Some(object) = object {
                 if code >= 400 && object["kind"] == "Status" {
                     let mut status = json!({"metadata": {}, "code": code});

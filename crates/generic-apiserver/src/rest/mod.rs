@@ -573,7 +573,7 @@ impl Call<'_> {
     /// Stored objects as this call returns them: in the served version where the
     /// definition's conversion webhook must convert them (metadata alone needs none).
     pub async fn served_bytes(&self, items: Vec<Bytes>) -> Result<Vec<Bytes>, ApiError> {
-        if self.output == Output::Metadata {
+        if matches!(self.output, Output::Metadata(_)) {
             return Ok(items);
         }
         served_bytes(&self.scope.caller(), self.kind, items).await
@@ -581,11 +581,13 @@ impl Call<'_> {
 
     /// Responds with one object, adding any warnings.
     pub fn reply(&self, code: StatusCode, obj: &Value) -> Response {
-        let bytes = Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
         // `obj` is already in the served version: encode without converting again.
         let resp = match self.output {
-            Output::Json => response::full(code, bytes, "application/json"),
-            _ => response::object(self.kind, self.output, code, &bytes),
+            Output::Json | Output::Protobuf => self.output.encode(code, obj),
+            _ => {
+                let bytes = Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
+                response::object(self.kind, self.output, code, &bytes)
+            }
         };
         self.with_warnings(resp)
     }

@@ -66,12 +66,14 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
         cache,
         bookmarks,
         first_table: std::sync::atomic::AtomicBool::new(true),
-        converter: (call.kind.strategy.converter().is_some() && call.output != Output::Metadata)
-            .then(|| call.scope.caller()),
+        converter: (call.kind.strategy.converter().is_some()
+            && !matches!(call.output, Output::Metadata(_)))
+        .then(|| call.scope.caller()),
     };
     let global = call.scope.cache.clone();
     let store = call.scope.store.clone();
     let metrics = call.scope.metrics.clone();
+    let output = call.output;
     let request = (call.kind.info.plural, call.namespace().map(str::to_string));
     tokio::spawn(async move {
         let errors = tx.clone();
@@ -94,9 +96,7 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
         if caught.is_none() {
             // The client learns why its watch ended, as from any watch error.
             let status = crate::recover::error().to_status();
-            let _ = errors
-                .send(line(&json!({"type": "ERROR", "object": status})))
-                .await;
+            let _ = errors.send(output.event("ERROR", &status)).await;
         }
     });
     let body = BodyExt::boxed(StreamBody::new(tokio_stream_from(rx)));
@@ -104,7 +104,7 @@ pub async fn watch(call: &Call<'_>) -> Result<Response, ApiError> {
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
+        http::HeaderValue::from_static(output.stream_type()),
     );
     Ok(resp)
 }
@@ -186,7 +186,7 @@ impl Watcher {
         if let Some(objs) = initial {
             for o in objs.iter().filter(|o| self.in_scope(o)) {
                 let frame = self.frame(EventType::Added, o).await;
-                if !send(&tx, frame).await {
+                if !send(&tx, self.output, frame).await {
                     return;
                 }
             }
@@ -210,7 +210,7 @@ impl Watcher {
                     Replay::ClientGone => return,
                     Replay::Gone => {
                         let err = ApiError::gone(too_old.to_string());
-                        let frame = line(&json!({"type": "ERROR", "object": err.to_status()}));
+                        let frame = self.output.event("ERROR", &err.to_status());
                         let _ = tx.send(frame).await;
                         return;
                     }
@@ -219,7 +219,7 @@ impl Watcher {
             for ev in &events {
                 cursor = ev.revision();
                 if let Some(frame) = self.event_frame(ev).await.transpose()
-                    && !send(&tx, frame).await
+                    && !send(&tx, self.output, frame).await
                 {
                     return;
                 }
@@ -255,7 +255,7 @@ impl Watcher {
             let rev = event.revision();
             if let Some(ev) = CacheEvent::from_store(&self.cache, &event)
                 && let Some(frame) = self.event_frame(&ev).await.transpose()
-                && !send(tx, frame).await
+                && !send(tx, self.output, frame).await
             {
                 return Replay::ClientGone;
             }
@@ -310,7 +310,12 @@ impl Watcher {
                 let bytes = response::served_bytes(self.kind, &self.converted(o).await?);
                 return Ok(frame_bytes(ty.as_str(), &bytes));
             }
-            Output::Metadata => response::partial_metadata(&o.value()),
+            Output::Protobuf => serde_json::from_slice(&response::served_bytes(
+                self.kind,
+                &self.converted(o).await?,
+            ))
+            .unwrap_or(Value::Null),
+            Output::Metadata(_) => response::partial_metadata(&o.value()),
             Output::Table(include) => {
                 let obj: Value = serde_json::from_slice(&response::served_bytes(
                     self.kind,
@@ -333,7 +338,7 @@ impl Watcher {
                 t
             }
         };
-        Ok(line(&json!({"type": ty.as_str(), "object": object})))
+        Ok(self.output.event(ty.as_str(), &object))
     }
 
     fn bookmark(&self, rev: Revision, initial_end: bool) -> Bytes {
@@ -342,21 +347,19 @@ impl Watcher {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let api_version = self.kind.info.api_version();
-        line(
-            &json!({"type": "BOOKMARK", "object": {"kind": self.kind.info.kind, "apiVersion": api_version, "metadata": meta}}),
-        )
+        let object =
+            json!({"kind": self.kind.info.kind, "apiVersion": api_version, "metadata": meta});
+        self.output.event("BOOKMARK", &object)
     }
 }
 
 /// Sends an event's frame, or the error that ends the watch (a conversion that failed,
 /// as upstream's watch ends on an object it cannot decode). Whether the watch goes on.
-async fn send(tx: &Frames, frame: Result<Bytes, ApiError>) -> bool {
+async fn send(tx: &Frames, output: Output, frame: Result<Bytes, ApiError>) -> bool {
     match frame {
         Ok(frame) => tx.send(frame).await.is_ok(),
         Err(err) => {
-            let _ = tx
-                .send(line(&json!({"type": "ERROR", "object": err.to_status()})))
-                .await;
+            let _ = tx.send(output.event("ERROR", &err.to_status())).await;
             false
         }
     }
@@ -369,12 +372,6 @@ enum Replay {
     /// The store no longer has the history either (compacted).
     Gone,
     ClientGone,
-}
-
-fn line(v: &Value) -> Bytes {
-    let mut b = serde_json::to_vec(v).unwrap_or_default();
-    b.push(b'\n');
-    Bytes::from(b)
 }
 
 /// `{"type":"<ty>","object":<json>}\n` without re-encoding the object.

@@ -4,6 +4,7 @@
 use http::StatusCode;
 use krust_api::status::{ApiError, Cause};
 use krust_apimachinery::patch::{JsonPatchError, TypeRef, apply_strategic_merge_patch, root_type};
+use krust_apimachinery::protobuf::go_order;
 use krust_store::{Compare, Revision};
 use serde_json::{Value, json};
 
@@ -227,10 +228,14 @@ pub async fn update_object(
     call: &Call<'_>,
     part: Part,
     mut new: Value,
-    old: Value,
+    mut old: Value,
     old_rev: Revision,
     ownership: Ownership,
 ) -> Result<Value, ApiError> {
+    // Both sides as Go holds them, zero values included (the cache serves the old one
+    // so already; a retry reads it from the store), so that comparing them finds only
+    // what the request changed, as upstream's comparisons of Go structs do.
+    go_order(&mut old);
     let has_status = call.kind.has_status();
     match part {
         Part::Main => {
@@ -278,6 +283,7 @@ pub async fn update_object(
     if ownership == Ownership::Record {
         call.record_update(part, Some(&old), &mut new);
     }
+    go_order(&mut new);
     new["metadata"]["resourceVersion"] = json!(old_rev.to_string());
     let mut old_cmp = old.clone();
     old_cmp["metadata"]["resourceVersion"] = json!(old_rev.to_string());
@@ -360,6 +366,8 @@ pub(crate) fn keep_system_metadata(
 fn spec_changed(new: &Value, old: &Value, has_status: bool) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
+        // A webhook's patch may leave out a zero value Go would hold.
+        go_order(&mut v);
         if let Some(m) = v.as_object_mut() {
             m.remove("metadata");
             if has_status {

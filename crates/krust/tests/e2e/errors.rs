@@ -129,13 +129,7 @@ fn client_errors_are_statuses_and_write_nothing() {
     );
 
     // 406: a representation we do not serve.
-    let (code, _) = s.curl_as(
-        true,
-        "GET",
-        CMS,
-        &["Accept: application/vnd.kubernetes.protobuf".into()],
-        None,
-    );
+    let (code, _) = s.curl_as(true, "GET", CMS, &["Accept: text/html".into()], None);
     assert_eq!(code, 406);
 
     // 409: AlreadyExists, and a stale update.

@@ -48,6 +48,7 @@ mod network_policy;
 mod operator;
 mod podgc;
 mod policy_admission;
+mod protobuf;
 mod proxy;
 mod python_client;
 mod rbac;

@@ -475,6 +475,33 @@ impl Server {
         )
     }
 
+    /// A GET with the admin certificate and these headers; returns (status, content
+    /// type, body bytes), for answers that are not JSON.
+    pub fn curl_bytes(&self, path: &str, headers: &[&str]) -> (u16, String, Vec<u8>) {
+        let tls = self.tls();
+        let body = self.dir.path().join("curl-body");
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-w", "%{http_code} %{content_type}", "-o"])
+            .arg(&body)
+            .arg("--cacert")
+            .arg(tls.join("ca.crt"))
+            .arg("--cert")
+            .arg(tls.join("admin.crt"))
+            .arg("--key")
+            .arg(tls.join("admin.key"));
+        for h in headers {
+            cmd.arg("-H").arg(h);
+        }
+        let out = cmd
+            .arg(format!("https://127.0.0.1:{}{}", self.port, path))
+            .output()
+            .expect("curl runs");
+        let written = String::from_utf8_lossy(&out.stdout).to_string();
+        let (code, content_type) = written.split_once(' ').unwrap_or((&written, ""));
+        let bytes = std::fs::read(&body).unwrap_or_default();
+        (code.parse().unwrap_or(0), content_type.to_string(), bytes)
+    }
+
     /// A raw HTTPS request, authenticated with the admin certificate or anonymous, with
     /// extra headers.
     pub fn curl_as(
