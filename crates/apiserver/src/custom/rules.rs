@@ -329,6 +329,50 @@ mod tests {
         );
     }
 
+    /// Strings of the formats CEL types: times compare and add, durations compare,
+    /// bytes have a size; the standard library's `timestamp` and `duration` parse.
+    #[test]
+    fn dates_times_durations_and_bytes_are_typed_by_their_format() {
+        let s = schema(json!({"type": "object", "properties": {"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "self.start + self.window <= self.end", "message": "window past end"},
+            {"rule": "self.end > timestamp('2026-01-01T00:00:00Z')", "message": "too early"},
+            {"rule": "self.window >= duration('90s') && self.window.getMinutes() < 120",
+                "message": "bad window"},
+            {"rule": "self.day.getFullYear() == 2026 && self.day.getDayOfMonth() == 6",
+                "message": "bad day"},
+            {"rule": "size(self.key) == 3", "message": "bad key"}
+        ],
+        "properties": {
+            "start": {"type": "string", "format": "date-time"},
+            "end": {"type": "string", "format": "date-time"},
+            "window": {"type": "string", "format": "duration"},
+            "day": {"type": "string", "format": "date"},
+            "key": {"type": "string", "format": "byte"}
+        }}}}));
+        let rules = Rules::new(&s).unwrap();
+        let check = |spec: Value| {
+            let mut errs = Vec::new();
+            rules.check(&s, &json!({"spec": spec}), None, "", &mut errs);
+            errs.iter().map(Cause::summary).collect::<Vec<_>>()
+        };
+        let ok = json!({"start": "2026-12-07T10:00:00+01:00", "end": "2026-12-07T11:00:00Z",
+            "window": "1h0m0s", "day": "2026-12-07", "key": "AQID"});
+        assert_eq!(check(ok), Vec::<String>::new());
+        let bad = json!({"start": "2025-12-07T10:00:00Z", "end": "2025-12-07T10:30:00Z",
+            "window": "1h30m", "day": "2026-12-06", "key": "AQIDBA=="});
+        assert_eq!(
+            check(bad),
+            [
+                "spec: Invalid value: \"object\": window past end",
+                "spec: Invalid value: \"object\": too early",
+                "spec: Invalid value: \"object\": bad day",
+                "spec: Invalid value: \"object\": bad key",
+            ]
+        );
+    }
+
     #[test]
     fn transition_rules_compare_with_the_same_place_in_the_old_object() {
         let old = json!({"metadata": {"name": "w"}, "spec": {"replicas": 2, "maxReplicas": 5,

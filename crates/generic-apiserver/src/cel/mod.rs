@@ -72,6 +72,34 @@ pub fn env() -> Arc<Env> {
     ENV.clone()
 }
 
+/// A string of a schema format CEL has a type for, as that type; `None` leaves it a
+/// string (other formats, or a value validation has already refused).
+fn formatted(format: &str, text: &str) -> Option<Cel> {
+    use base64::Engine;
+    Some(match format {
+        "date-time" => Cel::Timestamp(chrono::DateTime::parse_from_rfc3339(text).ok()?),
+        "date" => {
+            let date = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
+            Cel::Timestamp(
+                date.and_time(chrono::NaiveTime::MIN)
+                    .and_utc()
+                    .fixed_offset(),
+            )
+        }
+        "duration" => {
+            let duration: jiff::SignedDuration = text.parse().ok()?;
+            let nanos = i64::try_from(duration.as_nanos()).ok()?;
+            Cel::Duration(chrono::Duration::nanoseconds(nanos))
+        }
+        "byte" => Cel::Bytes(Arc::new(
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .ok()?,
+        )),
+        _ => return None,
+    })
+}
+
 /// Evaluates an expression without variables: the libraries' tests.
 #[cfg(test)]
 fn eval(expr: &str) -> Result<cel::Value, String> {
@@ -83,8 +111,10 @@ fn eval(expr: &str) -> Result<cel::Value, String> {
 }
 
 /// A JSON value as CEL sees it, typed by schema `s` where there is one (`number` is a
-/// double, `integer` an int); `resource` for the root and embedded resources of a
-/// custom kind, whose metadata shows only `name` and `generateName`, as upstream's.
+/// double, `integer` an int, strings of format `date-time` and `date` timestamps, of
+/// `duration` durations and of `byte` bytes, as upstream types them); `resource` for
+/// the root and embedded resources of a custom kind, whose metadata shows only `name`
+/// and `generateName`, as upstream's.
 pub fn to_cel(s: Option<&JSONSchemaProps>, v: &Value, resource: bool) -> Cel {
     match v {
         Value::Null => Cel::Null,
@@ -97,7 +127,9 @@ pub fn to_cel(s: Option<&JSONSchemaProps>, v: &Value, resource: bool) -> Cel {
                 _ => Cel::Float(n.as_f64().unwrap_or_default()),
             }
         }
-        Value::String(text) => Cel::String(Arc::new(text.clone())),
+        Value::String(text) => s
+            .and_then(|s| formatted(s.format.as_deref()?, text))
+            .unwrap_or_else(|| Cel::String(Arc::new(text.clone()))),
         Value::Array(list) => {
             let item = s.and_then(items);
             Cel::List(Arc::new(
