@@ -17,10 +17,12 @@ have protoc || need_apt+=(protobuf-compiler)
 have etcd || need_apt+=(etcd-server)
 # etcdctl reads the raw etcd keys in the encryption-at-rest tests.
 have etcdctl || need_apt+=(etcd-client)
-# The node: containerd + runc run containers, the CNI plugins wire pods, busybox-static
+# The node: containerd + runc (or crun) run containers, the CNI plugins wire pods, busybox-static
 # makes the locally built images, nftables carries Service rules.
 have containerd || need_apt+=(containerd)
 have runc || need_apt+=(runc)
+# crun is the second runtime handler RuntimeClasses can name.
+have crun || need_apt+=(crun)
 [ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 have nft || need_apt+=(nftables)

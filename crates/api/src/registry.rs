@@ -245,6 +245,7 @@ resources! {
     "networking.k8s.io" "v1" "IngressClass" "ingressclasses" "ingressclass" [] [] false [] "ingressclasses";
     "networking.k8s.io" "v1" "Ingress" "ingresses" "ingress" ["ing"] [] true [Status] "ingress";
     "networking.k8s.io" "v1" "NetworkPolicy" "networkpolicies" "networkpolicy" ["netpol"] [] true [] "networkpolicies";
+    "node.k8s.io" "v1" "RuntimeClass" "runtimeclasses" "runtimeclass" [] [] false [] "runtimeclasses";
     "policy" "v1" "PodDisruptionBudget" "poddisruptionbudgets" "poddisruptionbudget" ["pdb"] [] true [Status] "poddisruptionbudgets";
     "rbac.authorization.k8s.io" "v1" "ClusterRoleBinding" "clusterrolebindings" "clusterrolebinding" [] [] false [] "clusterrolebindings";
     "rbac.authorization.k8s.io" "v1" "ClusterRole" "clusterroles" "clusterrole" [] [] false [] "clusterroles";

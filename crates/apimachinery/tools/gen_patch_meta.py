@@ -52,6 +52,7 @@ ROOTS = [
     ("networking.k8s.io", "v1", "Ingress"),
     ("networking.k8s.io", "v1", "IngressClass"),
     ("networking.k8s.io", "v1", "NetworkPolicy"),
+    ("node.k8s.io", "v1", "RuntimeClass"),
     ("policy", "v1", "PodDisruptionBudget"),
     ("rbac.authorization.k8s.io", "v1", "ClusterRole"),
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),

@@ -6,7 +6,8 @@
 //!   and a busybox image from the machine's static busybox), and importing tarballs into
 //!   containerd, for machines without a registry;
 //! - [`metrics`]: every CRI call counted and timed (the kubelet's runtime operation
-//!   metrics).
+//!   metrics);
+//! - [`runtimes`]: the runtime handlers containerd offers (runc, crun).
 
 pub mod bundle;
 pub mod client;
@@ -15,6 +16,7 @@ pub mod image;
 pub mod metrics;
 pub mod netns;
 pub mod registries;
+pub mod runtimes;
 
 pub use client::Runtime;
 pub use k8s_cri::v1 as api;

@@ -59,6 +59,18 @@ fn sandbox_config(dir: &Path) -> PodSandboxConfig {
     }
 }
 
+/// krust's containerd on `layout`, with the default registries and runtime handlers.
+async fn start(layout: &Layout) -> Containerd {
+    Containerd::start(
+        layout.clone(),
+        image::PAUSE_IMAGE,
+        &Default::default(),
+        &Default::default(),
+    )
+    .await
+    .expect("containerd starts")
+}
+
 async fn state_of(rt: &Runtime, container: &str) -> i32 {
     rt.runtime
         .clone()
@@ -78,9 +90,7 @@ async fn state_of(rt: &Runtime, container: &str) -> i32 {
 async fn a_pod_runs_through_cri_on_krusts_containerd() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path().join("containerd"));
-    let containerd = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &Default::default())
-        .await
-        .expect("containerd starts");
+    let containerd = start(&layout).await;
     assert!(containerd.is_child());
     write_cni(&layout);
     image::import_builtin(&containerd.socket(), &dir.path().join("images")).expect("images import");
@@ -196,16 +206,12 @@ async fn a_pod_runs_through_cri_on_krusts_containerd() {
     );
 
     // A second start adopts the running containerd instead of starting another.
-    let again = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &Default::default())
-        .await
-        .unwrap();
+    let again = start(&layout).await;
     assert!(!again.is_child());
 
     // Restarting containerd leaves the container running.
     containerd.stop().await;
-    let containerd = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &Default::default())
-        .await
-        .unwrap();
+    let containerd = start(&layout).await;
     assert!(containerd.is_child());
     let rt = Runtime::connect(&containerd.socket().display().to_string())
         .await

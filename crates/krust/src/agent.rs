@@ -36,6 +36,10 @@ pub struct AgentArgs {
     /// unix:///run/containerd/containerd.sock).
     #[arg(long)]
     container_runtime_endpoint: Option<String>,
+    /// The runtime handler of pods without a RuntimeClass (k3s's flag): `runc`, or
+    /// `crun` where it is installed. Both are offered to RuntimeClasses.
+    #[arg(long, default_value = "runc")]
+    default_runtime: String,
     /// The cluster DNS service's address, given to ClusterFirst pods (default: the
     /// tenth address of the service range, as k3s; 10.43.0.10 for a lone agent).
     #[arg(long)]
@@ -249,7 +253,8 @@ pub async fn run_with_kubeconfig(
         Some(endpoint) => (None, endpoint.clone()),
         None => {
             let registries = args.registries()?;
-            let c = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &registries)
+            let runtimes = krust_cri::runtimes::Runtimes::detect(&args.default_runtime)?;
+            let c = Containerd::start(layout.clone(), image::PAUSE_IMAGE, &registries, &runtimes)
                 .await
                 .context("starting containerd")?;
             let socket = c.socket().display().to_string();

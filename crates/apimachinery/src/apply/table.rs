@@ -367,6 +367,13 @@ pub(super) static TYPES: &[TypeSchema] = &[
     TypeSchema::new("io.k8s.api.networking.v1.NetworkPolicySpec", &[
         ("podSelector", Ty::Atomic),
     ]),
+    TypeSchema::new("io.k8s.api.node.v1.RuntimeClass", &[
+        ("metadata", Ty::Struct("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")),
+        ("scheduling", Ty::Struct("io.k8s.api.node.v1.Scheduling")),
+    ]),
+    TypeSchema::new("io.k8s.api.node.v1.Scheduling", &[
+        ("nodeSelector", Ty::Atomic),
+    ]),
     TypeSchema::new("io.k8s.api.policy.v1.PodDisruptionBudget", &[
         ("metadata", Ty::Struct("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")),
         ("spec", Ty::Struct("io.k8s.api.policy.v1.PodDisruptionBudgetSpec")),
@@ -443,6 +450,7 @@ pub(super) static ROOTS: &[(&str, &str, &str, &str)] = &[
     ("networking.k8s.io", "v1", "Ingress", "io.k8s.api.networking.v1.Ingress"),
     ("networking.k8s.io", "v1", "IngressClass", "io.k8s.api.networking.v1.IngressClass"),
     ("networking.k8s.io", "v1", "NetworkPolicy", "io.k8s.api.networking.v1.NetworkPolicy"),
+    ("node.k8s.io", "v1", "RuntimeClass", "io.k8s.api.node.v1.RuntimeClass"),
     ("policy", "v1", "PodDisruptionBudget", "io.k8s.api.policy.v1.PodDisruptionBudget"),
     ("rbac.authorization.k8s.io", "v1", "ClusterRole", "io.k8s.api.rbac.v1.ClusterRole"),
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "io.k8s.api.rbac.v1.ClusterRoleBinding"),

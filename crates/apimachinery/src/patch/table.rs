@@ -616,6 +616,13 @@ pub(super) static TYPES: &[TypeMeta] = &[
         obj("podSelector", "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector"),
         list("policyTypes"),
     ]),
+    TypeMeta::new("io.k8s.api.node.v1.RuntimeClass", &[
+        obj("metadata", "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+        obj("scheduling", "io.k8s.api.node.v1.Scheduling"),
+    ]),
+    TypeMeta::new("io.k8s.api.node.v1.Scheduling", &[
+        list("tolerations"),
+    ]),
     TypeMeta::new("io.k8s.api.policy.v1.PodDisruptionBudget", &[
         obj("metadata", "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
         obj("spec", "io.k8s.api.policy.v1.PodDisruptionBudgetSpec"),
@@ -749,6 +756,7 @@ pub(super) static ROOTS: &[(&str, &str, &str, &str)] = &[
     ("networking.k8s.io", "v1", "Ingress", "io.k8s.api.networking.v1.Ingress"),
     ("networking.k8s.io", "v1", "IngressClass", "io.k8s.api.networking.v1.IngressClass"),
     ("networking.k8s.io", "v1", "NetworkPolicy", "io.k8s.api.networking.v1.NetworkPolicy"),
+    ("node.k8s.io", "v1", "RuntimeClass", "io.k8s.api.node.v1.RuntimeClass"),
     ("policy", "v1", "PodDisruptionBudget", "io.k8s.api.policy.v1.PodDisruptionBudget"),
     ("rbac.authorization.k8s.io", "v1", "ClusterRole", "io.k8s.api.rbac.v1.ClusterRole"),
     ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "io.k8s.api.rbac.v1.ClusterRoleBinding"),

@@ -56,6 +56,8 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("networking.k8s.io/v1", "IngressList", &NETWORKING_V1_INGRESS_LIST),
     ("networking.k8s.io/v1", "NetworkPolicy", &NETWORKING_V1_NETWORK_POLICY),
     ("networking.k8s.io/v1", "NetworkPolicyList", &NETWORKING_V1_NETWORK_POLICY_LIST),
+    ("node.k8s.io/v1", "RuntimeClass", &NODE_V1_RUNTIME_CLASS),
+    ("node.k8s.io/v1", "RuntimeClassList", &NODE_V1_RUNTIME_CLASS_LIST),
     ("policy/v1", "Eviction", &POLICY_V1_EVICTION),
     ("policy/v1", "PodDisruptionBudget", &POLICY_V1_POD_DISRUPTION_BUDGET),
     ("policy/v1", "PodDisruptionBudgetList", &POLICY_V1_POD_DISRUPTION_BUDGET_LIST),
@@ -2937,6 +2939,27 @@ static NETWORKING_V1_NETWORK_POLICY_SPEC: Message = Message::new("networking.v1.
 static NETWORKING_V1_SERVICE_BACKEND_PORT: Message = Message::new("networking.v1.ServiceBackendPort", &[
     Field::new(1, "name", 0, One, Str, Omit),
     Field::new(2, "number", 1, One, I32, Omit),
+]);
+
+static NODE_V1_OVERHEAD: Message = Message::new("node.v1.Overhead", &[
+    Field::new(1, "podFixed", 0, Map, Obj(Quantity), Omit),
+]);
+
+static NODE_V1_RUNTIME_CLASS: Message = Message::new("node.v1.RuntimeClass", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_OBJECT_META)), Keep),
+    Field::new(2, "handler", 1, One, Str, Keep),
+    Field::new(3, "overhead", 2, One, Obj(Msg(&NODE_V1_OVERHEAD)), Ptr),
+    Field::new(4, "scheduling", 3, One, Obj(Msg(&NODE_V1_SCHEDULING)), Ptr),
+]);
+
+static NODE_V1_RUNTIME_CLASS_LIST: Message = Message::new("node.v1.RuntimeClassList", &[
+    Field::new(1, "metadata", 0, One, Obj(Msg(&META_V1_LIST_META)), Keep),
+    Field::new(2, "items", 1, List, Obj(Msg(&NODE_V1_RUNTIME_CLASS)), Keep),
+]);
+
+static NODE_V1_SCHEDULING: Message = Message::new("node.v1.Scheduling", &[
+    Field::new(1, "nodeSelector", 0, Map, Str, Omit),
+    Field::new(2, "tolerations", 1, List, Obj(Msg(&CORE_V1_TOLERATION)), Omit),
 ]);
 
 static POLICY_V1_EVICTION: Message = Message::new("policy.v1.Eviction", &[

@@ -16,6 +16,7 @@ mod endpoint_slice;
 mod event;
 pub mod metrics;
 mod networking;
+mod node;
 pub(crate) mod pod;
 mod rbac;
 mod scheduling;
@@ -80,6 +81,7 @@ pub fn all() -> &'static [Kind] {
             events_group(),
             metrics_group(),
             networking_group(),
+            node_group(),
             policy_group(),
             rbac_group(),
             scheduling_group(),
@@ -344,6 +346,15 @@ fn rbac_group() -> Vec<Kind> {
         ),
         kind::<api::rbac::v1::Role>("rbac.authorization.k8s.io", "roles", &rbac::ROLE),
     ]
+}
+
+/// The kinds of the node.k8s.io group.
+fn node_group() -> Vec<Kind> {
+    vec![kind::<api::node::v1::RuntimeClass>(
+        "node.k8s.io",
+        "runtimeclasses",
+        &node::RUNTIME_CLASS,
+    )]
 }
 
 /// The kinds of the scheduling.k8s.io group.

@@ -18,6 +18,7 @@ async fn krust_images_import_loads_a_tarball_into_the_nodes_containerd() {
         Layout::new(default_dir(&data)),
         PAUSE_IMAGE,
         &Default::default(),
+        &Default::default(),
     )
     .await
     .expect("containerd starts");

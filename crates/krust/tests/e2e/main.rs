@@ -53,6 +53,7 @@ mod proxy;
 mod python_client;
 mod rbac;
 mod registry;
+mod runtime_class;
 mod scheduler;
 mod sim;
 mod snapshots;

@@ -9,6 +9,7 @@ mod node_restriction;
 mod pod_security;
 mod priority;
 mod resource_quota;
+mod runtime_class;
 mod service_account;
 mod storage_object_in_use_protection;
 mod webhooks;
@@ -30,6 +31,7 @@ pub fn enabled() -> Vec<Box<dyn Plugin>> {
         Box::new(default_toleration_seconds::DefaultTolerationSeconds),
         Box::new(default_storage_class::DefaultStorageClass),
         Box::new(storage_object_in_use_protection::StorageObjectInUseProtection),
+        Box::new(runtime_class::RuntimeClass),
         Box::new(certificates::CertificateApproval),
         Box::new(certificates::CertificateSigning),
         Box::new(certificates::CertificateSubjectRestriction),

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::serde_json::{Value, json};
 use krust_cri::Runtime;
 use krust_cri::api::{
@@ -247,6 +248,8 @@ impl Worker {
         }
         if let Err(err) = self.ensure_sandbox(pod).await {
             tracing::warn!(pod = %pod.name_any(), error = %err, "creating the pod sandbox failed");
+            let message = format!("Failed to create pod sandbox: {}", err.message());
+            self.event(pod, EventType::Warning, "FailedCreatePodSandBox", message);
             for c in &pod
                 .spec
                 .as_ref()
@@ -316,6 +319,31 @@ impl Worker {
         }
     }
 
+    /// The CRI runtime handler of the pod's RuntimeClass; empty (the runtime's default)
+    /// for a pod without one. Read when a sandbox is made, as upstream's kubelet reads
+    /// its RuntimeClass informer.
+    async fn runtime_handler(&self, pod: &Pod) -> Result<String, tonic::Status> {
+        let Some(name) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref())
+        else {
+            return Ok(String::new());
+        };
+        match Api::<RuntimeClass>::all(self.client.clone())
+            .get(name)
+            .await
+        {
+            Ok(class) => Ok(class.handler),
+            Err(kube::Error::Api(status)) if status.code == 404 => Err(tonic::Status::not_found(
+                format!("runtimeclass.node.k8s.io {name:?} not found"),
+            )),
+            Err(e) => Err(tonic::Status::unavailable(format!(
+                "failed to lookup RuntimeClass {name}: {e}"
+            ))),
+        }
+    }
+
     /// Finds this pod's ready sandbox (after a kubelet restart) or runs a new one.
     async fn ensure_sandbox(&mut self, pod: &Pod) -> Result<(), tonic::Status> {
         let uid = pod.uid().unwrap_or_default();
@@ -366,10 +394,11 @@ impl Worker {
             None => {
                 self.changed_at = Instant::now();
                 let config = spec::sandbox_config(&self.config, pod, self.next_attempt);
+                let runtime_handler = self.runtime_handler(pod).await?;
                 let id = rt
                     .run_pod_sandbox(RunPodSandboxRequest {
                         config: Some(config),
-                        runtime_handler: String::new(),
+                        runtime_handler,
                     })
                     .await?
                     .into_inner()
