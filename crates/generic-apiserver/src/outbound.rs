@@ -381,9 +381,11 @@ impl ServerCertVerifier for AnyServerCertificate {
 /// Server certificates judged as Go's crypto/x509 judges them for upstream's webhook,
 /// conversion and aggregation clients: a chain to a certificate of the bundle (through
 /// the intermediates the server sends), the server name among the certificate's SANs,
-/// the time within its validity. Unlike WebPKI, a server certificate that is itself in
-/// the bundle is trusted as it is (Go takes it as a chain of one): a self-signed webhook
-/// certificate made with `openssl req -x509`, CA:TRUE by Debian's defaults, needs that.
+/// the time within its validity. Unlike WebPKI, Go does not refuse a server certificate
+/// marked CA:TRUE: one that is itself in the bundle is trusted as it is (a chain of
+/// one), and one a bundle certificate signed is trusted as any leaf would be. A webhook
+/// certificate made with `openssl req -x509` or `openssl x509 -req` is CA:TRUE by
+/// Debian's defaults, so both happen.
 #[derive(Debug)]
 struct GoVerifier {
     bundle: Vec<CertificateDer<'static>>,
@@ -409,6 +411,22 @@ impl GoVerifier {
     }
 }
 
+impl GoVerifier {
+    /// Whether a certificate of the bundle signed `cert` (its issuer by name, the
+    /// signature by key).
+    fn signed_by_bundle(&self, cert: &CertificateDer<'_>) -> bool {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+            return false;
+        };
+        self.bundle.iter().any(|ca| {
+            x509_parser::parse_x509_certificate(ca.as_ref()).is_ok_and(|(_, ca)| {
+                ca.subject() == cert.issuer()
+                    && cert.verify_signature(Some(ca.public_key())).is_ok()
+            })
+        })
+    }
+}
+
 impl ServerCertVerifier for GoVerifier {
     fn verify_server_cert(
         &self,
@@ -418,18 +436,21 @@ impl ServerCertVerifier for GoVerifier {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if !self
+        let in_bundle = self
             .bundle
             .iter()
-            .any(|c| c.as_ref() == end_entity.as_ref())
-        {
-            return self.webpki.verify_server_cert(
-                end_entity,
-                intermediates,
-                server_name,
-                ocsp,
-                now,
-            );
+            .any(|c| c.as_ref() == end_entity.as_ref());
+        if !in_bundle {
+            let judged =
+                self.webpki
+                    .verify_server_cert(end_entity, intermediates, server_name, ocsp, now);
+            match judged {
+                Err(e) if ca_as_end_entity(&e) && !self.signed_by_bundle(end_entity) => {
+                    return Err(rustls::CertificateError::UnknownIssuer.into());
+                }
+                Err(e) if ca_as_end_entity(&e) => {}
+                judged => return judged,
+            }
         }
         let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
         rustls::client::verify_server_name(&parsed, server_name)?;
@@ -458,6 +479,16 @@ impl ServerCertVerifier for GoVerifier {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.webpki.supported_verify_schemes()
     }
+}
+
+/// WebPKI's refusal of a server certificate marked CA:TRUE, which rustls passes on as
+/// an opaque error.
+fn ca_as_end_entity(e: &rustls::Error) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))
+            if other.0.downcast_ref::<webpki::Error>() == Some(&webpki::Error::CaUsedAsEndEntity)
+    )
 }
 
 /// A certificate trusted as it is must still be within its validity at `now`.
@@ -668,6 +699,52 @@ mod tests {
             Some(
                 "tls: failed to verify certificate: x509: cannot validate certificate for 10.0.0.1 because it doesn't contain any IP SANs"
             )
+        );
+    }
+
+    #[test]
+    fn a_ca_certificate_signed_by_the_bundle_serves_as_go_allows() {
+        let (root, root_issuer) = ca("root");
+        // What `openssl x509 -req` signs with Debian's defaults: CA:TRUE.
+        let mut params = CertificateParams::new(vec!["hook.ns.svc".to_string()]).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let served = params.signed_by(&key, &root_issuer).unwrap().der().clone();
+        assert_eq!(
+            judged(&[&root], std::slice::from_ref(&served), "hook.ns.svc"),
+            None
+        );
+        assert_eq!(
+            judged(&[&root], std::slice::from_ref(&served), "other.ns.svc").as_deref(),
+            Some(
+                "tls: failed to verify certificate: x509: certificate is valid for hook.ns.svc, not other.ns.svc"
+            )
+        );
+        // Another bundle trusts it no more than any other leaf.
+        let (other, _) = ca("other");
+        assert_eq!(
+            judged(&[&other], &[served], "hook.ns.svc").as_deref(),
+            Some(
+                "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+            )
+        );
+        // A CA of the same name with another key signed nothing the bundle trusts.
+        let (_, impostor) = ca("root");
+        let forged = params.signed_by(&key, &impostor).unwrap().der().clone();
+        assert_eq!(
+            judged(&[&root], &[forged], "hook.ns.svc").as_deref(),
+            Some(
+                "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+            )
+        );
+        // Expiry counts as for any leaf.
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let expired = params.signed_by(&key, &root_issuer).unwrap().der().clone();
+        let said = judged(&[&root], &[expired], "hook.ns.svc").unwrap();
+        assert!(
+            said.contains("certificate has expired or is not yet valid"),
+            "{said}"
         );
     }
 
