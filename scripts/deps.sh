@@ -80,3 +80,14 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
+
+# crun refuses to run on a hybrid cgroup host whose cgroup2 hierarchy still holds
+# controllers (these VMs leave hugetlb there). The agent gives each such controller a v1
+# hierarchy when it starts containerd; doing it here, before any test, keeps that from
+# happening under the containers of agents already running.
+if [ -r /sys/fs/cgroup/unified/cgroup.controllers ]; then
+  for controller in $(cat /sys/fs/cgroup/unified/cgroup.controllers); do
+    mkdir -p "/sys/fs/cgroup/$controller"
+    mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller" || true
+  done
+fi

@@ -38,7 +38,7 @@ pub struct AgentArgs {
     container_runtime_endpoint: Option<String>,
     /// The runtime handler of pods without a RuntimeClass (k3s's flag): `runc`, or
     /// `crun` where it is installed. Both are offered to RuntimeClasses.
-    #[arg(long, default_value = "runc")]
+    #[arg(long, env = "KRUST_DEFAULT_RUNTIME", default_value = "runc")]
     default_runtime: String,
     /// The cluster DNS service's address, given to ClusterFirst pods (default: the
     /// tenth address of the service range, as k3s; 10.43.0.10 for a lone agent).
