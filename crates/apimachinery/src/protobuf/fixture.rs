@@ -1,6 +1,8 @@
 //! Test helpers: a small protobuf writer that builds message bytes field by field the
 //! way gogo-protobuf lays them out, and a reader for the captured `testdata/*.hex`.
 
+use serde_json::Value;
+
 use super::wire::Writer;
 
 pub(super) struct Enc(Writer);
@@ -67,6 +69,38 @@ pub(super) fn body(api_version: &str, kind: &str, raw: Enc) -> Vec<u8> {
         .str(3, "")
         .str(4, "");
     [b"k8s\0".as_slice(), &unknown.done()].concat()
+}
+
+/// The JSON without the zero values that only mean "absent" (`null`, `""`, `0`, `false`,
+/// `{}`, `[]`), as krust stores objects; its protobuf and its Go JSON do not change.
+/// Fields named in `keep` are kept whatever they hold (a pointer set to an empty
+/// struct, a map whose values may be null).
+pub(super) fn sparse(value: Value, keep: &[&str]) -> Value {
+    let zero = |v: &Value| match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+    };
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = if keep.contains(&k.as_str()) {
+                        v
+                    } else {
+                        sparse(v, keep)
+                    };
+                    (k, v)
+                })
+                .filter(|(k, v)| keep.contains(&k.as_str()) || !zero(v))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| sparse(v, keep)).collect()),
+        other => other,
+    }
 }
 
 /// Bytes from a `testdata/*.hex` file: two hex digits a byte, separated by spaces.

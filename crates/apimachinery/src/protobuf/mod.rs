@@ -30,6 +30,8 @@ mod fixture;
 mod proptests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upstream_testdata;
 
 pub use envelope::{decode, encode, supports, watch_event};
 pub use error::{ProtobufError, WireError};
