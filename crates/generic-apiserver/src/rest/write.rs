@@ -379,6 +379,70 @@ fn spec_changed(new: &Value, old: &Value, has_status: bool) -> bool {
     strip(new) != strip(old)
 }
 
+/// A strategic merge patch whose result does not fit the kind's types, as upstream's
+/// unstructured converter refuses it (`cannot restore map from string`), quoting the
+/// patch as Go prints it; other decoding errors pass as they are.
+fn restore_error(e: ApiError, patch: &Value) -> ApiError {
+    let Some(restore) = e
+        .message
+        .split_once("invalid type: ")
+        .and_then(|(_, rest)| rest.split_once(", expected "))
+        .and_then(|(found, expected)| {
+            let from = match found.split([' ', '`']).next()? {
+                "string" => "string",
+                "integer" | "unsigned" => "int64",
+                "floating" => "float64",
+                "boolean" => "bool",
+                "sequence" => "slice",
+                "map" => "map",
+                _ => return None,
+            };
+            Some(match expected {
+                e if e.starts_with("a map") => format!("cannot restore map from {from}"),
+                e if e.starts_with("a sequence") => format!("cannot restore slice from {from}"),
+                e if e.starts_with("struct ") => format!("cannot restore struct from: {from}"),
+                _ => return None,
+            })
+        })
+    else {
+        return e;
+    };
+    ApiError::invalid(
+        "",
+        "",
+        "",
+        vec![Cause::invalid("patch", &json!(go_print(patch)), restore)],
+    )
+}
+
+/// A JSON value as Go's `fmt` prints the `map[string]interface{}` it decodes to
+/// (`%+v`): `map[k:v ...]` with sorted keys, `[a b]`, bare strings, `<nil>`.
+fn go_print(value: &Value) -> String {
+    match value {
+        Value::Null => "<nil>".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => match n.as_f64() {
+            // Go decodes every JSON number to a float64 and prints it with %v.
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
+            _ => n.to_string(),
+        },
+        Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(go_print).collect();
+            format!("[{}]", items.join(" "))
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by_key(|(k, _)| k.as_str());
+            let entries: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{k}:{}", go_print(v)))
+                .collect();
+            format!("map[{}]", entries.join(" "))
+        }
+    }
+}
+
 /// The patch formats upstream accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PatchType {
@@ -495,7 +559,12 @@ pub async fn patch(call: &mut Call<'_>, part: Part) -> Result<Response, ApiError
                 patched["metadata"]["name"].as_str().unwrap_or_default()
             )));
         }
-        let new = call.decode_value(patched, (&info.api_version(), info.kind))?;
+        let new = call
+            .decode_value(patched, (&info.api_version(), info.kind))
+            .map_err(|e| match ty {
+                PatchType::Strategic => restore_error(e, &patch),
+                _ => e,
+            })?;
         let new = call.to_storage(new).await?;
         let ownership = if ty == PatchType::Apply {
             Ownership::Applied

@@ -213,6 +213,25 @@ fn create_label_annotate_patch_replace_delete() {
         "-p",
         r#"{"data":{"c":"3"}}"#,
     ]);
+    // A strategic merge patch whose result does not fit the kind: upstream's converter
+    // error, the patch quoted as Go prints it.
+    let out = s.kubectl(&[
+        "-n",
+        "t1",
+        "patch",
+        "configmap",
+        "cfg",
+        "-p",
+        r#"{"metadata":{"labels":"invalid"},"data":{"n":"1"}}"#,
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains(
+                r#"patch: Invalid value: "map[data:map[n:1] metadata:map[labels:invalid]]": cannot restore map from string"#
+            ),
+        "{said}"
+    );
     // kubectl patch has no apply type: send the server-side apply patch directly.
     let apply = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  d: '4'\n";
     let (code, body) = s.curl(
