@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use krust_cri::runtimes::Handler;
 use serde_json::Value;
 
 /// The first node range of krust's default `--cluster-cidr`, which the tests that name
@@ -37,25 +38,31 @@ fn node_range(data_dir: &Path) -> Option<krust_api::cidr::Ipv4Cidr> {
 /// or keeps its temp dir from being removed.
 pub fn reap_node(data_dir: &Path) {
     let containerd = data_dir.join("agent/containerd");
-    let runc_root = containerd.join("runc/k8s.io");
-    let ids = Command::new("runc")
-        .arg("--root")
-        .arg(&runc_root)
-        .args(["list", "-q"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let ids: Vec<&str> = ids.lines().filter(|l| !l.is_empty()).collect();
     // The pods' network namespaces, as their sandboxes' OCI specs name them:
     // containerd, killed with its containers, never removes their mounts.
     let namespaces =
         sandbox_namespaces(&containerd.join("state/io.containerd.runtime.v2.task/k8s.io"));
-    for id in &ids {
-        let _ = Command::new("runc")
+    // Every runtime handler keeps its containers' state under a root of its own
+    // (`krust_cri::runtimes`): runc's, and crun's where the node offered it.
+    for runtime in [Handler::Runc, Handler::Crun].map(Handler::name) {
+        let root = containerd.join(runtime).join("k8s.io");
+        if !root.exists() {
+            continue;
+        }
+        let ids = Command::new(runtime)
             .arg("--root")
-            .arg(&runc_root)
-            .args(["delete", "--force", id])
-            .status();
+            .arg(&root)
+            .args(["list", "-q"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        for id in ids.lines().filter(|l| !l.is_empty()) {
+            let _ = Command::new(runtime)
+                .arg("--root")
+                .arg(&root)
+                .args(["delete", "--force", id])
+                .status();
+        }
     }
     remove_namespace_mounts(&namespaces);
     let _ = Command::new("pkill")
