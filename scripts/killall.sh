@@ -62,12 +62,15 @@ namespaces="$(cat "$CONTAINERD"/state/io.containerd.runtime.v2.task/k8s.io/*/con
   grep -o '"path":"/var/run/netns/[^"]*"\|"path":"/run/netns/[^"]*"' |
   sed 's/.*"\(.*\)"$/\1/; s#^/var/run/#/run/#' | sort -u)"
 
-# The containers, their shims and containerd.
-if [ -d "$CONTAINERD/runc/k8s.io" ]; then
-  for id in $(runc --root "$CONTAINERD/runc/k8s.io" list -q 2>/dev/null); do
-    runc --root "$CONTAINERD/runc/k8s.io" delete --force "$id" 2>/dev/null || true
+# The containers (under each runtime handler's root: runc's, and crun's where the node
+# offered it), their shims and containerd.
+for runtime in runc crun; do
+  root="$CONTAINERD/$runtime/k8s.io"
+  [ -d "$root" ] || continue
+  for id in $("$runtime" --root "$root" list -q 2>/dev/null); do
+    "$runtime" --root "$root" delete --force "$id" 2>/dev/null || true
   done
-fi
+done
 pkill -KILL -f "$CONTAINERD" 2>/dev/null || true
 
 # The node's pod range, from the CNI configuration the kubelet wrote.

@@ -133,21 +133,27 @@ up() {
 }
 
 down() {
-  for pidfile in "$DIR"/n*.pid "$DIR"/server.pid "$DIR"/s*.pid; do
+  # s*.pid: server.pid and those of the HA servers.
+  for pidfile in "$DIR"/n*.pid "$DIR"/s*.pid; do
     [ -f "$pidfile" ] || continue
     kill "$(cat "$pidfile")" 2>/dev/null || true
   done
   sleep 1
   for node in "$DIR"/n*/; do
     [ -d "$node" ] || continue
-    local root="$node/agent/containerd/runc/k8s.io"
-    for id in $(runc --root "$root" list -q 2>/dev/null); do
-      runc --root "$root" delete --force "$id" 2>/dev/null || true
+    local runtime root
+    for runtime in runc crun; do
+      root="$node/agent/containerd/$runtime/k8s.io"
+      [ -d "$root" ] || continue
+      for id in $("$runtime" --root "$root" list -q 2>/dev/null); do
+        "$runtime" --root "$root" delete --force "$id" 2>/dev/null || true
+      done
     done
     pkill -KILL -f "${node%/}/agent/containerd" 2>/dev/null || true
     grep -o " ${node%/}[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   done
-  for pidfile in "$DIR"/n*.pid "$DIR"/server.pid "$DIR"/s*.pid; do
+  # s*.pid: server.pid and those of the HA servers.
+  for pidfile in "$DIR"/n*.pid "$DIR"/s*.pid; do
     [ -f "$pidfile" ] || continue
     kill -9 "$(cat "$pidfile")" 2>/dev/null || true
     rm -f "$pidfile"

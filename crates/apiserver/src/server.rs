@@ -276,15 +276,18 @@ async fn handle(
     };
     // Errors to requests for built-in kinds go out in the form the client asked for;
     // custom resources have no protobuf form, so theirs are JSON, as upstream's.
-    let errors = match &parsed {
-        Some(Ok(info))
+    let accept = parts.headers.get(http::header::ACCEPT);
+    let errors = match (
+        response::Media::for_errors(accept.and_then(|v| v.to_str().ok())),
+        &parsed,
+    ) {
+        (response::Media::Protobuf, Some(Ok(info)))
             if krust_api::registry::find(&info.group, &info.version, &info.resource)
                 .is_some_and(|r| {
                     krust_apimachinery::protobuf::supports(&r.api_version(), r.kind)
                 }) =>
         {
-            let accept = parts.headers.get(http::header::ACCEPT);
-            response::Media::for_errors(accept.and_then(|v| v.to_str().ok()))
+            response::Media::Protobuf
         }
         _ => response::Media::Json,
     };
@@ -543,7 +546,9 @@ async fn serve_resource(
     {
         return Err(ApiError::method_not_allowed(info.verb.as_str(), "bindings"));
     }
-    let protobuf = krust_apimachinery::protobuf::supports(&kind.info.api_version(), kind.info.kind);
+    // Looked up only for the clients that ask for protobuf at all.
+    let protobuf = accept.is_some_and(|a| a.contains(response::PROTOBUF))
+        && krust_apimachinery::protobuf::supports(&kind.info.api_version(), kind.info.kind);
     let output = Output::negotiate(accept, query.get("includeObject"), protobuf)?;
     let mut call = rest::Call {
         scope: &api.scope,

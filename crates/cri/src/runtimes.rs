@@ -60,13 +60,15 @@ impl Runtimes {
 
     /// Every handler configured, the default first.
     pub fn handlers(&self) -> Vec<Handler> {
-        let mut all = vec![self.default];
-        for h in [Handler::Runc, Handler::Crun] {
-            if h != self.default && (h == Handler::Runc || self.crun.is_some()) {
-                all.push(h);
-            }
-        }
-        all
+        let available = [
+            Some(Handler::Runc),
+            self.crun.as_ref().map(|_| Handler::Crun),
+        ];
+        let others = available
+            .into_iter()
+            .flatten()
+            .filter(|h| *h != self.default);
+        std::iter::once(self.default).chain(others).collect()
     }
 
     /// The CRI plugin's runtimes section of containerd's configuration (version 2),
@@ -100,10 +102,7 @@ impl Runtimes {
 impl Default for Runtimes {
     /// runc by default, crun beside it where installed.
     fn default() -> Self {
-        Runtimes {
-            default: Handler::Runc,
-            crun: find_on_path("crun"),
-        }
+        Self::with_crun("runc", find_on_path("crun")).expect("runc is always a handler")
     }
 }
 

@@ -120,29 +120,23 @@ impl Output {
         )))
     }
 
-    /// Whether answers go out in protobuf.
-    pub fn is_protobuf(self) -> bool {
-        matches!(self, Output::Protobuf | Output::Metadata(Media::Protobuf))
+    /// The wire form answers go out in.
+    pub fn media(self) -> Media {
+        match self {
+            Output::Protobuf | Output::Metadata(Media::Protobuf) => Media::Protobuf,
+            _ => Media::Json,
+        }
     }
 
     /// A whole answer: `value` (an object, a list, a Status) in this output's wire form.
     pub fn encode(self, code: StatusCode, value: &Value) -> Response {
-        if !self.is_protobuf() {
-            return json(code, value);
-        }
-        match krust_apimachinery::protobuf::encode(value) {
-            Ok(bytes) => full(code, bytes, PROTOBUF),
-            Err(e) => {
-                tracing::error!(error = %e, "an answer could not be encoded as protobuf");
-                error(&ApiError::internal(e.to_string()))
-            }
-        }
+        in_media(code, value, self.media())
     }
 
     /// One watch event in this output's stream: a JSON line, or a length-framed
     /// protobuf `WatchEvent`.
     pub fn event(self, ty: &str, object: &Value) -> Bytes {
-        if !self.is_protobuf() {
+        if self.media() == Media::Json {
             let mut line =
                 serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap_or_default();
             line.push(b'\n');
@@ -162,10 +156,9 @@ impl Output {
 
     /// The Content-Type of a watch stream.
     pub fn stream_type(self) -> &'static str {
-        if self.is_protobuf() {
-            "application/vnd.kubernetes.protobuf;stream=watch"
-        } else {
-            "application/json"
+        match self.media() {
+            Media::Protobuf => "application/vnd.kubernetes.protobuf;stream=watch",
+            Media::Json => "application/json",
         }
     }
 }
@@ -237,17 +230,25 @@ pub fn error(err: &ApiError) -> Response {
     error_in(err, Media::Json)
 }
 
+/// `value` as JSON or as protobuf. A value protobuf cannot carry (never a stored
+/// object) is a 500, whose Status then goes out as JSON.
+fn in_media(code: StatusCode, value: &Value, media: Media) -> Response {
+    match media {
+        Media::Json => json(code, value),
+        Media::Protobuf => match krust_apimachinery::protobuf::encode(value) {
+            Ok(bytes) => full(code, bytes, PROTOBUF),
+            Err(e) => {
+                tracing::error!(error = %e, "an answer could not be encoded as protobuf");
+                error(&ApiError::internal(e.to_string()))
+            }
+        },
+    }
+}
+
 /// An error as a Status in the given wire form.
 pub fn error_in(err: &ApiError, media: Media) -> Response {
     let code = StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let status = err.to_status();
-    let mut resp = match media {
-        Media::Json => json(code, &status),
-        Media::Protobuf => match krust_apimachinery::protobuf::encode(&status) {
-            Ok(bytes) => full(code, bytes, PROTOBUF),
-            Err(_) => json(code, &status),
-        },
-    };
+    let mut resp = in_media(code, &err.to_status(), media);
     if let Some(secs) = err.details.as_ref().and_then(|d| d.retry_after_seconds) {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));

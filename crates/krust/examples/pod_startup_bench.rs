@@ -122,7 +122,7 @@ async fn main() -> Result {
         });
     }
     // crun, where the node offers it, through a RuntimeClass of that name.
-    let crun = which("crun");
+    let crun = krust_cri::runtimes::Runtimes::default().has_crun();
     if crun {
         let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
         let class =
@@ -162,12 +162,6 @@ async fn main() -> Result {
     }
     cluster.stop();
     Ok(())
-}
-
-/// Whether an executable of this name is on `$PATH`.
-fn which(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()))
 }
 
 /// `count` pods created at once through the API, bound to the node (no scheduler:

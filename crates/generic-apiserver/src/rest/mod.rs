@@ -341,10 +341,10 @@ impl Call<'_> {
         }
     }
 
-    /// The object a write starts from: the cached one on the first try; after a lost
-    /// compare-and-swap the stored one, read from the store itself — a retry must not
-    /// wait for the cache to catch up with a busy writer (upstream's GuaranteedUpdate
-    /// reads afresh too).
+    /// The object a write starts from, as Go writes it: the cached one on the first
+    /// try; after a lost compare-and-swap the stored one, read from the store itself — a
+    /// retry must not wait for the cache to catch up with a busy writer (upstream's
+    /// GuaranteedUpdate reads afresh too).
     pub async fn current_for_write(
         &self,
         name: &str,
@@ -360,8 +360,10 @@ impl Call<'_> {
             .await
             .map_err(store_error)?;
         let kv = kv.ok_or_else(|| ApiError::not_found(self.target(name)))?;
-        let obj = serde_json::from_slice(&kv.value)
+        let mut obj = serde_json::from_slice(&kv.value)
             .map_err(|e| ApiError::internal(format!("decoding the stored object: {e}")))?;
+        // As the cache serves it: as Go writes it, zero values included.
+        krust_apimachinery::protobuf::go_order(&mut obj);
         Ok((self.upgraded(obj).await?, kv.mod_revision))
     }
 

@@ -228,14 +228,10 @@ pub async fn update_object(
     call: &Call<'_>,
     part: Part,
     mut new: Value,
-    mut old: Value,
+    old: Value,
     old_rev: Revision,
     ownership: Ownership,
 ) -> Result<Value, ApiError> {
-    // Both sides as Go holds them, zero values included (the cache serves the old one
-    // so already; a retry reads it from the store), so that comparing them finds only
-    // what the request changed, as upstream's comparisons of Go structs do.
-    go_order(&mut old);
     let has_status = call.kind.has_status();
     match part {
         Part::Main => {
@@ -276,6 +272,10 @@ pub async fn update_object(
         call.kind.strategy.default(&mut new);
         drop_empty_metadata(&mut new);
     }
+    // As Go holds it, zero values included, like `old` (see `Call::current_for_write`):
+    // comparing the two then finds only what the request changed, as upstream's
+    // comparisons of Go structs do.
+    go_order(&mut new);
     if call.kind.strategy.tracks_generation() && spec_changed(&new, &old, has_status) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(g);
@@ -283,7 +283,6 @@ pub async fn update_object(
     if ownership == Ownership::Record {
         call.record_update(part, Some(&old), &mut new);
     }
-    go_order(&mut new);
     new["metadata"]["resourceVersion"] = json!(old_rev.to_string());
     let mut old_cmp = old.clone();
     old_cmp["metadata"]["resourceVersion"] = json!(old_rev.to_string());
@@ -354,6 +353,8 @@ pub(crate) fn keep_system_metadata(
             }
         }
     }
+    // A webhook's patch may leave out a zero value Go would hold.
+    go_order(obj);
     if let Some(old) = old
         && call.kind.strategy.tracks_generation()
         && spec_changed(obj, old, call.kind.has_status())
@@ -366,8 +367,6 @@ pub(crate) fn keep_system_metadata(
 fn spec_changed(new: &Value, old: &Value, has_status: bool) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
-        // A webhook's patch may leave out a zero value Go would hold.
-        go_order(&mut v);
         if let Some(m) = v.as_object_mut() {
             m.remove("metadata");
             if has_status {

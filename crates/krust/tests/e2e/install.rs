@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::common::{Server, wait_for};
+use crate::common::{Server, container_pid, wait_ended, wait_for};
 
 const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts");
 
@@ -157,8 +157,40 @@ fn killall_ends_the_node_and_everything_it_left_running() {
         &format!("--nftables-table={TABLE}"),
     ]);
     s.ok(&["run", "web", "--image=busybox", "--", "sleep", "3600"]);
-    s.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=90s"]);
+    // A second pod under crun, whose containers live under a root of their own.
+    s.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "crun"}, "handler": "crun"}"#,
+    );
+    s.ok(&[
+        "run",
+        "fast",
+        "--image=busybox",
+        "--overrides",
+        r#"{"spec": {"runtimeClassName": "crun"}}"#,
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    s.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/web",
+        "pod/fast",
+        "--timeout=90s",
+    ]);
     let data = s.data_dir();
+    let container = |pod: &str| {
+        s.get_json(&["pod", pod])["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .expect("a container ID")
+            .trim_start_matches("containerd://")
+            .to_owned()
+    };
+    let pids = [
+        container_pid(&data, "runc", &container("web")),
+        container_pid(&data, "crun", &container("fast")),
+    ];
     let pod_ip = s.get_json(&["pod", "web"])["status"]["podIP"]
         .as_str()
         .expect("a pod IP")
@@ -213,6 +245,8 @@ fn killall_ends_the_node_and_everything_it_left_running() {
         Duration::from_secs(10),
         || node_processes(&data).is_empty().then_some(()),
     );
+    // The containers themselves, under either runtime.
+    pids.into_iter().for_each(wait_ended);
     assert!(!netns_of_pod(), "the pod's network namespace remains");
     let mounts = std::fs::read_to_string("/proc/self/mounts").expect("mounts");
     let prefix = format!("{}/", data.display());

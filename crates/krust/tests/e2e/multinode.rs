@@ -625,7 +625,7 @@ fn kubectl_via(c: &Cluster, i: usize, args: &[&str]) -> std::process::Output {
 /// comes back with what was written without it.
 #[test]
 fn a_highly_available_control_plane_survives_a_partition_and_losing_each_server() {
-    let c = Cluster::up_servers(3, 1, "vxlan", "kha", "10.99.25", "10.50.0.0/16", "");
+    let c = Cluster::up_servers(3, 1, "vxlan", "kha", "10.99.26", "10.50.0.0/16", "");
     let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let down = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

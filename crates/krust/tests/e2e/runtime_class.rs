@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{Server, wait_for};
+use crate::common::{Server, container_pid, wait_ended, wait_for};
 use crate::kubelet::event_reasons;
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -151,22 +151,11 @@ fn pods_run_under_their_runtime_class() {
     // The server stops with its pods still running, as a failing test's would: reaping
     // the node ends crun's containers as well as runc's (crun keeps them under a root
     // of its own), and nothing of either outlives the test.
-    let pid = |runtime: &str, id: &str| -> u32 {
-        let root = containerd.join(runtime).join("k8s.io");
-        let out = Command::new(runtime)
-            .arg("--root")
-            .arg(&root)
-            .args(["state", id])
-            .output()
-            .expect("the runtime runs");
-        let state: Value = serde_json::from_slice(&out.stdout).expect("the container's state");
-        state["pid"].as_u64().expect("a running container's pid") as u32
-    };
-    let pids = [pid("crun", &on_crun), pid("runc", &on_runc)];
+    let data = s.data_dir();
+    let pids = [
+        container_pid(&data, "crun", &on_crun),
+        container_pid(&data, "runc", &on_runc),
+    ];
     drop(s);
-    for pid in pids {
-        wait_for(&format!("process {pid} ended"), DEADLINE, || {
-            (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
-        });
-    }
+    pids.into_iter().for_each(wait_ended);
 }

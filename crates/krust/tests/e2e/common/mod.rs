@@ -668,6 +668,32 @@ impl Drop for Server {
     }
 }
 
+/// The host pid of a running container, as its runtime (`runc`, `crun`) on the node
+/// under `data_dir` reports it; `id` as in `containerID`, without `containerd://`.
+pub fn container_pid(data_dir: &Path, runtime: &str, id: &str) -> u32 {
+    let root = data_dir
+        .join("agent/containerd")
+        .join(runtime)
+        .join("k8s.io");
+    let out = Command::new(runtime)
+        .arg("--root")
+        .arg(&root)
+        .args(["state", id])
+        .output()
+        .expect("the runtime runs");
+    let state: Value = serde_json::from_slice(&out.stdout).expect("the container's state");
+    state["pid"].as_u64().expect("a running container's pid") as u32
+}
+
+/// Waits until process `pid` is gone.
+pub fn wait_ended(pid: u32) {
+    wait_for(
+        &format!("process {pid} ended"),
+        Duration::from_secs(60),
+        || (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()),
+    );
+}
+
 /// `krust images import --data-dir DATA TARBALL`: the command's output.
 pub fn import_image(data_dir: &Path, tarball: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_krust"))

@@ -48,6 +48,34 @@ const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// How often the same volume failure is reported again (upstream's volume manager
 /// retries with a growing back-off; the event count grows with each report).
 const FAILED_MOUNT_REPEAT: Duration = Duration::from_secs(30);
+/// How often the same sandbox failure is reported again, though the worker tries every
+/// pass: upstream's pod worker retries a failed sync after its 10 s back-off.
+const FAILED_SANDBOX_REPEAT: Duration = Duration::from_secs(10);
+/// A failure retried every pass but reported as an event only when it changes, or
+/// again once `every` has passed since it was.
+struct Repeats {
+    every: Duration,
+    last: Option<(String, Instant)>,
+}
+
+impl Repeats {
+    fn every(every: Duration) -> Self {
+        Repeats { every, last: None }
+    }
+
+    /// Whether `message` is to be reported now (and is then taken as reported).
+    fn due(&mut self, message: &str) -> bool {
+        let repeat = self
+            .last
+            .as_ref()
+            .is_some_and(|(m, at)| m == message && at.elapsed() < self.every);
+        if !repeat {
+            self.last = Some((message.to_string(), Instant::now()));
+        }
+        !repeat
+    }
+}
+
 /// How often configMap, secret and downwardAPI volumes are brought up to date.
 const VOLUME_REFRESH: Duration = Duration::from_secs(10);
 
@@ -84,8 +112,9 @@ pub struct Worker {
     /// What the runtime said about each container instance, by ID, while its state
     /// stays the same.
     known: HashMap<String, Instance>,
-    /// The last FailedMount reported, and when.
-    failed_mount: Option<(String, Instant)>,
+    /// The FailedMount and FailedCreatePodSandBox events last reported.
+    failed_mount: Repeats,
+    failed_sandbox: Repeats,
     /// The CSI drivers registered on the node.
     csi: Drivers,
     /// Turns to pull images, shared by the node's pod workers.
@@ -164,7 +193,8 @@ impl Worker {
             relist,
             changed_at: Instant::now(),
             known: HashMap::new(),
-            failed_mount: None,
+            failed_mount: Repeats::every(FAILED_MOUNT_REPEAT),
+            failed_sandbox: Repeats::every(FAILED_SANDBOX_REPEAT),
             csi,
             pull_slots,
             prefetched: images::Prefetched::new(),
@@ -249,7 +279,9 @@ impl Worker {
         if let Err(err) = self.ensure_sandbox(pod).await {
             tracing::warn!(pod = %pod.name_any(), error = %err, "creating the pod sandbox failed");
             let message = format!("Failed to create pod sandbox: {}", err.message());
-            self.event(pod, EventType::Warning, "FailedCreatePodSandBox", message);
+            if self.failed_sandbox.due(&message) {
+                self.event(pod, EventType::Warning, "FailedCreatePodSandBox", message);
+            }
             for c in &pod
                 .spec
                 .as_ref()
@@ -296,13 +328,8 @@ impl Worker {
             }
             Err(ConfigError(message)) => {
                 tracing::warn!(pod = %pod.name_any(), %message, "volumes not ready");
-                let repeat = self
-                    .failed_mount
-                    .as_ref()
-                    .is_some_and(|(m, at)| *m == message && at.elapsed() < FAILED_MOUNT_REPEAT);
-                if !repeat {
+                if self.failed_mount.due(&message) {
                     self.event(pod, EventType::Warning, "FailedMount", message.clone());
-                    self.failed_mount = Some((message.clone(), Instant::now()));
                 }
                 if self.volumes.is_some() {
                     // Already running: keep the last content, try again later.
@@ -320,8 +347,8 @@ impl Worker {
     }
 
     /// The CRI runtime handler of the pod's RuntimeClass; empty (the runtime's default)
-    /// for a pod without one. Read when a sandbox is made, as upstream's kubelet reads
-    /// its RuntimeClass informer.
+    /// for a pod without one. Read from the API when a sandbox is made: one request per
+    /// sandbox of such a pod (upstream's kubelet keeps an informer of RuntimeClasses).
     async fn runtime_handler(&self, pod: &Pod) -> Result<String, tonic::Status> {
         let Some(name) = pod
             .spec
