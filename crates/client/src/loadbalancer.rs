@@ -78,7 +78,8 @@ impl LoadBalancer {
             .as_deref()
             .and_then(|path| std::fs::read(path).ok())
             .and_then(|bytes| k8s_openapi::serde_json::from_slice::<Kept>(&bytes).ok())
-            .filter(|kept| kept.server_url == server)
+            // The same server however its URL is spelled (`https://h` is `https://h:443/`).
+            .filter(|kept| host_port(&kept.server_url).as_ref() == Some(&default))
             .map(|kept| kept.server_addresses)
             .unwrap_or_default();
         let listener = TcpListener::bind(bind).await?;
@@ -369,6 +370,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(again.servers(), lb.servers());
+        // However the URL is spelled.
+        let spelled = LoadBalancer::start(bind, &format!("{url}/"), Some(kept.clone()))
+            .await
+            .unwrap();
+        assert_eq!(spelled.servers(), lb.servers());
         let other = LoadBalancer::start(bind, "https://10.0.0.9:6443", Some(kept))
             .await
             .unwrap();
